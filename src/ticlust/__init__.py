@@ -1,0 +1,11 @@
+"""ticlust: transformation-invariant clustering of image stacks and landmark shapes."""
+__version__ = "0.1.0"
+
+from .api import fit, predict, run  # noqa: E402
+from .data import InputError, read_input, sample  # noqa: E402
+from .methods import available_methods, get_method  # noqa: E402
+from .metrics import evaluate  # noqa: E402
+from .result import ClusteringResult, load_result  # noqa: E402
+
+__all__ = ["fit", "run", "predict", "load_result", "ClusteringResult", "InputError", "available_methods",
+           "get_method", "evaluate", "read_input", "sample", "__version__"]

@@ -1,0 +1,144 @@
+"""The Python entry points: ``run`` (a generator of events), ``fit`` (drains it) and ``predict``."""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Iterator
+
+import numpy as np
+
+from .data import InputError, Stack, as_landmarks, as_stack, check_k
+from .device import describe, resolve_device
+from .methods import Done, Progress, get_method
+from .methods.base import Event, MethodSpec
+from .result import ClusteringResult
+
+
+def prepare(data, spec: MethodSpec):
+    """Validate input for a method: a landmark array or an image/vector Stack."""
+    if spec.inputs == ("landmarks",):
+        return as_landmarks(data)
+    return as_stack(data, allow_vectors="vectors" in spec.inputs)
+
+
+def item_count(items) -> int:
+    return items.n if isinstance(items, Stack) else int(items.shape[0])
+
+
+def run(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: int = 0, runs: int = 1,
+        **params) -> Iterator[Event]:
+    """Train ``method`` on ``data``, yielding Progress / Snapshot events and finally Done(result).
+
+    With ``runs`` > 1, trains with seeds seed, seed+1, ... and keeps the run with the lowest final
+    loss (the papers' "minLoss"); every run's loss is kept in ``result.run_losses``.
+    """
+    spec = get_method(method)
+    if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
+        raise InputError(f"runs = {runs!r} must be a whole number of at least 1.")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed = {seed!r} must be a whole number.")
+    items = prepare(data, spec)
+    k = check_k(k, item_count(items))
+    cfg = spec.make_config(k, **params)
+    dev = resolve_device(device)
+    start = time.perf_counter()
+    best: ClusteringResult | None = None
+    losses: list[float] = []
+    for r in range(runs):
+        for event in spec.run(items, cfg, dev, int(seed) + r):
+            if isinstance(event, Done):
+                losses.append(event.result.final_loss)
+                if best is None or losses[-1] < best.final_loss:
+                    best = event.result
+                continue
+            if isinstance(event, Progress):
+                fraction = (r + event.step / max(event.total, 1)) / runs
+                elapsed = time.perf_counter() - start
+                event.step, event.total = r * event.total + event.step, runs * event.total
+                event.eta = elapsed * (1 - fraction) / fraction if fraction > 0 else None
+                if runs > 1:
+                    event.stage = f"run {r + 1}/{runs}: {event.stage}"
+            yield event
+    best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
+    best.run_losses = losses
+    best.timing = {**best.timing, "total_s": time.perf_counter() - start}
+    best.device = describe(dev)
+    best.versions = versions()
+    yield Done(best)
+
+
+def fit(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: int = 0, runs: int = 1,
+        progress: bool | None = None, **params) -> ClusteringResult:
+    """Cluster ``data`` and return a :class:`ClusteringResult`.
+
+    ``data``: an N×H×W or N×H×W×3 image stack (NumPy, memory-mapped or dask), N×D vectors where the
+    method allows, or (n, L, 2) landmarks for shape methods. ``params`` are the method's own
+    parameters (``ticlust methods`` lists them). ``progress`` shows a terminal bar (default: when
+    standard error is a terminal).
+    """
+    bar = TerminalProgress() if (progress if progress is not None else sys.stderr.isatty()) else None
+    for event in run(data, method=method, k=k, device=device, seed=seed, runs=runs, **params):
+        if isinstance(event, Progress) and bar is not None:
+            bar.update(event)
+        elif isinstance(event, Done):
+            if bar is not None:
+                bar.close()
+            return event.result
+    raise RuntimeError("the method finished without a result")  # a method must end with Done
+
+
+def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None) -> ClusteringResult:
+    """Assign new items with a fitted result's prototypes (and transforms)."""
+    spec = get_method(result.method)
+    items = prepare(data, spec)
+    dev = resolve_device(device)
+    start = time.perf_counter()
+    extra = {} if batch_size is None else {"batch_size": batch_size}
+    out = spec.predict(result, items, dev, **extra)
+    out.timing = {"total_s": time.perf_counter() - start}
+    out.device = describe(dev)
+    out.versions = versions()
+    return out
+
+
+def versions() -> dict[str, str]:
+    import scipy
+    import sklearn
+    import torch
+
+    from . import __version__
+
+    return {"ticlust": __version__, "python": sys.version.split()[0], "numpy": np.__version__,
+            "torch": torch.__version__, "scipy": scipy.__version__, "scikit-learn": sklearn.__version__}
+
+
+class TerminalProgress:
+    """A one-line progress bar on standard error: stage, bar, step/total, loss, ETA."""
+
+    def __init__(self, stream=None, width: int = 28):
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.last = 0.0
+
+    def update(self, event: Progress) -> None:
+        now = time.perf_counter()
+        if now - self.last < 0.1 and event.step < event.total:
+            return
+        self.last = now
+        frac = min(1.0, event.step / max(event.total, 1))
+        filled = int(frac * self.width)
+        eta = "" if event.eta is None else f" eta {format_seconds(event.eta)}"
+        line = f"\r{event.stage[:32]:32s} [{'#' * filled}{'.' * (self.width - filled)}] {event.step}/{event.total} loss {event.loss:.4g}{eta}"
+        self.stream.write(line.ljust(100))
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.write("\n")
+        self.stream.flush()
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
+
+

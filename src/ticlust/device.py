@@ -1,0 +1,51 @@
+"""Choosing the compute device, falling back to the CPU, and retrying CUDA out-of-memory with smaller batches."""
+from __future__ import annotations
+
+import warnings
+from typing import Callable, TypeVar
+
+import torch
+
+T = TypeVar("T")
+DEVICE_CHOICES = ("auto", "cpu", "cuda")
+
+
+class DeviceFallbackWarning(UserWarning):
+    """A GPU was asked for but is not available, so the work runs on the CPU."""
+
+
+def resolve_device(requested: str | torch.device | None = "auto") -> torch.device:
+    """'auto' picks CUDA when present, else the CPU; an absent GPU falls back to the CPU with a notice."""
+    if isinstance(requested, torch.device):
+        requested = str(requested)
+    name = (requested or "auto").strip().lower()
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cpu":
+        return torch.device("cpu")
+    if name.startswith("cuda"):
+        if torch.cuda.is_available():
+            return torch.device(name)
+        warnings.warn("No CUDA GPU is available, so ticlust runs on the CPU instead.", DeviceFallbackWarning, stacklevel=2)
+        return torch.device("cpu")
+    raise ValueError(f"Unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
+
+
+def with_oom_retry(work: Callable[[int], T], batch_size: int, min_batch_size: int = 1) -> T:
+    """Run ``work(batch_size)``; on CUDA out-of-memory halve the batch and try again."""
+    while True:
+        try:
+            return work(batch_size)
+        except torch.cuda.OutOfMemoryError:
+            if batch_size <= min_batch_size:
+                raise
+            torch.cuda.empty_cache()
+            batch_size = max(min_batch_size, batch_size // 2)
+            warnings.warn(f"The GPU ran out of memory; retrying with batches of {batch_size}.", RuntimeWarning, stacklevel=2)
+
+
+def describe(device: torch.device) -> str:
+    """A short human name of the device, e.g. 'cuda:0 (NVIDIA H100)' or 'cpu (2 threads)'."""
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({torch.get_num_threads()} threads)"

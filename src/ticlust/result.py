@@ -1,0 +1,163 @@
+"""The one result object that every method returns (SPEC §2), with save/load and an assignments table."""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Optional arrays stored under their own name in the .npz file.
+_OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids")
+# Dictionaries of arrays stored as "<prefix>__<key>" entries.
+_ARRAY_DICTS = ("params", "extras", "state")
+_META_FIELDS = ("method", "aligned_kind", "history", "run_losses", "timing", "device", "versions")
+
+
+@dataclass
+class ClusteringResult:
+    """What a clustering run produced, for every method alike.
+
+    ``scores`` are distances, negative log-likelihoods or min-max scores: lower is closer.
+    ``aligned`` holds, per item, its alignment with the assigned prototype; ``aligned_kind``
+    says which way round ("prototype-on-item" or "item-on-prototype"). ``grids`` are the warps
+    as sampling grids (N, gh, gw, 2) of (x, y) pixel coordinates. ``params`` holds per-item
+    method parameters (affine matrices, TPS displacements, ...), ``extras`` other outputs
+    (embeddings, representatives, ...), and ``state`` what ``predict`` needs.
+    """
+
+    labels: np.ndarray
+    scores: np.ndarray
+    prototypes: np.ndarray
+    method: str
+    config: dict
+    history: list = field(default_factory=list)
+    responsibilities: np.ndarray | None = None
+    rejected: np.ndarray | None = None
+    covariances: np.ndarray | None = None
+    aligned: np.ndarray | None = None
+    aligned_kind: str = ""
+    grids: np.ndarray | None = None
+    params: dict = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
+    run_losses: list = field(default_factory=list)
+    timing: dict = field(default_factory=dict)
+    device: str = "cpu"
+    versions: dict = field(default_factory=dict)
+
+    @property
+    def k(self) -> int:
+        return int(self.scores.shape[1])
+
+    @property
+    def n(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def final_loss(self) -> float:
+        return float(self.history[-1]) if len(self.history) else float("nan")
+
+    def cluster_sizes(self) -> np.ndarray:
+        return np.bincount(self.labels, minlength=self.k)
+
+    def predict(self, data, device: str = "auto", batch_size: int | None = None) -> "ClusteringResult":
+        """Assign new items with the fitted prototypes (and transforms); returns a result for them."""
+        from .api import predict
+
+        return predict(self, data, device=device, batch_size=batch_size)
+
+    # ---- persistence -------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Path:
+        """Write everything to one compressed .npz file (no pickled objects)."""
+        path = Path(path)
+        if path.suffix != ".npz":
+            path = path.with_suffix(path.suffix + ".npz") if path.suffix else path.with_suffix(".npz")
+        arrays: dict[str, Any] = {
+            "labels": np.asarray(self.labels),
+            "scores": np.asarray(self.scores),
+            "prototypes": np.asarray(self.prototypes),
+            "config_json": np.array(json.dumps(self.config, default=_json_default)),
+            "meta_json": np.array(json.dumps({f: getattr(self, f) for f in _META_FIELDS}, default=_json_default)),
+        }
+        for name in _OPTIONAL_ARRAYS:
+            value = getattr(self, name)
+            if value is not None:
+                arrays[name] = np.asarray(value)
+        for prefix in _ARRAY_DICTS:
+            for key, value in getattr(self, prefix).items():
+                arrays[f"{prefix}__{key}"] = np.asarray(value)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **arrays)
+        return path
+
+    def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None) -> list[dict]:
+        """One row per item: cluster, its score, the runner-up and its score (and rejection).
+
+        Written as CSV when ``path`` is given; the rows are returned either way.
+        """
+        order = np.argsort(self.scores, axis=1)
+        rows = []
+        for i in range(self.n):
+            row = {"item": i if names is None else names[i], "cluster": int(self.labels[i]),
+                   "score": float(self.scores[i, self.labels[i]])}
+            if self.k > 1:
+                runner = int(order[i, 0] if order[i, 0] != self.labels[i] else order[i, 1])
+                row["runner_up"] = runner
+                row["runner_up_score"] = float(self.scores[i, runner])
+            if self.rejected is not None:
+                row["rejected"] = bool(self.rejected[i])
+            rows.append(row)
+        if path is not None:
+            with open(path, "w", newline="") as fh:
+                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+        return rows
+
+
+def load_result(path: str | Path) -> ClusteringResult:
+    """Read a result written by :meth:`ClusteringResult.save`."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No result file at {path}: check the path.")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            contents = {key: npz[key] for key in npz.files}
+    except Exception as exc:  # corrupt or not an npz
+        raise ValueError(f"{path} is not a readable ticlust result file ({exc}).") from None
+    if not is_result_file(contents):
+        raise ValueError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
+    meta = json.loads(str(contents.pop("meta_json")))
+    kwargs: dict[str, Any] = {
+        "labels": contents.pop("labels"),
+        "scores": contents.pop("scores"),
+        "prototypes": contents.pop("prototypes"),
+        "config": json.loads(str(contents.pop("config_json"))),
+        **meta,
+    }
+    for name in _OPTIONAL_ARRAYS:
+        if name in contents:
+            kwargs[name] = contents.pop(name)
+    for prefix in _ARRAY_DICTS:
+        kwargs[prefix] = {k.split("__", 1)[1]: v for k, v in contents.items() if k.startswith(prefix + "__")}
+    known = {f.name for f in fields(ClusteringResult)}
+    return ClusteringResult(**{k: v for k, v in kwargs.items() if k in known})
+
+
+def is_result_file(contents) -> bool:
+    """Whether an opened .npz (or its key list) is a ticlust result."""
+    keys = set(contents.files if hasattr(contents, "files") else contents)
+    return {"labels", "scores", "config_json", "meta_json"} <= keys
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"cannot store {type(value).__name__} in a result's JSON")
