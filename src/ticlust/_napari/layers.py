@@ -1,0 +1,157 @@
+"""Turning a ClusteringResult into napari layers, reusing layers by name (GUIDE §3)."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..result import ClusteringResult
+
+CLUSTER_COLORS = np.array([
+    [0.12, 0.47, 0.71], [1.00, 0.50, 0.05], [0.17, 0.63, 0.17], [0.84, 0.15, 0.16], [0.58, 0.40, 0.74],
+    [0.55, 0.34, 0.29], [0.89, 0.47, 0.76], [0.50, 0.50, 0.50], [0.74, 0.74, 0.13], [0.09, 0.75, 0.81],
+])
+
+
+def cluster_color(label: int) -> np.ndarray:
+    """A distinct RGBA colour per cluster (cycling after ten); grey for rejected items (-1)."""
+    if label < 0:
+        return np.array([0.3, 0.3, 0.3, 1.0])
+    return np.append(CLUSTER_COLORS[label % len(CLUSTER_COLORS)], 1.0)
+
+
+def layer_names(input_name: str) -> dict[str, str]:
+    """The names of every layer ticlust makes for an input layer."""
+    return {key: f"{input_name} {suffix}" for key, suffix in [
+        ("prototypes", "prototypes"), ("sorted", "sorted by cluster"), ("aligned", "aligned"),
+        ("grid", "warp grid"), ("inspector", "inspector"), ("landmarks", "clusters"),
+        ("ellipses", "landmark ellipses"), ("means", "mean shapes")]}
+
+
+def set_image(viewer, name: str, data, **kwargs):
+    """Update the Image layer called ``name`` in place, or add it."""
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        layer.data = data
+        layer.reset_contrast_limits()
+        return layer
+    return viewer.add_image(data, name=name, **kwargs)
+
+
+def set_shapes(viewer, name: str, shapes: list, shape_type: str, edge_color, **kwargs):
+    """Replace the Shapes layer ``name`` (or add it) with ``shapes`` of one type."""
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        layer.data = []
+        if shapes:
+            layer.add(shapes, shape_type=shape_type, edge_color=edge_color, face_color="transparent")
+        return layer
+    return viewer.add_shapes(shapes or None, shape_type=shape_type, edge_color=edge_color, face_color="transparent",
+                             name=name, **kwargs)
+
+
+def sorted_order(result: ClusteringResult) -> np.ndarray:
+    """Items ordered by cluster, closest to the prototype first within each cluster."""
+    own = result.scores[np.arange(result.n), result.labels]
+    return np.lexsort((own, result.labels))
+
+
+def assignment_features(result: ClusteringResult) -> dict[str, np.ndarray]:
+    """Per-item columns for ``layer.features``."""
+    rows = result.assignments_table()
+    features = {key: np.array([row[key] for row in rows]) for key in rows[0] if key != "item"}
+    if result.responsibilities is not None:
+        features["responsibility"] = result.responsibilities[np.arange(result.n), result.labels]
+    return features
+
+
+def cluster_summary(result: ClusteringResult) -> list[dict]:
+    """One row per cluster: size, mean score, and its closest members."""
+    own = result.scores[np.arange(result.n), result.labels]
+    rows = []
+    for c in range(result.k):
+        members = np.flatnonzero(result.labels == c)
+        best = members[np.argsort(own[members])][:5]
+        rows.append({"cluster": c, "size": int(members.size),
+                     "mean score": float(own[members].mean()) if members.size else float("nan"),
+                     "closest items": ", ".join(map(str, best))})
+    return rows
+
+
+def grid_paths(grid: np.ndarray, frame: int | None = None) -> list[np.ndarray]:
+    """The rows and columns of one (gh, gw, 2) (x, y) grid as napari paths in (row, col) order."""
+    yx = grid[..., ::-1]
+    lines = [yx[r] for r in range(yx.shape[0])] + [yx[:, c] for c in range(yx.shape[1])]
+    if frame is not None:
+        lines = [np.column_stack([np.full(len(line), frame), line]) for line in lines]
+    return lines
+
+
+def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
+    """Prototypes, assignments, sorted view, aligned stack and warp grid for an image result.
+
+    Returns the names of the layers it made or updated. The input layer's data is left alone.
+    napari Image layers have no ``features``, so the per-item assignment table goes into the input
+    layer's ``metadata["ticlust_assignments"]`` (a pandas DataFrame, one row per image).
+    """
+    names = layer_names(input_layer.name)
+    rgb = result.prototypes.ndim == 4 and result.prototypes.shape[-1] == 3
+    made = [set_image(viewer, names["prototypes"], result.prototypes, rgb=rgb, colormap=None if rgb else "gray").name]
+    input_layer.metadata["ticlust_assignments"] = pd.DataFrame(assignment_features(result))
+    order = sorted_order(result)
+    made.append(set_image(viewer, names["sorted"], np.asarray(input_layer.data)[order], rgb=rgb,
+                          colormap=None if rgb else "gray", visible=False,
+                          metadata={"order": order, "labels": result.labels[order]}).name)
+    if result.aligned is not None and result.aligned.shape[0] == result.n:
+        made.append(set_image(viewer, names["aligned"], result.aligned, rgb=rgb, colormap=None if rgb else "gray",
+                              opacity=0.6, blending="additive",
+                              metadata={"aligned_kind": result.aligned_kind}).name)
+    if result.grids is not None and result.grids.shape[0] == result.n:
+        made.append(update_grid(viewer, input_layer, result).name)
+    return made
+
+
+def update_grid(viewer, input_layer, result: ClusteringResult):
+    """Draw the warp grid of the image under the slider only (many paths are slow in napari)."""
+    frame = int(viewer.dims.current_step[0]) if viewer.dims.ndim >= 3 else 0
+    frame = min(max(frame, 0), result.n - 1)
+    color = cluster_color(int(result.labels[frame]))
+    return set_shapes(viewer, layer_names(input_layer.name)["grid"], grid_paths(result.grids[frame], frame), "path",
+                      color, edge_width=0.25)
+
+
+def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
+    """Landmarks coloured by cluster, per-landmark Gaussian ellipses, and mean shapes as closed polygons."""
+    from ..landmarks import ellipse_corners  # napari-free geometry
+
+    names = layer_names(input_layer.name)
+    input_layer.features = {**{c: np.asarray(input_layer.features[c]) for c in input_layer.features.columns
+                               if c in ("shape_id", "landmark")},
+                            **point_assignment_features(input_layer, result)}
+    points = np.asarray(input_layer.data)
+    colors = np.array([cluster_color(int(c)) for c in input_layer.features["cluster"]])
+    if names["landmarks"] in viewer.layers:
+        layer = viewer.layers[names["landmarks"]]
+        layer.data = points
+        layer.face_color = colors
+    else:
+        viewer.add_points(points, name=names["landmarks"], face_color=colors, size=input_layer.size.mean() * 1.3
+                          if hasattr(input_layer.size, "mean") else 3)
+    ellipses, edge = [], []
+    means = result.prototypes  # (K, L, 2) as (x, y) in the input's frame
+    for c in range(means.shape[0]):
+        corners = ellipse_corners(means[c], result.covariances[c])  # (L, 4, 2)
+        ellipses.extend(list(corners[..., ::-1]))
+        edge.extend([cluster_color(c)] * len(corners))
+    set_shapes(viewer, names["ellipses"], ellipses, "ellipse", np.array(edge) if edge else "white", edge_width=0.5)
+    set_shapes(viewer, names["means"], [m[:, ::-1] for m in means], "polygon",
+               np.array([cluster_color(c) for c in range(means.shape[0])]), edge_width=1.0)
+    return [names["landmarks"], names["ellipses"], names["means"]]
+
+
+def point_assignment_features(points_layer, result: ClusteringResult) -> dict[str, np.ndarray]:
+    """Each point gets the cluster and score of the shape it belongs to."""
+    shape_ids = np.asarray(points_layer.features["shape_id"])
+    order = {sid: i for i, sid in enumerate(dict.fromkeys(shape_ids.tolist()))}
+    index = np.array([order[s] for s in shape_ids.tolist()])
+    own = result.scores[np.arange(result.n), result.labels]
+    return {"cluster": result.labels[index], "score": own[index]}

@@ -1,0 +1,53 @@
+"""napari reader for .npz files: ticlust results (prototypes, aligned stack) or plain image stacks."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..result import is_result_file, load_result
+
+
+def get_reader(path):
+    """Return a reader for one .npz path, or None so that napari tries other plugins."""
+    if isinstance(path, list) or not str(path).endswith(".npz"):
+        return None
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            keys = list(npz.files)
+            shapes = {k: npz[k].shape for k in keys} if not is_result_file(keys) else {}
+    except Exception:
+        return None
+    if is_result_file(keys):
+        return read_result
+    if any(len(s) in (3, 4) for s in shapes.values()):
+        return read_stack
+    return None
+
+
+def read_result(path) -> list[tuple]:
+    """Layers of a saved result: prototypes, plus the aligned stack when the method made one."""
+    result = load_result(path)
+    stem = Path(path).stem
+    meta = {"ticlust_result": str(path), "method": result.method, "labels": result.labels}
+    layers = []
+    if result.prototypes.ndim >= 3 and result.prototypes.shape[-1] != 2:
+        layers.append((result.prototypes, {"name": f"{stem} prototypes", "metadata": meta}, "image"))
+    else:  # landmark means (K, L, 2): closed polygons in (row, col) order
+        layers.append(([m[:, ::-1] for m in result.prototypes],
+                       {"name": f"{stem} mean shapes", "shape_type": "polygon", "face_color": "transparent",
+                        "edge_color": "yellow", "metadata": meta}, "shapes"))
+    if result.aligned is not None and result.aligned.ndim >= 3 and result.aligned.shape[-1] != 2:
+        layers.append((result.aligned, {"name": f"{stem} aligned", "metadata": meta}, "image"))
+    return layers
+
+
+def read_stack(path) -> list[tuple]:
+    """The first image-like array (N×H×W or N×H×W×3) of a plain .npz, labels in metadata when present."""
+    with np.load(path, allow_pickle=False) as npz:
+        key = next(k for k in npz.files if npz[k].ndim in (3, 4))
+        data = npz[key]
+        labels = next((npz[k] for k in npz.files if npz[k].ndim == 1 and npz[k].shape[0] == data.shape[0]), None)
+    rgb = data.ndim == 4 and data.shape[-1] == 3
+    meta = {} if labels is None else {"labels": labels}
+    return [(data, {"name": f"{Path(path).stem} {key}", "rgb": rgb, "metadata": meta}, "image")]

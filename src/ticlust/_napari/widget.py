@@ -1,0 +1,316 @@
+"""The ticlust dock widget: pick an input layer, a method and its parameters, Run (or Cancel), and
+watch the prototypes sharpen; then step through the stack to inspect each image's assignment."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+from magicgui.widgets import ComboBox, Container, Label, LineEdit, ProgressBar, PushButton, SpinBox, Table, CheckBox
+from napari.layers import Image, Points
+from napari.qt.threading import create_worker
+from napari.utils.notifications import show_error, show_info
+
+from .. import api
+from ..data import InputError
+from ..device import DEVICE_CHOICES
+from ..methods import Done, Progress, Snapshot, available_methods, get_method
+from ..methods.base import param_infos
+from ..result import ClusteringResult, load_result
+from . import layers as L
+
+LIVE_UPDATE_S = 0.4  # at most this often the live prototypes layer is redrawn
+
+
+class TiclustWidget(Container):
+    """Dock widget driving ``ticlust.run`` in a napari thread worker."""
+
+    def __init__(self, viewer: "napari.viewer.Viewer"):  # noqa: F821
+        super().__init__(labels=True)
+        self.viewer = viewer
+        self.worker = None
+        self.result: ClusteringResult | None = None
+        self.result_layer_name: str | None = None
+        self._rollback: dict[str, object] = {}
+        self._last_live = 0.0
+        self._finished_cleanly = False
+
+        self.method = ComboBox(label="method", choices=available_methods(), value="kmeans",
+                               tooltip="Clustering method; its parameters appear below")
+        self.input = ComboBox(label="input layer", choices=self._input_choices,
+                              tooltip="An image stack (N×H×W or N×H×W×3) or, for shape methods, a Points layer with a shape_id feature")
+        self.k = SpinBox(label="K", min=1, max=100000, value=10, tooltip="Number of clusters")
+        self.params = Container(labels=True)
+        self.device = ComboBox(label="device", choices=list(DEVICE_CHOICES), value="auto",
+                               tooltip="auto uses a CUDA GPU when there is one, else the CPU")
+        self.seed = SpinBox(label="seed", min=0, max=2**31 - 1, value=0, tooltip="The same seed gives the same result")
+        self.runs = SpinBox(label="runs", min=1, max=100, value=1, tooltip="Train this many seeds and keep the lowest final loss")
+        self.run_button = PushButton(text="Run")
+        self.progress = ProgressBar(label="progress", min=0, max=1, value=0)
+        self.status = Label(label="", value="Choose an input layer and press Run.")
+        self.save_button = PushButton(text="Save result…", enabled=False)
+        self.load_button = PushButton(text="Load result…")
+        self.table = Table(label="clusters", value={"cluster": [], "size": [], "mean score": [], "closest items": []})
+        self.extend([self.method, self.input, self.k, self.params, self.device, self.seed, self.runs, self.run_button,
+                     self.progress, self.status, self.save_button, self.load_button, self.table])
+
+        self.method.changed.connect(self._on_method)
+        self.run_button.changed.connect(self._on_run_clicked)
+        self.save_button.changed.connect(self._ask_save)
+        self.load_button.changed.connect(self._ask_load)
+        self.table.native.cellDoubleClicked.connect(self._jump_to_cluster)
+        for event in (viewer.layers.events.inserted, viewer.layers.events.removed):
+            event.connect(lambda _=None: self.input.reset_choices())
+        viewer.dims.events.current_step.connect(self._on_step)
+        self._on_method()
+
+    # ---- form ------------------------------------------------------------------------------------
+    @property
+    def spec(self):
+        return get_method(self.method.value)
+
+    def _input_choices(self, _widget=None) -> list[str]:
+        wanted = Points if self.spec.inputs == ("landmarks",) else Image
+        return [layer.name for layer in self.viewer.layers if isinstance(layer, wanted) and not self._is_ours(layer)]
+
+    def _is_ours(self, layer) -> bool:
+        return any(layer.name.endswith(" " + suffix) for suffix in ("prototypes", "sorted by cluster", "aligned",
+                                                                     "warp grid", "inspector", "clusters"))
+
+    def _on_method(self, _=None) -> None:
+        self.params.clear()
+        for info in param_infos(self.spec.config):
+            if info.gui:
+                self.params.append(_param_widget(info))
+        self.input.reset_choices()
+
+    def param_values(self) -> dict:
+        """The method parameters as set in the form (strings are converted by the method's config)."""
+        return {w.name: w.value for w in self.params}
+
+    def input_layer(self):
+        name = self.input.value
+        return self.viewer.layers[name] if name in self.viewer.layers else None
+
+    # ---- running ---------------------------------------------------------------------------------
+    def _on_run_clicked(self, _=None) -> None:
+        if self.worker is not None:
+            self.cancel()
+        else:
+            self.start()
+
+    def start(self):
+        """Start training in a thread worker; returns the worker (None when the input is missing)."""
+        layer = self.input_layer()
+        if layer is None:
+            show_error("Choose an input layer first: open an image stack (or File > Open Sample > ticlust).")
+            return None
+        try:
+            data = self._layer_data(layer)
+        except InputError as exc:
+            show_error(str(exc))
+            return None
+        params = self.param_values()
+        job_args = dict(method=self.method.value, k=self.k.value, device=self.device.value, seed=self.seed.value,
+                        runs=self.runs.value, **params)
+
+        def job():
+            try:
+                yield from api.run(data, **job_args)
+            except Exception as exc:  # reported in the GUI thread as a notification, never a traceback only
+                yield exc
+
+        self.result_layer_name = layer.name
+        self._rollback = {}
+        self._finished_cleanly = False
+        self.worker = create_worker(job, _start_thread=False)
+        self.worker.yielded.connect(self._on_event)
+        self.worker.finished.connect(self._on_finished)
+        self._set_running(True)
+        self.status.value = "Starting…"
+        self.worker.start()
+        return self.worker
+
+    def cancel(self) -> None:
+        """Stop at the next step of training; layers touched by this run are put back as they were."""
+        if self.worker is not None:
+            self.status.value = "Cancelling…"
+            self.worker.quit()
+
+    def _layer_data(self, layer):
+        if isinstance(layer, Points):
+            from ..landmarks import points_to_landmarks
+
+            features = layer.features
+            if "shape_id" not in features:
+                raise InputError(f"The Points layer {layer.name!r} has no shape_id feature: give every point the id of its shape.")
+            order = np.asarray(features["landmark"]) if "landmark" in features else None
+            return points_to_landmarks(np.asarray(layer.data), np.asarray(features["shape_id"]), order)[0]
+        return layer.data
+
+    def _on_event(self, event) -> None:
+        if isinstance(event, Exception):
+            self._on_error(event)
+        elif isinstance(event, Progress):
+            self.progress.max = max(event.total, 1)
+            self.progress.value = min(event.step, event.total)
+            eta = "" if event.eta is None else f" · ETA {api.format_seconds(event.eta)}"
+            self.status.value = f"{event.stage} {event.step}/{event.total} · loss {event.loss:.4g}{eta}"
+        elif isinstance(event, Snapshot):
+            now = time.perf_counter()
+            if now - self._last_live >= LIVE_UPDATE_S and event.prototypes.ndim >= 3:
+                self._last_live = now
+                self._remember(L.layer_names(self.result_layer_name)["prototypes"])
+                rgb = event.prototypes.ndim == 4 and event.prototypes.shape[-1] == 3
+                L.set_image(self.viewer, L.layer_names(self.result_layer_name)["prototypes"], event.prototypes,
+                            rgb=rgb, colormap=None if rgb else "gray")
+        elif isinstance(event, Done):
+            self._finished_cleanly = True
+            self.show_result(event.result, self.viewer.layers[self.result_layer_name])
+            self.status.value = (f"Done: {event.result.k} clusters in {event.result.timing.get('total_s', 0):.1f} s "
+                                 f"on {event.result.device}, final loss {event.result.final_loss:.4g}.")
+
+    def _remember(self, name: str) -> None:
+        """Note how a layer was before this run touched it (None: it did not exist)."""
+        if name not in self._rollback:
+            self._rollback[name] = self.viewer.layers[name].data if name in self.viewer.layers else None
+
+    def _undo_run(self) -> None:
+        for name, data in self._rollback.items():
+            if name not in self.viewer.layers:
+                continue
+            if data is None:
+                self.viewer.layers.remove(name)
+            else:
+                self.viewer.layers[name].data = data
+        self._rollback = {}
+
+    def _on_error(self, exc: Exception) -> None:
+        """Show what went wrong as a napari notification and undo the run's half-made layers."""
+        message = str(exc) if isinstance(exc, InputError) else f"ticlust stopped with {type(exc).__name__}: {exc}"
+        show_error(message)
+        self._undo_run()
+        self.status.value = f"Stopped: {message}"
+
+    def _on_finished(self) -> None:
+        if not self._finished_cleanly:
+            self._undo_run()
+            if not self.status.value.startswith("Stopped"):
+                self.status.value = "Cancelled: nothing was changed."
+        self.worker = None
+        self._set_running(False)
+
+    def _set_running(self, running: bool) -> None:
+        self.run_button.text = "Cancel" if running else "Run"
+        for widget in (self.method, self.input, self.k, self.params, self.device, self.seed, self.runs,
+                       self.load_button):
+            widget.enabled = not running
+        self.save_button.enabled = not running and self.result is not None
+        if not running and self._finished_cleanly:
+            self.progress.value = self.progress.max
+
+    # ---- results ---------------------------------------------------------------------------------
+    def show_result(self, result: ClusteringResult, input_layer) -> None:
+        """Make or update every result layer, the features and the cluster table."""
+        self.result = result
+        self.result_layer_name = input_layer.name
+        if isinstance(input_layer, Points):
+            L.show_landmark_result(self.viewer, input_layer, result)
+        else:
+            L.show_image_result(self.viewer, input_layer, result)
+        rows = L.cluster_summary(result)
+        self.table.value = {key: [row[key] for row in rows] for key in rows[0]}
+        self.save_button.enabled = True
+        self.viewer.layers.selection.active = input_layer
+        self._on_step()
+
+    def save_result(self, path) -> Path:
+        """Save the current result (.npz) and its assignments table (.csv beside it)."""
+        if self.result is None:
+            raise ValueError("There is no result to save yet: press Run first.")
+        out = self.result.save(path)
+        self.result.assignments_table(out.with_suffix(".csv"))
+        show_info(f"Saved {out.name} and {out.with_suffix('.csv').name}.")
+        return out
+
+    def load_result(self, path) -> ClusteringResult:
+        """Open a saved result and show it against the chosen input layer (when the item counts match)."""
+        result = load_result(path)
+        layer = self.input_layer()
+        if layer is not None and _item_count(layer) == result.n:
+            self.show_result(result, layer)
+        else:
+            self.result = result
+            self.viewer.add_image(result.prototypes, name=f"{Path(path).stem} prototypes")
+            show_info(f"Loaded {Path(path).name}; choose its input stack ({result.n} items) to see assignments.")
+        return result
+
+    def _ask_save(self, _=None) -> None:
+        from qtpy.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getSaveFileName(self.native, "Save ticlust result", "ticlust_result.npz", "ticlust result (*.npz)")
+        if path:
+            self.save_result(path)
+
+    def _ask_load(self, _=None) -> None:
+        from qtpy.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getOpenFileName(self.native, "Load ticlust result", "", "ticlust result (*.npz)")
+        if path:
+            try:
+                self.load_result(path)
+            except ValueError as exc:
+                show_error(str(exc))
+
+    # ---- inspection ------------------------------------------------------------------------------
+    def _on_step(self, _=None) -> None:
+        """Slider moved: redraw the current image's warp grid and its status line."""
+        result, name = self.result, self.result_layer_name
+        if result is None or name not in self.viewer.layers or self.viewer.dims.ndim < 3:
+            return
+        layer = self.viewer.layers[name]
+        if isinstance(layer, Points):
+            return
+        frame = int(self.viewer.dims.current_step[0])
+        if not 0 <= frame < result.n:
+            return
+        if result.grids is not None and result.grids.shape[0] == result.n:
+            L.update_grid(self.viewer, layer, result)
+        scores = result.scores[frame]
+        order = np.argsort(scores)
+        runner = order[1] if len(order) > 1 else order[0]
+        self.status.value = (f"item {frame} → cluster {result.labels[frame]} (score {scores[result.labels[frame]]:.4g}); "
+                             f"runner-up {runner} ({scores[runner]:.4g})")
+
+    def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
+        """Double-click a cluster row: show its closest member under the slider."""
+        if self.result is None:
+            return
+        own = self.result.scores[np.arange(self.result.n), self.result.labels]
+        members = np.flatnonzero(self.result.labels == row)
+        if members.size:
+            step = list(self.viewer.dims.current_step)
+            step[0] = int(members[np.argmin(own[members])])
+            self.viewer.dims.current_step = tuple(step)
+
+
+def _item_count(layer) -> int:
+    if isinstance(layer, Points):
+        return len(set(np.asarray(layer.features["shape_id"]).tolist())) if "shape_id" in layer.features else 0
+    return int(layer.data.shape[0])
+
+
+def _param_widget(info):
+    """A form widget for one config parameter, with its doc as tooltip."""
+    options = dict(name=info.name, label=info.name.replace("_", " "), tooltip=info.doc)
+    if info.choices is not None and not isinstance(info.default, tuple):
+        return ComboBox(choices=list(info.choices), value=info.default, **options)
+    if isinstance(info.default, bool):
+        return CheckBox(value=info.default, **options)
+    if isinstance(info.default, int):
+        low = int(info.low) if info.low is not None else -(2**31)
+        high = int(info.high) if info.high is not None else 2**31 - 1
+        return SpinBox(value=info.default, min=low, max=high, **options)
+    if isinstance(info.default, tuple):
+        return LineEdit(value=", ".join(map(str, info.default)), **options)
+    return LineEdit(value="none" if info.default is None else str(info.default), **options)

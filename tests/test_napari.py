@@ -1,0 +1,131 @@
+"""The napari plugin with a real viewer (pytest-qt under Xvfb)."""
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+napari = pytest.importorskip("napari")
+
+from ticlust import load_result  # noqa: E402
+from ticlust._napari import reader, samples  # noqa: E402
+from ticlust._napari.widget import TiclustWidget  # noqa: E402
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def viewer_widget(make_napari_viewer):
+    viewer = make_napari_viewer()
+    images, labels = samples.digits()[0][0][:300], None
+    viewer.add_image(images, name="digits")
+    widget = TiclustWidget(viewer)
+    viewer.window.add_dock_widget(widget, name="ticlust")
+    return viewer, widget
+
+
+def run_to_end(qtbot, widget, timeout=60_000):
+    worker = widget.start()
+    assert worker is not None
+    with qtbot.waitSignal(worker.finished, timeout=timeout):
+        pass
+    qtbot.waitUntil(lambda: widget.worker is None, timeout=5000)
+
+
+def test_manifest_is_valid():
+    out = subprocess.run([sys.executable, "-m", "npe2", "validate", "napari-ticlust"], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_kmeans_run_adds_layers_and_features(viewer_widget, qtbot):
+    viewer, widget = viewer_widget
+    before = viewer.layers["digits"].data.copy()
+    widget.k.value = 10
+    run_to_end(qtbot, widget)
+    assert widget.result is not None and widget.result.k == 10
+    protos = viewer.layers["digits prototypes"].data
+    assert protos.shape == (10, 32, 32)
+    features = viewer.layers["digits"].metadata["ticlust_assignments"]
+    assert len(features) == 300 and set(features["cluster"]) == set(range(10))
+    assert {"score", "runner_up"} <= set(features.columns)
+    sorted_layer = viewer.layers["digits sorted by cluster"]
+    assert np.all(np.diff(sorted_layer.metadata["labels"]) >= 0)
+    assert sum(widget.table.to_dict("list")["size"]) == 300
+    np.testing.assert_array_equal(viewer.layers["digits"].data, before)  # input untouched
+    assert widget.run_button.text == "Run"
+
+
+def test_run_twice_reuses_layers(viewer_widget, qtbot):
+    viewer, widget = viewer_widget
+    widget.k.value = 3
+    run_to_end(qtbot, widget)
+    n_layers = len(viewer.layers)
+    widget.k.value = 4
+    run_to_end(qtbot, widget)
+    assert len(viewer.layers) == n_layers
+    assert viewer.layers["digits prototypes"].data.shape[0] == 4
+
+
+def test_cancel_leaves_no_half_made_layers(viewer_widget, qtbot):
+    viewer, widget = viewer_widget
+    widget.method.value = "gmm"
+    widget.params["max_iter"].value = 100000
+    widget.params["tol"].value = "0"
+    names_before = [layer.name for layer in viewer.layers]
+    worker = widget.start()
+    qtbot.waitUntil(lambda: "EM" in widget.status.value, timeout=30_000)
+    assert widget.run_button.text == "Cancel"
+    with qtbot.waitSignal(worker.finished, timeout=10_000):
+        widget.run_button.clicked.emit()   # the Cancel button
+    qtbot.waitUntil(lambda: widget.worker is None, timeout=5000)
+    assert [layer.name for layer in viewer.layers] == names_before
+    assert widget.result is None and "Cancelled" in widget.status.value
+
+
+def test_bad_input_shows_a_notification(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    stack = np.random.default_rng(0).random((20, 16, 16)).astype(np.float32)
+    stack[3, 2, 2] = np.nan
+    viewer.add_image(stack, name="broken")
+    widget = TiclustWidget(viewer)
+    messages = []
+    from napari.utils.notifications import notification_manager
+
+    notification_manager.notification_ready.connect(lambda note: messages.append(note.message))
+    widget.k.value = 2
+    run_to_end(qtbot, widget)
+    assert messages and "NaN" in messages[0] and "item 3" in messages[0]
+    assert [layer.name for layer in viewer.layers] == ["broken"]
+    assert "Stopped" in widget.status.value
+
+
+def test_save_and_reopen_through_reader(viewer_widget, qtbot, tmp_path):
+    viewer, widget = viewer_widget
+    widget.k.value = 5
+    run_to_end(qtbot, widget)
+    path = widget.save_result(tmp_path / "res.npz")
+    assert (tmp_path / "res.csv").exists()
+    assert load_result(path).labels.tolist() == widget.result.labels.tolist()
+    read = reader.get_reader(str(path))
+    assert read is not None
+    layers = viewer.open(str(path), plugin="napari-ticlust")
+    assert layers[0].data.shape == (5, 32, 32)
+    widget2 = TiclustWidget(viewer)
+    widget2.input.value = "digits"
+    widget2.load_result(path)
+    assert widget2.result.k == 5
+
+
+def test_sample_data_opens_from_menu(make_napari_viewer):
+    viewer = make_napari_viewer()
+    viewer.open_sample("napari-ticlust", "glyphs")
+    assert viewer.layers["glyphs"].data.shape == (600, 32, 32)
+
+
+def test_reader_opens_plain_stack(tmp_path):
+    stack = np.zeros((4, 8, 8), np.uint8)
+    stack[:, 2:5, 2:5] = 200
+    np.savez(tmp_path / "s.npz", images=stack, labels=np.arange(4))
+    layer_data = reader.get_reader(str(tmp_path / "s.npz"))(str(tmp_path / "s.npz"))
+    assert layer_data[0][0].shape == (4, 8, 8) and layer_data[0][1]["metadata"]["labels"].tolist() == [0, 1, 2, 3]
+    assert reader.get_reader(str(tmp_path / "nothing.txt")) is None
