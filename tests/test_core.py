@@ -1,0 +1,259 @@
+"""Core library: metrics, input validation, result persistence, K-means and GMM against scikit-learn."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+from sklearn.mixture import GaussianMixture
+
+import ticlust
+from ticlust.data import InputError, as_stack, random_subset
+from ticlust.device import DeviceFallbackWarning, resolve_device
+from ticlust.methods import Done, Progress, Snapshot
+from ticlust.methods.gmm import em
+from ticlust.methods.kmeans import lloyd
+from ticlust.metrics import evaluate, hungarian_accuracy, majority_accuracy
+
+
+def blobs(n_per=60, k=3, size=8, seed=0):
+    """K well-separated synthetic 'images' (bright square in different places) plus noise."""
+    rng = np.random.default_rng(seed)
+    images, labels = [], []
+    for c in range(k):
+        base = np.zeros((size, size), np.float32)
+        base[c * 2:c * 2 + 3, c * 2:c * 2 + 3] = 1.0
+        images.append(base + 0.1 * rng.standard_normal((n_per, size, size)).astype(np.float32))
+        labels += [c] * n_per
+    return np.concatenate(images), np.array(labels)
+
+
+# ---- metrics -------------------------------------------------------------------------------------
+def test_metrics_hand_computed():
+    truth = [0, 0, 0, 1, 1, 1]
+    assert hungarian_accuracy(truth, [1, 1, 1, 0, 0, 0]) == 1.0
+    # clusters {0,1,2,3}->A and {4,5}->B: best one-to-one map gets 3 + 2 = 5 of 6
+    assert hungarian_accuracy(truth, [0, 0, 0, 0, 1, 1]) == pytest.approx(5 / 6)
+    # three clusters, two classes: Hungarian can use only two clusters, majority uses all three
+    pred = [0, 0, 1, 2, 2, 2]
+    assert hungarian_accuracy(truth, pred) == pytest.approx(5 / 6)
+    assert majority_accuracy(truth, pred) == pytest.approx(1.0)
+    scores = evaluate(truth, [5, 5, 5, 7, 7, 7])
+    assert scores["nmi"] == pytest.approx(1.0) and scores["ari"] == pytest.approx(1.0)
+    # ARI by hand for truth=[0,0,1,1], pred=[0,1,0,1]: index 0, expected 1/3, max 2 -> -0.5
+    assert evaluate([0, 0, 1, 1], [0, 1, 0, 1])["ari"] == pytest.approx(-0.5)
+    assert evaluate([0, 0, 1, 1], [0, 1, 0, 1])["nmi"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="match one to one"):
+        evaluate([0, 1], [0, 1, 2])
+
+
+# ---- input validation ----------------------------------------------------------------------------
+@pytest.mark.parametrize("data, fragment", [
+    (np.zeros((0, 8, 8)), "empty"),
+    (np.zeros((8, 8)), "single image"),
+    (np.zeros((5, 8, 8, 4)), "RGBA"),
+    (np.zeros((5, 6, 8, 8)), "3-D volumes"),
+    (np.ones((5, 8, 8)), "constant"),
+    (np.array([["a"]]), "dtype"),
+    ([np.zeros((8, 8)), np.zeros((9, 9))], "differ in size"),
+    ("not an array", "not an array"),
+    (np.zeros((1, 8, 8)), "single item"),
+])
+def test_bad_stacks_fail_with_one_sentence(data, fragment):
+    with pytest.raises(InputError, match=fragment) as err:
+        as_stack(data)
+    message = str(err.value)
+    assert message.count(". ") == 0 and message.endswith(".")
+
+
+def test_nan_names_the_item():
+    x = np.random.default_rng(0).random((6, 8, 8))
+    x[4, 1, 1] = np.inf
+    with pytest.raises(InputError, match="item 4"):
+        ticlust.fit(x, k=2)
+
+
+@pytest.mark.parametrize("k", [0, 7, 2.5, "3"])
+def test_bad_k(k):
+    with pytest.raises(InputError, match="K"):
+        ticlust.fit(np.random.default_rng(0).random((6, 8, 8)), k=k)
+
+
+def test_unknown_method_and_parameter():
+    x = np.random.default_rng(0).random((6, 8, 8))
+    with pytest.raises(InputError, match="Unknown method"):
+        ticlust.fit(x, method="nope", k=2)
+    with pytest.raises(InputError, match="no parameter 'foo'"):
+        ticlust.fit(x, k=2, foo=1)
+    with pytest.raises(InputError, match="at least 1"):
+        ticlust.fit(x, k=2, max_iter=0)
+    with pytest.raises(InputError, match="choose from"):
+        ticlust.fit(x, k=2, init="bad")
+
+
+def test_integer_dtypes_normalise_without_overflow():
+    x16 = np.zeros((4, 8, 8), np.uint16)
+    x16[:, 2:4, 2:4] = 65535
+    x16[0, 0, 0] = 100
+    stack = as_stack(x16)
+    values = stack.numpy()
+    assert values.dtype == np.float32 and values.max() == 1.0 and values.min() == 0.0
+    assert values[0, 0, 0] == pytest.approx(100 / 65535)
+    x8 = (x16 // 257).astype(np.uint8)
+    np.testing.assert_allclose(as_stack(x8).numpy(), np.round(values * 255) / 255, atol=1e-6)
+
+
+def test_input_is_never_modified_and_rgb_works():
+    rng = np.random.default_rng(1)
+    x = (rng.random((12, 8, 8, 3)) * 255).astype(np.uint8)
+    before = x.copy()
+    res = ticlust.fit(x, k=3, seed=0)
+    np.testing.assert_array_equal(x, before)
+    assert res.prototypes.shape == (3, 8, 8, 3)
+
+
+def test_memmap_and_dask_inputs(tmp_path):
+    dask_array = pytest.importorskip("dask.array")
+    x, _ = blobs()
+    np.save(tmp_path / "x.npy", x)
+    mm = np.load(tmp_path / "x.npy", mmap_mode="r")
+    ref = ticlust.fit(x, k=3, seed=0)
+    assert np.array_equal(ticlust.fit(mm, k=3, seed=0).labels, ref.labels)
+    assert np.array_equal(ticlust.fit(dask_array.from_array(x, chunks=(50, 8, 8)), k=3, seed=0).labels, ref.labels)
+    # predict streams the new items batch by batch
+    assert np.array_equal(ref.predict(dask_array.from_array(x, chunks=(50, 8, 8)), batch_size=32).labels, ref.labels)
+
+
+def test_random_subset_is_seeded():
+    a, b = random_subset(100, 10, 3), random_subset(100, 10, 3)
+    assert np.array_equal(a, b) and len(set(a)) == 10 and np.all(np.diff(a) > 0)
+    assert random_subset(5, 10, 0) is None
+
+
+# ---- device --------------------------------------------------------------------------------------
+def test_device_auto_and_fallback(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto").type == "cpu"
+    with pytest.warns(DeviceFallbackWarning, match="CPU"):
+        assert resolve_device("cuda").type == "cpu"
+    with pytest.raises(ValueError, match="Unknown device"):
+        resolve_device("tpu")
+
+
+# ---- K-means and GMM -----------------------------------------------------------------------------
+def test_kmeans_lloyd_matches_sklearn_from_same_init():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(c, 1.0, size=(150, 5)) for c in (0, 3, 6, 9)]).astype(np.float64)
+    init = x[rng.choice(len(x), 4, replace=False)]
+    sk = KMeans(4, init=init, n_init=1, max_iter=300, tol=1e-4, algorithm="lloyd").fit(x)
+    *_, (it, inertia, centers, labels) = lloyd(torch.from_numpy(x), torch.from_numpy(init.copy()), 300, 1e-4)
+    np.testing.assert_allclose(np.sort(centers.numpy(), 0), np.sort(sk.cluster_centers_, 0), atol=1e-6)
+    assert np.array_equal(labels.numpy(), sk.labels_)
+    assert inertia == pytest.approx(sk.inertia_, rel=1e-6)
+
+
+def test_kmeans_fit_recovers_clusters_and_is_deterministic():
+    x, y = blobs()
+    a = ticlust.fit(x, method="kmeans", k=3, seed=5)
+    b = ticlust.fit(x, method="kmeans", k=3, seed=5)
+    assert evaluate(y, a.labels)["acc"] == 1.0
+    assert np.array_equal(a.labels, b.labels) and np.array_equal(a.prototypes, b.prototypes)
+    assert a.prototypes.shape == (3, 8, 8) and a.scores.shape == (len(x), 3)
+    assert np.all(np.diff(a.history[:-1]) <= 1e-6)   # Lloyd never increases the inertia
+    assert a.config["seed"] == 5 and a.config["k"] == 3 and a.config["method"] == "kmeans"
+
+
+def test_gmm_em_matches_sklearn_from_same_init():
+    rng = np.random.default_rng(1)
+    x = np.concatenate([rng.normal(c, s, size=(200, 4)) for c, s in ((0, 0.5), (4, 1.0), (8, 2.0))])
+    labels = np.repeat(np.arange(3), 200)
+    resp = np.eye(3)[labels]
+    nk = resp.sum(0)
+    means = resp.T @ x / nk[:, None]
+    variances = resp.T @ x**2 / nk[:, None] - means**2 + 1e-6
+    sk = GaussianMixture(3, covariance_type="diag", tol=1e-6, reg_covar=1e-6, max_iter=200, weights_init=nk / len(x),
+                         means_init=means, precisions_init=1 / variances).fit(x)
+    *_, (it, nll, log_w, mu, var, loglik) = em(torch.from_numpy(x), torch.from_numpy(resp), 200, 1e-6, 1e-6)
+    order = np.argsort(mu.numpy()[:, 0])
+    np.testing.assert_allclose(mu.numpy()[order], sk.means_[np.argsort(sk.means_[:, 0])], atol=1e-3)
+    np.testing.assert_allclose(var.numpy()[order], sk.covariances_[np.argsort(sk.means_[:, 0])], rtol=1e-2)
+    assert nll == pytest.approx(-sk.score(x), rel=1e-4)
+
+
+def test_gmm_fit_gives_responsibilities_and_predicts():
+    x, y = blobs()
+    res = ticlust.fit(x, method="gmm", k=3, seed=0)
+    assert evaluate(y, res.labels)["acc"] == 1.0
+    np.testing.assert_allclose(res.responsibilities.sum(1), 1.0, atol=1e-5)
+    assert np.array_equal(res.predict(x).labels, res.labels)
+    assert np.all(np.diff(res.history) <= 1e-4)   # EM never decreases the likelihood
+
+
+def test_runs_keep_lowest_loss_and_record_all():
+    x, _ = blobs(k=4, seed=3)
+    res = ticlust.fit(x, k=4, runs=3, seed=0)
+    assert len(res.run_losses) == 3 and res.final_loss == pytest.approx(min(res.run_losses))
+    assert res.config["runs"] == 3
+
+
+def test_run_yields_progress_snapshots_and_done():
+    x, _ = blobs()
+    events = list(ticlust.run(x, method="kmeans", k=3, seed=0))
+    assert isinstance(events[-1], Done)
+    progress = [e for e in events if isinstance(e, Progress)]
+    assert progress and all(p.total >= p.step >= 1 for p in progress) and progress[-1].eta is not None
+    assert any(isinstance(e, Snapshot) and e.prototypes.shape == (3, 8, 8) for e in events)
+
+
+# ---- result --------------------------------------------------------------------------------------
+def test_result_save_load_round_trip(tmp_path):
+    x, _ = blobs()
+    res = ticlust.fit(x, method="gmm", k=3, seed=0)
+    res.params["affine"] = np.zeros((len(x), 2, 3))
+    path = res.save(tmp_path / "r.npz")
+    with np.load(path, allow_pickle=False) as npz:   # no pickled object inside
+        assert {"labels", "scores", "prototypes", "config_json"} <= set(npz.files)
+        assert json.loads(str(npz["config_json"]))["k"] == 3
+    back = ticlust.load_result(path)
+    for name in ("labels", "scores", "prototypes", "responsibilities"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(res, name))
+    assert back.config == res.config and back.history == res.history and back.device == res.device
+    assert back.params["affine"].shape == (len(x), 2, 3)
+    assert np.array_equal(back.predict(x).labels, res.labels)
+
+
+def test_assignments_csv(tmp_path):
+    x, _ = blobs()
+    res = ticlust.fit(x, k=3, seed=0)
+    rows = res.assignments_table(tmp_path / "a.csv")
+    text = (tmp_path / "a.csv").read_text().splitlines()
+    assert text[0] == "item,cluster,score,runner_up,runner_up_score" and len(text) == len(x) + 1
+    assert all(r["score"] <= r["runner_up_score"] for r in rows)
+
+
+def test_load_result_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No result file"):
+        ticlust.load_result(tmp_path / "missing.npz")
+    np.savez(tmp_path / "plain.npz", a=np.zeros(3))
+    with pytest.raises(ValueError, match="not a ticlust result"):
+        ticlust.load_result(tmp_path / "plain.npz")
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    with pytest.raises(ValueError, match="not a readable"):
+        ticlust.load_result(tmp_path / "junk.npz")
+
+
+def test_samples_are_made_locally():
+    images, labels = ticlust.sample("digits")
+    assert images.shape == (1797, 32, 32) and set(labels) == set(range(10))
+    glyphs, glabels = ticlust.sample("glyphs")
+    assert glyphs.shape == (600, 32, 32) and np.bincount(glabels).tolist() == [150] * 4
+    assert np.array_equal(ticlust.sample("glyphs")[0], glyphs)   # seeded
+    with pytest.raises(InputError, match="Unknown sample"):
+        ticlust.sample("nope")
+
+
+def test_no_cuda_warning_on_cpu_request():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve_device("cpu")
