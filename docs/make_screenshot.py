@@ -21,9 +21,8 @@ viewer.window.resize(1500, 950)
 worker = widget.start()
 while widget.worker is not None:
     QApplication.processEvents()
-viewer.layers["digits sorted by cluster"].visible = True
 viewer.dims.current_step = (3, 0, 0)
-viewer.grid.enabled = True
+viewer.grid.enabled = False
 viewer.reset_view()
 for _ in range(20):
     QApplication.processEvents()

@@ -52,6 +52,15 @@ def test_kmeans_run_adds_layers_and_features(viewer_widget, qtbot):
     assert np.all(np.diff(sorted_layer.metadata["labels"]) >= 0)
     assert sum(widget.table.to_dict("list")["size"]) == 300
     np.testing.assert_array_equal(viewer.layers["digits"].data, before)  # input untouched
+    # the inspector: every prototype beside each other under the current image, the chosen one framed
+    viewer.dims.current_step = (7, 0, 0)
+    strip = viewer.layers["digits inspector"].data
+    assert strip.shape == (32, 10 * 34 - 2)
+    frames = viewer.layers["digits inspector frames"]
+    assert len(frames.data) == 10
+    chosen = int(widget.result.labels[7])
+    assert np.allclose(frames.edge_color[chosen], [1.0, 0.85, 0.0, 1.0])
+    assert f"item 7 → cluster {chosen}" in widget.status.value
     assert widget.run_button.text == "Run"
 
 
@@ -120,6 +129,23 @@ def test_sample_data_opens_from_menu(make_napari_viewer):
     viewer = make_napari_viewer()
     viewer.open_sample("napari-ticlust", "glyphs")
     assert viewer.layers["glyphs"].data.shape == (600, 32, 32)
+
+
+def test_manifest_ships_inside_the_wheel(tmp_path):
+    """`pip install .` (not editable) must still find napari.yaml: it travels inside the package."""
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(root),
+                          "-w", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    wheel = next(tmp_path.glob("*.whl"))
+    with zipfile.ZipFile(wheel) as zf:
+        manifest = zf.read("ticlust/napari.yaml").decode()
+        entry_points = next(n for n in zf.namelist() if n.endswith("entry_points.txt"))
+        assert "napari-ticlust = ticlust:napari.yaml" in zf.read(entry_points).decode()
+    assert manifest == (root / "napari.yaml").read_text()
 
 
 def test_reader_opens_plain_stack(tmp_path):

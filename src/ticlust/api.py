@@ -14,11 +14,11 @@ from .methods.base import Event, MethodSpec
 from .result import ClusteringResult
 
 
-def prepare(data, spec: MethodSpec):
+def prepare(data, spec: MethodSpec, to_predict: bool = False):
     """Validate input for a method: a landmark array or an image/vector Stack."""
     if spec.inputs == ("landmarks",):
         return as_landmarks(data)
-    return as_stack(data, allow_vectors="vectors" in spec.inputs)
+    return as_stack(data, allow_vectors="vectors" in spec.inputs, to_predict=to_predict)
 
 
 def item_count(items) -> int:
@@ -60,6 +60,8 @@ def run(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: i
                     event.stage = f"run {r + 1}/{runs}: {event.stage}"
             yield event
     best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
+    if isinstance(items, Stack):  # new items are later scaled like the training stack
+        best.config["input_range"] = [items.lo, items.hi]
     best.run_losses = losses
     best.timing = {**best.timing, "total_s": time.perf_counter() - start}
     best.device = describe(dev)
@@ -90,7 +92,7 @@ def fit(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: i
 def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None) -> ClusteringResult:
     """Assign new items with a fitted result's prototypes (and transforms)."""
     spec = get_method(result.method)
-    items = prepare(data, spec)
+    items = fitted_scale(prepare(data, spec, to_predict=True), result)
     dev = resolve_device(device)
     start = time.perf_counter()
     extra = {} if batch_size is None else {"batch_size": batch_size}
@@ -99,6 +101,30 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
     out.device = describe(dev)
     out.versions = versions()
     return out
+
+
+def fitted_scale(items, result: ClusteringResult):
+    """Scale new items with the training stack's range, so that predictions match the fit."""
+    if isinstance(items, Stack) and "input_range" in result.config:
+        items = Stack(items.source, *result.config["input_range"])
+    return items
+
+
+def align_one(result: ClusteringResult, item, device: str = "auto") -> tuple[np.ndarray, np.ndarray]:
+    """Every prototype aligned onto one new item, and the item's score to each: ((K, *item), (K,)).
+
+    Methods that align (DTI, ST/AI K-means) compute the alignments on demand; the others return the
+    prototypes themselves with the item's scores.
+    """
+    spec = get_method(result.method)
+    item = np.asarray(item)[None]
+    lo, hi = result.config.get("input_range", (0.0, 1.0))
+    stack = Stack(item, lo, hi)
+    dev = resolve_device(device)
+    if spec.align is not None:
+        return spec.align(result, stack, dev)
+    scores = spec.predict(result, stack, dev).scores[0]
+    return np.asarray(result.prototypes), scores
 
 
 def versions() -> dict[str, str]:

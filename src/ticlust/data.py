@@ -89,8 +89,11 @@ def from_nchw(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
     return x.permute(0, 2, 3, 1) if channels_last else x[:, 0]
 
 
-def as_stack(data, allow_vectors: bool = False, name: str = "input") -> Stack:
-    """Validate an array-like stack and wrap it; raises InputError with one clear sentence."""
+def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict: bool = False) -> Stack:
+    """Validate an array-like stack and wrap it; raises InputError with one clear sentence.
+
+    ``to_predict`` accepts what cannot be clustered but can be assigned: a single item, constant items.
+    """
     if isinstance(data, Stack):
         return data
     if isinstance(data, (list, tuple)):
@@ -118,7 +121,7 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input") -> Stack:
         raise InputError(f"The {name} has shape {shape}, which looks like a stack of 3-D volumes: ticlust clusters 2-D images, so take a slice or a projection of each volume.")
     if ndim > 4:
         raise InputError(f"The {name} has {ndim} dimensions: give N×H×W (grey) or N×H×W×3 (RGB) images.")
-    if shape[0] < 2:
+    if shape[0] < 2 and not to_predict:
         raise InputError(f"The {name} holds a single item: give at least 2 to cluster.")
     if ndim >= 3 and min(shape[1:3]) < 4:
         raise InputError(f"The {name}'s images are {shape[1]}×{shape[2]} pixels: they must be at least 4×4.")
@@ -129,9 +132,9 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input") -> Stack:
             bad = start + int(np.argwhere(~np.isfinite(block.reshape(block.shape[0], -1)).all(axis=1))[0, 0])
             raise InputError(f"The {name} contains NaN or infinite values (first in item {bad}): replace or drop those items.")
         lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
-    if hi <= lo:
+    if hi <= lo and not to_predict:
         raise InputError(f"Every value in the {name} is {lo:g}: the images are constant, so there is nothing to cluster.")
-    return Stack(data, lo, hi)
+    return Stack(data, lo, hi if hi > lo else lo + 1.0)
 
 
 def check_k(k, n: int) -> int:

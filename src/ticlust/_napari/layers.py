@@ -23,7 +23,7 @@ def layer_names(input_name: str) -> dict[str, str]:
     """The names of every layer ticlust makes for an input layer."""
     return {key: f"{input_name} {suffix}" for key, suffix in [
         ("prototypes", "prototypes"), ("sorted", "sorted by cluster"), ("aligned", "aligned"),
-        ("grid", "warp grid"), ("inspector", "inspector"), ("landmarks", "clusters"),
+        ("grid", "warp grid"), ("inspector", "inspector"), ("frames", "inspector frames"), ("landmarks", "clusters"),
         ("ellipses", "landmark ellipses"), ("means", "mean shapes")]}
 
 
@@ -155,3 +155,52 @@ def point_assignment_features(points_layer, result: ClusteringResult) -> dict[st
     index = np.array([order[s] for s in shape_ids.tolist()])
     own = result.scores[np.arange(result.n), result.labels]
     return {"cluster": result.labels[index], "score": own[index]}
+
+
+def montage(tiles: np.ndarray, gap: int = 2) -> np.ndarray:
+    """K tiles (K, H, W[, 3]) side by side in one row with ``gap`` blank pixels between them."""
+    k, h, w = tiles.shape[:3]
+    out = np.zeros((h, k * (w + gap) - gap, *tiles.shape[3:]), dtype=np.float32)
+    for i, tile in enumerate(tiles):
+        out[:, i * (w + gap): i * (w + gap) + w] = tile
+    return out
+
+
+def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray, chosen: int, gap: int = 2) -> None:
+    """Every prototype aligned onto the current image, in a row under it, each framed with its score.
+
+    so a user sees why the image went to its cluster and not to the runner-up (DTI paper, Fig. 2b):
+    the chosen prototype is framed in yellow, the runner-up in blue, the rest in grey.
+    """
+    names = layer_names(input_layer.name)
+    k, h, w = aligned.shape[:3]
+    rgb = aligned.ndim == 4 and aligned.shape[-1] == 3
+    top = h + 2 * gap + 2
+    strip = montage(aligned, gap)
+    if names["inspector"] in viewer.layers:
+        layer = viewer.layers[names["inspector"]]
+        layer.data = strip
+    else:
+        viewer.add_image(strip, name=names["inspector"], translate=(top, 0), rgb=rgb, colormap=None if rgb else "gray")
+    order = np.argsort(scores)
+    runner = int(order[1]) if k > 1 and order[0] == chosen else int(order[0])
+    boxes, colors, widths = [], [], []
+    for i in range(k):
+        x0 = i * (w + gap) - 0.5
+        boxes.append(np.array([[top - 0.5, x0], [top - 0.5, x0 + w], [top + h - 0.5, x0 + w], [top + h - 0.5, x0]]))
+        colors.append(np.array([1.0, 0.85, 0.0, 1.0]) if i == chosen else np.array([0.0, 0.8, 1.0, 1.0]) if i == runner
+                      else np.array([0.45, 0.45, 0.45, 1.0]))
+        widths.append(0.8 if i == chosen else 0.4 if i == runner else 0.2)
+    frames = names["frames"]
+    features = {"label": [f"{i}: {s:.3g}" for i, s in enumerate(scores)]}
+    text = {"string": "{label}", "anchor": "upper_left", "translation": [-2.5, 0], "size": 8, "color": "white"}
+    if frames in viewer.layers:
+        layer = viewer.layers[frames]
+        layer.data = []
+        layer.add(boxes, shape_type="rectangle", edge_color=colors, edge_width=widths, face_color="transparent")
+        layer.features = features
+        layer.text = text
+    else:
+        viewer.add_shapes(boxes, shape_type="rectangle", edge_color=colors, edge_width=widths,
+                          face_color="transparent", name=frames, features=features, text=text)
+        viewer.layers.selection.active = input_layer

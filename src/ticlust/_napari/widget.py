@@ -48,11 +48,13 @@ class TiclustWidget(Container):
         self.run_button = PushButton(text="Run")
         self.progress = ProgressBar(label="progress", min=0, max=1, value=0)
         self.status = Label(label="", value="Choose an input layer and press Run.")
+        self.inspect = CheckBox(value=True, label="inspector",
+                                tooltip="Show every prototype aligned onto the image under the slider, with its score")
         self.save_button = PushButton(text="Save result…", enabled=False)
         self.load_button = PushButton(text="Load result…")
         self.table = Table(label="clusters", value={"cluster": [], "size": [], "mean score": [], "closest items": []})
         self.extend([self.method, self.input, self.k, self.params, self.device, self.seed, self.runs, self.run_button,
-                     self.progress, self.status, self.save_button, self.load_button, self.table])
+                     self.progress, self.status, self.inspect, self.save_button, self.load_button, self.table])
 
         self.method.changed.connect(self._on_method)
         self.run_button.changed.connect(self._on_run_clicked)
@@ -75,7 +77,8 @@ class TiclustWidget(Container):
 
     def _is_ours(self, layer) -> bool:
         return any(layer.name.endswith(" " + suffix) for suffix in ("prototypes", "sorted by cluster", "aligned",
-                                                                     "warp grid", "inspector", "clusters"))
+                                                                     "warp grid", "inspector", "inspector frames",
+                                                                     "clusters", "landmark ellipses", "mean shapes"))
 
     def _on_method(self, _=None) -> None:
         self.params.clear()
@@ -281,6 +284,9 @@ class TiclustWidget(Container):
         runner = order[1] if len(order) > 1 else order[0]
         self.status.value = (f"item {frame} → cluster {result.labels[frame]} (score {scores[result.labels[frame]]:.4g}); "
                              f"runner-up {runner} ({scores[runner]:.4g})")
+        if self.inspect.value and result.prototypes.ndim >= 3 and result.prototypes.shape[1:] == layer.data.shape[1:]:
+            aligned, item_scores = api.align_one(result, np.asarray(layer.data[frame]), self.device.value)
+            L.show_inspector(self.viewer, layer, aligned, item_scores, int(result.labels[frame]))
 
     def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
         """Double-click a cluster row: show its closest member under the slider."""

@@ -135,6 +135,9 @@ class MethodSpec:
     predict: Callable[..., Any]
     inputs: tuple[str, ...] = ("images",)   # any of "images", "vectors", "landmarks"
     paper: str = ""
+    # align(result, one-item Stack, device) -> (every prototype aligned onto the item (K, ...), scores (K,));
+    # for methods that align; the inspector falls back to the plain prototypes without it.
+    align: Callable[..., Any] | None = None
 
     def make_config(self, k: int, **params):
         infos = {p.name: p for p in param_infos(self.config)}

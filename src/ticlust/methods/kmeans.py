@@ -26,9 +26,14 @@ class KMeansConfig:
     batch_size: int = param(8192, "Items per batch when computing distances", low=1, gui=False)
 
 
-def squared_distances(x: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
-    """Squared Euclidean distances (B, K) between flat items (B, D) and centres (K, D)."""
-    d2 = (x * x).sum(1, keepdim=True) - 2.0 * x @ centers.T + (centers * centers).sum(1)[None]
+def squared_distances(x: torch.Tensor, centers: torch.Tensor, x_sq: torch.Tensor | None = None) -> torch.Tensor:
+    """Squared Euclidean distances (B, K) between flat items (B, D) and centres (K, D).
+
+    ``x_sq`` (B, 1), the items' squared norms, can be passed in when they are reused across calls.
+    """
+    if x_sq is None:
+        x_sq = (x * x).sum(1, keepdim=True)
+    d2 = torch.addmm(x_sq + (centers * centers).sum(1)[None], x, centers.T, alpha=-2.0)
     return d2.clamp_min_(0.0)
 
 
@@ -57,9 +62,13 @@ def random_init(x: torch.Tensor, k: int, rng: np.random.Generator) -> torch.Tens
     return x[torch.from_numpy(rng.choice(x.shape[0], size=k, replace=False)).to(x.device)].clone()
 
 
-def assign(x: torch.Tensor, centers: torch.Tensor, batch_size: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
+def assign(x: torch.Tensor, centers: torch.Tensor, batch_size: int = 8192,
+           x_sq: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Squared distances to every centre (N, K) and the nearest centre (N,), in batches."""
-    d2 = torch.cat([squared_distances(x[i:i + batch_size], centers) for i in range(0, x.shape[0], batch_size)])
+    if x_sq is None:
+        x_sq = (x * x).sum(1, keepdim=True)
+    d2 = torch.cat([squared_distances(x[i:i + batch_size], centers, x_sq[i:i + batch_size])
+                    for i in range(0, x.shape[0], batch_size)])
     return d2, d2.argmin(1)
 
 
@@ -72,13 +81,15 @@ def lloyd(x: torch.Tensor, centers: torch.Tensor, max_iter: int = 300, tol: floa
     farthest from its centre.
     """
     tol_abs = tol * float(x.var(0, unbiased=False).mean())
+    x_sq = (x * x).sum(1, keepdim=True)
     labels = None
     k = centers.shape[0]
     for it in range(1, max_iter + 1):
-        d2, new_labels = assign(x, centers, batch_size)
+        d2, new_labels = assign(x, centers, batch_size, x_sq)
         inertia = float(d2.gather(1, new_labels[:, None]).sum())
-        sums = torch.zeros_like(centers).index_add_(0, new_labels, x)
-        counts = torch.bincount(new_labels, minlength=k).to(x.dtype)
+        one_hot = torch.nn.functional.one_hot(new_labels, k).to(x.dtype)
+        sums = one_hot.T @ x   # a matrix product: much faster than index_add_ on the CPU
+        counts = one_hot.sum(0)
         new_centers = sums / counts.clamp_min(1)[:, None]
         empty = torch.nonzero(counts == 0).flatten()
         if len(empty):
