@@ -141,6 +141,24 @@ def test_device_auto_and_fallback(monkeypatch):
         resolve_device("tpu")
 
 
+def test_oom_retry_halves_the_batch():
+    from ticlust.device import with_oom_retry
+
+    tried = []
+
+    def work(batch_size):
+        tried.append(batch_size)
+        if batch_size > 100:
+            raise torch.cuda.OutOfMemoryError("fake")
+        return batch_size
+
+    with pytest.warns(RuntimeWarning, match="out of memory"):
+        assert with_oom_retry(work, 800) == 100
+    assert tried == [800, 400, 200, 100]
+    with pytest.raises(torch.cuda.OutOfMemoryError):
+        with_oom_retry(lambda bs: work(10**6), 10**6, min_batch_size=10**6)
+
+
 # ---- K-means and GMM -----------------------------------------------------------------------------
 def test_kmeans_lloyd_matches_sklearn_from_same_init():
     rng = np.random.default_rng(0)

@@ -159,7 +159,7 @@ class TerminalProgress:
         self.stream.flush()
 
     def close(self) -> None:
-        self.stream.write("\n")
+        self.stream.write(f"\r{'done':32s} [{'#' * self.width}]".ljust(100) + "\n")
         self.stream.flush()
 
 

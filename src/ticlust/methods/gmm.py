@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from ..data import Stack, check_same_size
+from ..device import with_oom_retry
 from ..result import ClusteringResult
 from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
 from .kmeans import kmeans_plus_plus, lloyd
@@ -86,8 +87,9 @@ def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_
     """Most probable fitted component for each new item, streaming the items in batches."""
     means, variances, log_weights = (torch.from_numpy(result.state[k]).to(device) for k in ("means", "variances", "log_weights"))
     check_same_size(stack, means.shape[1])
-    loglik = torch.cat([component_log_likelihoods(torch.from_numpy(b).to(device).reshape(len(b), -1), means, variances, log_weights)
-                        for _, b in stack.batches(batch_size)])
+    loglik = with_oom_retry(lambda bs: torch.cat([
+        component_log_likelihoods(torch.from_numpy(b).to(device).reshape(len(b), -1), means, variances, log_weights)
+        for _, b in stack.batches(bs)]), batch_size)
     return ClusteringResult(labels=loglik.argmax(1).cpu().numpy(), scores=(-loglik).cpu().numpy(),
                             responsibilities=torch.softmax(loglik, 1).cpu().numpy(), prototypes=result.prototypes,
                             method=result.method, config=result.config, state=result.state)

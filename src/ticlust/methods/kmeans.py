@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from ..data import Stack, check_same_size
+from ..device import with_oom_retry
 from ..result import ClusteringResult
 from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
 
@@ -124,8 +125,8 @@ def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_
     """Nearest fitted centroid for each new item, streaming the items in batches."""
     centers = torch.from_numpy(result.state["centers"]).to(device)
     check_same_size(stack, centers.shape[1])
-    d2 = torch.cat([squared_distances(torch.from_numpy(b).to(device).reshape(len(b), -1), centers)
-                    for _, b in stack.batches(batch_size)])
+    d2 = with_oom_retry(lambda bs: torch.cat([squared_distances(torch.from_numpy(b).to(device).reshape(len(b), -1), centers)
+                                              for _, b in stack.batches(bs)]), batch_size)
     return ClusteringResult(labels=d2.argmin(1).cpu().numpy(), scores=d2.cpu().numpy(), prototypes=result.prototypes,
                             method=result.method, config=result.config, state=result.state)
 
