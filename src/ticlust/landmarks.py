@@ -346,13 +346,14 @@ def noise_sds(structure: str, n_landmarks: int, n_clusters: int, sigma: float = 
 
 def simulate_shapes(means, n: int = 100, structure: str = "isotropic", sigma: float = 13.0, sigma_low: float = 1.3,
                     n_noisy: int = 3, noise_scale: str = "sd", noisy_per: str = "cluster", translation: float = 2.0,
-                    seed: int | np.random.Generator = 0) -> tuple[np.ndarray, np.ndarray]:
+                    seed: int | np.random.Generator = 0, return_pose: bool = False):
     """Shapes from the Gaussian perturbation model X_i = (μ_g + E_i) Γ_i + 1 γ_i^T (Eq. 15).
 
     ``means`` (G, L, 2); n shapes split as evenly as possible over the G clusters (shuffled);
     Γ_i a rotation by an angle uniform in [0, 2π); γ_i uniform in [-translation, translation]².
     ``noisy_per`` = "cluster" draws the heteroscedastic noisy landmarks once per cluster,
-    "shape" draws them again for every shape. Returns ``(shapes (n, L, 2), labels (n,))``.
+    "shape" draws them again for every shape. Returns ``(shapes (n, L, 2), labels (n,))``, plus the
+    rotation angles (n,) and translations (n, 2) when ``return_pose``.
     """
     mu = np.asarray(means, dtype=np.float64)
     if mu.ndim != 3 or mu.shape[2] != 2 or mu.shape[0] < 1:
@@ -376,6 +377,8 @@ def simulate_shapes(means, n: int = 100, structure: str = "isotropic", sigma: fl
     gamma = np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)   # row vectors times Γ
     shift = rng.uniform(-translation, translation, size=(n, 2))
     shapes = np.einsum("nlc,ncd->nld", mu[labels] + noise, gamma) + shift[:, None]
+    if return_pose:
+        return shapes, labels.astype(np.int64), theta, shift
     return shapes, labels.astype(np.int64)
 
 
