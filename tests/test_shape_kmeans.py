@@ -274,3 +274,28 @@ def test_ellipse_corners():
     assert abs(np.dot(edges[0], edges[1])) < 1e-9                          # consecutive edges: a rectangle
     long_edge = edges[np.argmax(np.linalg.norm(edges, axis=1))]
     assert abs(abs(np.dot(long_edge / 12.0, v[:, 0])) - 1) < 1e-9
+
+
+# ---- acceptance on the paper's simulation (real rat means: slow) -------------------------------------
+@pytest.mark.slow
+def test_heteroscedastic_simulation_dd2_is_best():
+    from pathlib import Path
+
+    root = Path(__file__).resolve()
+    candidates = [root.parents[2] / "shared" / "datasets", root.parents[3] / "shared" / "datasets"]
+    ddir = next((c for c in candidates if c.is_dir()), None)
+    if ddir is None:
+        pytest.skip("shared/datasets not found")
+    rats = np.load(ddir / "landmarks_rats.npz")
+    means = np.stack([rats["landmarks"][rats["labels"] == a].mean(0) for a in (0, 1)])
+    variants = {"dr": ("fisher-rao-round", 1), "dd1": ("fisher-rao-diagonal", 1),
+                "dd2": ("fisher-rao-diagonal", 2), "dw": ("wasserstein", 1)}
+    aris = {v: [] for v in variants}
+    for rep in range(30):
+        x, y = simulate_shapes(means, n=100, structure="heteroscedastic", seed=10_000 + rep)
+        for v, (distance, kind) in variants.items():
+            r = ticlust.fit(x, "shape-kmeans", k=2, device="cpu", seed=rep, distance=distance, type=kind)
+            aris[v].append(ticlust.evaluate(y, r.labels)["ari"])
+    medians = {v: float(np.median(a)) for v, a in aris.items()}
+    assert medians["dd2"] >= 0.95
+    assert medians["dd2"] >= max(medians.values())
