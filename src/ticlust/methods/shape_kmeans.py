@@ -1,0 +1,313 @@
+"""Shape K-means with Fisher–Rao and Wasserstein landmark distances (Gattone, De Sanctis, Puechmorel
+& Nicol, "On the geodesic distance in shapes K-means clustering", Entropy 2018).
+
+Each landmark k of a Procrustes-aligned shape is a bivariate Gaussian N(μ_k, Σ_k) whose mean is the
+landmark position and whose variance is the landmark's variability across the population (Type I:
+per landmark, shared by all clusters) or across the shape's cluster (Type II: per landmark and
+cluster, re-estimated at every iteration). Two shapes are compared by summing (L1, Eq. 13) or
+root-sum-squaring (L2, Eq. 14) the per-landmark distances: Fisher–Rao under the round model
+N(μ, σ²I), under the diagonal model (Eq. 7, in a stable asinh form) or the 2-Wasserstein distance
+(Eq. 10). K-means alternates assignment and Euclidean-mean centres from random partitions; all
+random starts run together as one batch of tensors, the one with the lowest total distance is kept.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..data import InputError
+from ..landmarks import align_to, procrustes_align
+from ..result import ClusteringResult
+from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from .kmeans import kmeans_plus_plus, squared_distances
+
+DISTANCES = ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein")
+_SQRT8 = math.sqrt(8.0)
+_TWO_SQRT2 = 2.0 * math.sqrt(2.0)
+
+
+@dataclass
+class ShapeKMeansConfig:
+    k: int = 2
+    distance: str = param("fisher-rao-diagonal", "Landmark distance: Fisher–Rao (round or diagonal Gaussian model) or 2-Wasserstein",
+                          choices=DISTANCES)
+    type: int = param(2, "1: landmark variances shared by all clusters; 2: variances per landmark and cluster, updated each iteration",
+                      choices=(1, 2))
+    combine: str = param("l1", "Shape distance: sum of landmark distances (Eq. 13, the paper's) or their root sum of squares (Eq. 14)",
+                         choices=("l1", "l2"))
+    round_variance: str = param("pooled", "Round model: one variance for all landmarks (the paper's dr) or one per landmark",
+                                choices=("pooled", "per-landmark"))
+    n_init: int = param(10, "Random starts run together; the lowest total distance is kept", low=1)
+    init: str = param("random-partition", "Start from a random partition (the paper) or from k-means++ on the aligned coordinates",
+                      choices=("random-partition", "k-means++"))
+    max_iter: int = param(100, "Most K-means iterations per start", low=1)
+    shape_variance: str = param("own", "Type II: a shape carries its own cluster's variances (the paper's Sec. 4.2) or those of the centre it is compared with",
+                                choices=("own", "centre"))
+    warm_start: bool = param(True, "Type II refines the best Type I partition (off: Type II from every random start, as the paper)")
+    align: bool = param(True, "Generalised Procrustes alignment first (off: the shapes are already registered)")
+    variance_floor: float = param(1e-3, "Smallest variance, relative to the mean landmark variance (keeps tiny clusters finite)",
+                                  low=1e-12, gui=False)
+
+
+# ---- distances between Gaussians (torch, broadcasting) ---------------------------------------------
+def fisher_rao_univariate(m1, s1, m2, s2) -> torch.Tensor:
+    """Fisher–Rao distance between N(m1, s1²) and N(m2, s2²): 2√2 asinh(√(Δm² + 2Δs²) / √(8 s1 s2)).
+
+    The same value as the paper's Eq. 7 term (√2 ln of the ratio of half-plane distances), but
+    without its cancellation for nearby Gaussians.
+    """
+    m1, s1, m2, s2 = (torch.as_tensor(v, dtype=torch.float64) for v in (m1, s1, m2, s2))
+    spread = torch.sqrt((m1 - m2) ** 2 + 2.0 * (s1 - s2) ** 2)
+    return _TWO_SQRT2 * torch.asinh(spread / (_SQRT8 * torch.sqrt(s1 * s2)))
+
+
+def fisher_rao_diagonal(mu1, sd1, mu2, sd2) -> torch.Tensor:
+    """Eq. 7: Fisher–Rao distance between Gaussians with diagonal covariances (coordinates on the
+    last axis, standard deviations ``sd``): the root sum of squares of the univariate distances."""
+    return torch.sqrt((fisher_rao_univariate(mu1, sd1, mu2, sd2) ** 2).sum(-1))
+
+
+def fisher_rao_round(mu1, s1, mu2, s2) -> torch.Tensor:
+    """Fisher–Rao distance between round bivariate Gaussians N(μ1, s1²I) and N(μ2, s2²I).
+
+    Their metric (|dμ|² + 4 ds²)/s² is four times the hyperbolic metric of (μ/2, s), so the distance
+    is 4 asinh(√(|Δμ|² + 4Δs²) / (4 √(s1 s2))). ``mu`` (..., 2), ``s`` (...).
+    """
+    mu1, s1, mu2, s2 = (torch.as_tensor(v, dtype=torch.float64) for v in (mu1, s1, mu2, s2))
+    spread = torch.sqrt(((mu1 - mu2) ** 2).sum(-1) + 4.0 * (s1 - s2) ** 2)
+    return 4.0 * torch.asinh(spread / (4.0 * torch.sqrt(s1 * s2)))
+
+
+def wasserstein_gaussian(mu1, cov1, mu2, cov2) -> torch.Tensor:
+    """2-Wasserstein distance between bivariate Gaussians with full covariances (..., 2, 2):
+    √(|Δμ|² + tr Σ1 + tr Σ2 − 2 tr (Σ1^½ Σ2 Σ1^½)^½), using tr √M = √(tr M + 2√det M) for 2×2 M."""
+    mu1, cov1, mu2, cov2 = (torch.as_tensor(v, dtype=torch.float64) for v in (mu1, cov1, mu2, cov2))
+    tr_prod = (cov1 * cov2.transpose(-1, -2)).sum((-1, -2))                       # tr(Σ1 Σ2)
+    det = torch.linalg.det(cov1).clamp_min(0) * torch.linalg.det(cov2).clamp_min(0)
+    cross = torch.sqrt((tr_prod + 2.0 * torch.sqrt(det)).clamp_min(0))
+    bures = (torch.diagonal(cov1, 0, -2, -1).sum(-1) + torch.diagonal(cov2, 0, -2, -1).sum(-1) - 2.0 * cross).clamp_min(0)
+    return torch.sqrt(((mu1 - mu2) ** 2).sum(-1) + bures)
+
+
+def wasserstein_diagonal(mu1, sd1, mu2, sd2) -> torch.Tensor:
+    """2-Wasserstein distance for diagonal covariances: √(|Δμ|² + |sd1 − sd2|²)."""
+    mu1, sd1, mu2, sd2 = (torch.as_tensor(v, dtype=torch.float64) for v in (mu1, sd1, mu2, sd2))
+    return torch.sqrt(((mu1 - mu2) ** 2).sum(-1) + ((sd1 - sd2) ** 2).sum(-1))
+
+
+def landmark_distances(distance: str, mu1, sd1, mu2, sd2) -> torch.Tensor:
+    """Per-landmark distance (...,) between Gaussians given by means (..., 2) and sds (..., 2).
+
+    The round model reads the (equal) first sd column as its isotropic sd.
+    """
+    if distance == "fisher-rao-diagonal":
+        return fisher_rao_diagonal(mu1, sd1, mu2, sd2)
+    if distance == "fisher-rao-round":
+        return fisher_rao_round(mu1, sd1[..., 0], mu2, sd2[..., 0])
+    if distance == "wasserstein":
+        return wasserstein_diagonal(mu1, sd1, mu2, sd2)
+    raise InputError(f"Unknown distance {distance!r}: choose one of {', '.join(DISTANCES)}.")
+
+
+def shape_distances(distance: str, combine: str, x, sd_x, centres, sd_c) -> torch.Tensor:
+    """D(S_i, c_g) for every shape and centre.
+
+    ``x`` (..., n, L, 2) shapes with sds ``sd_x`` (..., n, 1 or G, L, 2) (a shape's variances may
+    depend on the centre it is compared with), ``centres`` (..., G, L, 2) with sds ``sd_c``;
+    returns (..., n, G), L1 (Eq. 13) or L2 (Eq. 14) over landmarks.
+    """
+    per = landmark_distances(distance, x.unsqueeze(-3), sd_x, centres.unsqueeze(-4), sd_c.unsqueeze(-4))
+    return per.sum(-1) if combine == "l1" else torch.sqrt((per ** 2).sum(-1))
+
+
+# ---- the algorithm -----------------------------------------------------------------------------------
+def model_variances(cfg: ShapeKMeansConfig, var: torch.Tensor, floor: float) -> torch.Tensor:
+    """Coordinate variances (..., L, 2) turned into the model's: diagonal as is, round isotropic
+    (pooled over all landmarks, or per landmark), floored."""
+    if cfg.distance == "fisher-rao-round":
+        if cfg.round_variance == "pooled":
+            var = var.mean((-2, -1), keepdim=True).expand_as(var)
+        else:
+            var = var.mean(-1, keepdim=True).expand_as(var)
+    return var.clamp_min(floor)
+
+
+def cluster_moments(x: torch.Tensor, onehot: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Counts (R, G), means (R, G, L, 2) and ML variances (R, G, L, 2) of each start's clusters."""
+    counts = onehot.sum(1)
+    denom = counts.clamp_min(1)[..., None, None]
+    means = torch.einsum("rng,nlc->rglc", onehot, x) / denom
+    second = torch.einsum("rng,nlc->rglc", onehot, x * x) / denom
+    return counts, means, (second - means * means).clamp_min(0)
+
+
+def _distances(cfg, x, labels, means, sds):
+    """(R, n, G) distances; in Type II a shape carries the variances of its own cluster (Sec. 4.2)."""
+    if cfg.type == 2 and cfg.shape_variance == "centre":
+        sd_x = sds.unsqueeze(1)                                                              # (R, 1, G, L, 2)
+    elif cfg.type == 2:
+        own = torch.gather(sds, 1, labels[:, :, None, None].expand(-1, -1, *sds.shape[2:]))   # (R, n, L, 2)
+        sd_x = own.unsqueeze(2)
+    else:
+        sd_x = sds[:, :1].unsqueeze(1)                                                       # (R, 1, 1, L, 2)
+    return shape_distances(cfg.distance, cfg.combine, x.unsqueeze(0), sd_x, means, sds)
+
+
+def _fill_empty(labels: torch.Tensor, dist: torch.Tensor, k: int) -> torch.Tensor:
+    """Give every empty cluster the shape farthest from its own centre (per start)."""
+    counts = torch.nn.functional.one_hot(labels, k).sum(1)
+    if bool((counts > 0).all()):
+        return labels
+    labels = labels.clone()
+    for r in torch.nonzero((counts == 0).any(1)).flatten().tolist():
+        own = dist[r].gather(1, labels[r][:, None])[:, 0].clone()
+        for g in torch.nonzero(counts[r] == 0).flatten().tolist():
+            sizes = torch.bincount(labels[r], minlength=k)
+            own[sizes[labels[r]] <= 1] = -math.inf          # never empty another cluster
+            i = int(torch.argmax(own))
+            labels[r, i] = g
+            own[i] = -math.inf
+    return labels
+
+
+def _initial_labels(cfg, x: torch.Tensor, n_starts: int, rng: np.random.Generator) -> torch.Tensor:
+    n = x.shape[0]
+    if cfg.init == "random-partition":
+        return torch.from_numpy(rng.integers(cfg.k, size=(n_starts, n))).to(x.device)
+    flat = x.reshape(n, -1)
+    rows = [squared_distances(flat, kmeans_plus_plus(flat, cfg.k, rng)).argmin(1) for _ in range(n_starts)]
+    return torch.stack(rows)
+
+
+def _centre_model(cfg, x, labels, shared_var, floor):
+    onehot = torch.nn.functional.one_hot(labels, cfg.k).to(x.dtype)
+    counts, means, var = cluster_moments(x, onehot)
+    if cfg.type == 1:
+        var = shared_var.expand_as(means)
+    return means, torch.sqrt(model_variances(cfg, var, floor))
+
+
+def shape_kmeans(cfg: ShapeKMeansConfig, x: torch.Tensor, labels: torch.Tensor):
+    """Batched K-means over R starts from ``labels`` (R, n); yields (iteration, totals (R,), labels,
+    means, sds) after each assignment step and stops when no start changes any label."""
+    shared_var = x.var(0, unbiased=False)                       # Type I: per landmark, all shapes
+    floor = cfg.variance_floor * float(shared_var.mean())
+    active = torch.ones(labels.shape[0], dtype=torch.bool, device=x.device)
+    for it in range(1, cfg.max_iter + 1):
+        means, sds = _centre_model(cfg, x, labels, shared_var, floor)
+        dist = _distances(cfg, x, labels, means, sds)
+        new = _fill_empty(dist.argmin(-1), dist, cfg.k)
+        totals = dist.gather(2, new[:, :, None])[:, :, 0].sum(1)
+        changed = (new != labels).any(1)
+        labels = torch.where(active[:, None], new, labels)
+        active = active & changed
+        yield it, totals, labels, means, sds
+        if not bool(active.any()):
+            break
+
+
+def _final(cfg, x, labels):
+    """Centres, sds, distances (R, n, G) and totals (R,) of converged partitions."""
+    shared_var = x.var(0, unbiased=False)
+    floor = cfg.variance_floor * float(shared_var.mean())
+    means, sds = _centre_model(cfg, x, labels, shared_var, floor)
+    dist = _distances(cfg, x, labels, means, sds)
+    return means, sds, dist, dist.gather(2, labels[:, :, None])[:, :, 0].sum(1)
+
+
+def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray, stage: str, step0: int, total_steps: int):
+    """Run every start (in chunks that keep the (R, n, G, L, 2) tensors below ~4M numbers), yielding
+    events; returns (best labels (n,), its history, final totals (R,))."""
+    n, n_lm = x.shape[:2]
+    chunk = max(1, int(4_000_000 // (n * cfg.k * n_lm * 2)))
+    shift = torch.as_tensor(offset, device=x.device)
+    finals, histories = [], []
+    for c0 in range(0, starts.shape[0], chunk):
+        labels, hist = starts[c0:c0 + chunk], []
+        for it, totals, labels, means, sds in shape_kmeans(cfg, x, labels):
+            hist.append(totals)
+            best = int(torch.argmin(totals))
+            yield Progress(min(step0 + c0 * cfg.max_iter + it * labels.shape[0], total_steps), total_steps,
+                           float(totals[best]) / n, stage)
+            yield Snapshot((means[best] + shift).cpu().numpy())
+        finals.append(labels)
+        hist.append(_final(cfg, x, labels)[3])
+        histories.append(torch.stack(hist, 1))                  # (r, iterations + 1)
+    labels = torch.cat(finals)
+    totals = _final(cfg, x, labels)[3]
+    best = int(torch.argmin(totals))
+    history = [float(v) for v in histories[best // chunk][best % chunk].cpu()]
+    return labels[best], history, totals
+
+
+def run(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
+    rng = seed_everything(seed)
+    n = landmarks.shape[0]
+    if cfg.align:
+        fit = procrustes_align(landmarks)
+        aligned, consensus = fit.aligned, fit.consensus
+    else:
+        aligned, consensus = landmarks.copy(), landmarks.mean(0)
+    offset = aligned.reshape(-1, 2).mean(0)
+    x = torch.from_numpy(aligned - offset).to(device=device, dtype=torch.float64)   # centred: accurate variances
+    starts = _initial_labels(cfg, x, cfg.n_init, rng)
+    warm = cfg.type == 2 and cfg.warm_start
+    total_steps = cfg.n_init * cfg.max_iter + (cfg.max_iter if warm else 0)
+    first = dataclasses.replace(cfg, type=1) if warm else cfg
+    labels, history, totals = yield from _multi_start(first, x, starts, offset, "shape K-means (Type I)" if warm or cfg.type == 1
+                                                      else "shape K-means (Type II)", 0, total_steps)
+    if warm:  # Type II refines the best Type I partition
+        labels, history2, _ = yield from _multi_start(cfg, x, labels[None], offset, "shape K-means (Type II)",
+                                                      cfg.n_init * cfg.max_iter, total_steps)
+        history = history + history2
+    means, sds, dist, _ = _final(cfg, x, labels[None])
+    sd = sds[0].cpu().numpy()
+    protos = means[0].cpu().numpy() + offset
+    result = ClusteringResult(
+        labels=labels.cpu().numpy().astype(np.int64), scores=dist[0].cpu().numpy(), prototypes=protos,
+        covariances=_diag_cov(sd ** 2), aligned=aligned, aligned_kind="procrustes",
+        method="shape-kmeans", config=config_dict(cfg), history=history,
+        extras={"start_totals": totals.cpu().numpy(), "consensus": consensus},
+        state={"centres": protos, "sds": sd, "consensus": consensus, "align": np.array(cfg.align)})
+    if cfg.align:
+        result.params = {"procrustes_matrix": fit.matrix, "procrustes_offset": fit.offset}
+    yield Done(result)
+
+
+def _diag_cov(var: np.ndarray) -> np.ndarray:
+    """(K, L, 2) variances -> (K, L, 2, 2) diagonal covariances."""
+    cov = np.zeros(var.shape + (2,))
+    cov[..., 0, 0], cov[..., 1, 1] = var[..., 0], var[..., 1]
+    return cov
+
+
+def predict(result: ClusteringResult, landmarks: np.ndarray, device: torch.device, batch_size: int = 4096) -> ClusteringResult:
+    """Align new shapes to the fitted consensus and assign each to the nearest cluster centre.
+
+    A new shape belongs to no cluster yet, so (in Type II) it is compared with each centre using that
+    centre's own variances: the distance it would have as a member of that cluster.
+    """
+    cfg = ShapeKMeansConfig(**{k: v for k, v in result.config.items() if k in ShapeKMeansConfig.__dataclass_fields__})
+    centres = result.state["centres"]
+    if landmarks.shape[1] != centres.shape[1]:
+        raise InputError(f"The new shapes have {landmarks.shape[1]} landmarks but the result was fitted on {centres.shape[1]}: give shapes with the same landmarks.")
+    aligned = align_to(landmarks, result.state["consensus"])[0] if bool(result.state["align"]) else landmarks.copy()
+    c = torch.as_tensor(centres, dtype=torch.float64, device=device)
+    sd = torch.as_tensor(result.state["sds"], dtype=torch.float64, device=device)
+    scores = []
+    for i in range(0, aligned.shape[0], batch_size):
+        xb = torch.as_tensor(aligned[i:i + batch_size], dtype=torch.float64, device=device)
+        scores.append(shape_distances(cfg.distance, cfg.combine, xb, sd.unsqueeze(0), c, sd))
+    scores = torch.cat(scores).cpu().numpy()
+    return ClusteringResult(labels=scores.argmin(1).astype(np.int64), scores=scores, prototypes=result.prototypes,
+                            covariances=result.covariances, aligned=aligned, aligned_kind="procrustes",
+                            method=result.method, config=result.config, state=result.state)
+
+
+SPEC = register(MethodSpec(name="shape-kmeans", title="Shape K-means (Fisher–Rao / Wasserstein landmarks)",
+                           config=ShapeKMeansConfig, run=run, predict=predict, inputs=("landmarks",),
+                           paper="Gattone et al. 2018, Entropy 20(9):647"))
