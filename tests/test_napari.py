@@ -155,3 +155,37 @@ def test_reader_opens_plain_stack(tmp_path):
     layer_data = reader.get_reader(str(tmp_path / "s.npz"))(str(tmp_path / "s.npz"))
     assert layer_data[0][0].shape == (4, 8, 8) and layer_data[0][1]["metadata"]["labels"].tolist() == [0, 1, 2, 3]
     assert reader.get_reader(str(tmp_path / "nothing.txt")) is None
+
+
+def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
+    from ticlust.landmarks import write_tps
+
+    viewer = make_napari_viewer()
+    viewer.open_sample("napari-ticlust", "shapes")
+    points = viewer.layers["shapes"]
+    before = np.asarray(points.data).copy()
+    widget = TiclustWidget(viewer)
+    widget.method.value = "shape-kmeans"
+    assert widget.input.choices == ("shapes",)      # only Points layers for a landmark method
+    widget.input.value = "shapes"
+    widget.k.value = 2
+    run_to_end(qtbot, widget)
+    result = widget.result
+    assert result is not None and result.k == 2
+    truth = np.asarray(points.features["true_group"])
+    from ticlust.metrics import hungarian_accuracy
+
+    assert hungarian_accuracy(truth, np.asarray(points.features["cluster"])) == 1.0
+    n_landmarks = result.prototypes.shape[1]
+    assert len(viewer.layers["shapes landmark ellipses"].data) == 2 * n_landmarks
+    assert len(viewer.layers["shapes mean shapes"].data) == 2
+    assert len(viewer.layers["shapes aligned"].data) == len(before)
+    np.testing.assert_array_equal(np.asarray(points.data), before)
+    points.selected_data = {0}
+    sizes = viewer.layers["shapes aligned"].size
+    assert sizes[:n_landmarks].min() > sizes[n_landmarks:].max()   # shape 0 highlighted
+    assert "shape 0" in widget.status.value
+    # a tpsDig file opens as a Points layer ready for clustering
+    write_tps(tmp_path / "s.tps", result.aligned[:5])
+    layer = viewer.open(str(tmp_path / "s.tps"), plugin="napari-ticlust")[0]
+    assert len(layer.data) == 5 * n_landmarks and "shape_id" in layer.features

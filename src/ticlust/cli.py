@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("methods", help="list the methods and their parameters with defaults")
 
     fit = sub.add_parser("fit", help="cluster a stack (or landmark set) and save the result")
-    fit.add_argument("input", nargs="?", help=".npz, .npy, .tif stack or a folder of images")
+    fit.add_argument("input", nargs="?", help=".npz, .npy, .tif stack, a folder of images, or landmarks (.csv, .tps)")
     fit.add_argument("--sample", choices=sorted(SAMPLES), help="use a bundled sample instead of INPUT")
     fit.add_argument("--method", default="kmeans", help="clustering method (see `ticlust methods`)")
     fit.add_argument("--k", type=int, default=10, help="number of clusters")

@@ -123,6 +123,8 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
         raise InputError(f"The {name} has {ndim} dimensions: give N×H×W (grey) or N×H×W×3 (RGB) images.")
     if shape[0] < 2 and not to_predict:
         raise InputError(f"The {name} holds a single item: give at least 2 to cluster.")
+    if ndim == 3 and shape[2] == 2:
+        raise InputError(f"The {name} has shape {shape}, which looks like landmark shapes (n, L, 2): use the shape-kmeans method for landmarks.")
     if ndim >= 3 and min(shape[1:3]) < 4:
         raise InputError(f"The {name}'s images are {shape[1]}×{shape[2]} pixels: they must be at least 4×4.")
     lo, hi = np.inf, -np.inf
@@ -166,8 +168,9 @@ def random_subset(n: int, m: int | None, seed: int) -> np.ndarray | None:
 def read_input(path: str | Path, key: str | None = None, labels_key: str | None = None):
     """Read a stack (or landmark set) and optional labels from a file or folder.
 
-    Supports .npz (array by ``key``, default the first), .npy (memory-mapped), .tif/.tiff stacks
-    and folders of images. Returns ``(array, labels or None)``; the array may be lazy.
+    Supports .npz (array by ``key``, default the first), .npy (memory-mapped), .tif/.tiff stacks,
+    folders of images, and landmark files (.csv with shape_id, landmark, x, y columns; tpsDig .tps).
+    Returns ``(array, labels or None)``; the array may be lazy.
     """
     path = Path(path)
     if not path.exists():
@@ -188,6 +191,10 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
                 if labels_key not in names:
                     raise InputError(f"{path.name} has no array {labels_key!r}: choose --labels-key from {', '.join(names)}.")
                 labels = np.asarray(npz[labels_key])
+        elif path.suffix.lower() in (".csv", ".tps"):
+            from .landmarks import read_landmarks
+
+            array = read_landmarks(path)[0]
         elif path.suffix == ".npy":
             array = np.load(path, mmap_mode="r", allow_pickle=False)
         elif path.suffix.lower() in (".tif", ".tiff"):
@@ -198,7 +205,7 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
             except Exception:  # compressed or tiled TIFFs cannot be memory-mapped
                 array = tifffile.imread(path)
         else:
-            raise InputError(f"{path.name} has an unknown type: give an .npz, .npy, .tif stack or a folder of images.")
+            raise InputError(f"{path.name} has an unknown type: give an .npz, .npy, .tif stack, a folder of images, or a landmark .csv/.tps file.")
     except InputError:
         raise
     except Exception as exc:
@@ -225,6 +232,7 @@ def _read_folder(folder: Path) -> np.ndarray:
 SAMPLES = {
     "digits": "1,797 handwritten digits (scikit-learn's bundled set), upsampled to 32×32, labels 0-9",
     "glyphs": "600 synthetic glyphs of 4 kinds under random affine and elastic warps, 32×32, with labels",
+    "shapes": "100 landmark shapes (8 landmarks) from two mean shapes, rotated, shifted and noisy, with labels",
 }
 
 
@@ -234,6 +242,10 @@ def sample(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         return digits_sample()
     if name == "glyphs":
         return glyphs_sample(seed=seed)
+    if name == "shapes":
+        from .landmarks import sample_landmarks
+
+        return sample_landmarks(seed=seed)
     raise InputError(f"Unknown sample {name!r}: choose one of {', '.join(SAMPLES)}.")
 
 

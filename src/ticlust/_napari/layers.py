@@ -119,42 +119,71 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
                       color, edge_width=0.25)
 
 
+def shape_index_of_points(points_layer) -> np.ndarray:
+    """For each point, the index of its shape (shapes numbered in order of first appearance)."""
+    shape_ids = np.asarray(points_layer.features["shape_id"]).tolist()
+    order = {sid: i for i, sid in enumerate(dict.fromkeys(shape_ids))}
+    return np.array([order[s] for s in shape_ids])
+
+
 def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
-    """Landmarks coloured by cluster, per-landmark Gaussian ellipses, and mean shapes as closed polygons."""
-    from ..landmarks import ellipse_corners  # napari-free geometry
+    """Landmarks coloured by cluster, the Procrustes-aligned view, one mean ± 2 sd ellipse per landmark
+    per cluster, and the cluster mean shapes as closed polygons.
+
+    The input layer's data stay as they are; its ``features`` gain ``cluster`` and ``score`` columns.
+    """
+    from ..landmarks import ellipse_corners, landmarks_to_points  # napari-free geometry
 
     names = layer_names(input_layer.name)
-    input_layer.features = {**{c: np.asarray(input_layer.features[c]) for c in input_layer.features.columns
-                               if c in ("shape_id", "landmark")},
-                            **point_assignment_features(input_layer, result)}
-    points = np.asarray(input_layer.data)
-    colors = np.array([cluster_color(int(c)) for c in input_layer.features["cluster"]])
-    if names["landmarks"] in viewer.layers:
-        layer = viewer.layers[names["landmarks"]]
-        layer.data = points
-        layer.face_color = colors
-    else:
-        viewer.add_points(points, name=names["landmarks"], face_color=colors, size=input_layer.size.mean() * 1.3
-                          if hasattr(input_layer.size, "mean") else 3)
-    ellipses, edge = [], []
-    means = result.prototypes  # (K, L, 2) as (x, y) in the input's frame
-    for c in range(means.shape[0]):
-        corners = ellipse_corners(means[c], result.covariances[c])  # (L, 4, 2)
-        ellipses.extend(list(corners[..., ::-1]))
-        edge.extend([cluster_color(c)] * len(corners))
-    set_shapes(viewer, names["ellipses"], ellipses, "ellipse", np.array(edge) if edge else "white", edge_width=0.5)
-    set_shapes(viewer, names["means"], [m[:, ::-1] for m in means], "polygon",
-               np.array([cluster_color(c) for c in range(means.shape[0])]), edge_width=1.0)
-    return [names["landmarks"], names["ellipses"], names["means"]]
-
-
-def point_assignment_features(points_layer, result: ClusteringResult) -> dict[str, np.ndarray]:
-    """Each point gets the cluster and score of the shape it belongs to."""
-    shape_ids = np.asarray(points_layer.features["shape_id"])
-    order = {sid: i for i, sid in enumerate(dict.fromkeys(shape_ids.tolist()))}
-    index = np.array([order[s] for s in shape_ids.tolist()])
+    shape_of_point = shape_index_of_points(input_layer)
     own = result.scores[np.arange(result.n), result.labels]
-    return {"cluster": result.labels[index], "score": own[index]}
+    features = input_layer.features.copy()
+    features["cluster"] = result.labels[shape_of_point]
+    features["score"] = own[shape_of_point]
+    input_layer.features = features
+    size = float(np.mean(input_layer.size)) if np.size(input_layer.size) else 3.0
+    point_colors = np.array([cluster_color(int(c)) for c in features["cluster"]])
+    _set_points(viewer, names["landmarks"], np.asarray(input_layer.data), point_colors, size)
+    made = [names["landmarks"]]
+    if result.aligned is not None and result.aligned.shape[0] == result.n:
+        coords, shape_id, landmark = landmarks_to_points(result.aligned)
+        colors = np.array([cluster_color(int(result.labels[s])) for s in shape_id])
+        layer = _set_points(viewer, names["aligned"], coords, colors, size * 0.7)
+        layer.features = {"shape_id": shape_id, "landmark": landmark, "cluster": result.labels[shape_id]}
+        made.append(names["aligned"])
+    means = result.prototypes  # (K, L, 2) (x, y), in the frame of the aligned shapes
+    if result.covariances is not None:
+        corners = ellipse_corners(means, result.covariances)  # (K, L, 4, 2)
+        ellipses = [box[:, ::-1] for box in corners.reshape(-1, 4, 2)]
+        edge = np.repeat([cluster_color(c) for c in range(means.shape[0])], means.shape[1], axis=0)
+        set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, edge_width=size * 0.25)
+        made.append(names["ellipses"])
+    set_shapes(viewer, names["means"], [m[:, ::-1] for m in means], "polygon",
+               np.array([cluster_color(c) for c in range(means.shape[0])]), edge_width=size * 0.4)
+    made.append(names["means"])
+    return made
+
+
+def _set_points(viewer, name: str, coords: np.ndarray, colors: np.ndarray, size: float):
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        layer.data = coords
+        layer.face_color = colors
+        return layer
+    return viewer.add_points(coords, name=name, face_color=colors, size=size, border_width=0)
+
+
+def highlight_shapes(viewer, input_layer, result: ClusteringResult, shapes: list[int]) -> None:
+    """Enlarge the aligned landmarks of the given shapes and ring them in white."""
+    name = layer_names(input_layer.name)["aligned"]
+    if name not in viewer.layers:
+        return
+    layer = viewer.layers[name]
+    chosen = np.isin(np.asarray(layer.features["shape_id"]), shapes)
+    base = float(np.min(layer.size)) if np.size(layer.size) else 1.0
+    layer.size = np.where(chosen, base * 2.5, base)
+    layer.border_color = np.where(chosen[:, None], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+    layer.border_width = np.where(chosen, 0.2, 0.0)
 
 
 def montage(tiles: np.ndarray, gap: int = 2) -> np.ndarray:

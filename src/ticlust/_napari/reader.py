@@ -9,8 +9,12 @@ from ..result import is_result_file, load_result
 
 
 def get_reader(path):
-    """Return a reader for one .npz path, or None so that napari tries other plugins."""
-    if isinstance(path, list) or not str(path).endswith(".npz"):
+    """Return a reader for one .npz or tpsDig .tps path, or None so that napari tries other plugins."""
+    if isinstance(path, list):
+        return None
+    if str(path).lower().endswith(".tps"):
+        return read_tps_points
+    if not str(path).endswith(".npz"):
         return None
     try:
         with np.load(path, allow_pickle=False) as npz:
@@ -51,3 +55,12 @@ def read_stack(path) -> list[tuple]:
     rgb = data.ndim == 4 and data.shape[-1] == 3
     meta = {} if labels is None else {"labels": labels}
     return [(data, {"name": f"{Path(path).stem} {key}", "rgb": rgb, "metadata": meta}, "image")]
+
+
+def read_tps_points(path) -> list[tuple]:
+    """A tpsDig file as a Points layer: one point per landmark with shape_id and landmark features."""
+    from ..landmarks import landmarks_to_points, read_tps
+
+    landmarks, ids = read_tps(path)
+    coords, shape_id, landmark = landmarks_to_points(landmarks, ids)
+    return [(coords, {"name": Path(path).stem, "features": {"shape_id": shape_id, "landmark": landmark}}, "points")]

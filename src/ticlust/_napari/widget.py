@@ -219,6 +219,7 @@ class TiclustWidget(Container):
         self.result_layer_name = input_layer.name
         if isinstance(input_layer, Points):
             L.show_landmark_result(self.viewer, input_layer, result)
+            input_layer.selected_data.events.items_changed.connect(self._on_points_selected)
         else:
             L.show_image_result(self.viewer, input_layer, result)
         rows = L.cluster_summary(result)
@@ -287,6 +288,19 @@ class TiclustWidget(Container):
         if self.inspect.value and result.prototypes.ndim >= 3 and result.prototypes.shape[1:] == layer.data.shape[1:]:
             aligned, item_scores = api.align_one(result, np.asarray(layer.data[frame]), self.device.value)
             L.show_inspector(self.viewer, layer, aligned, item_scores, int(result.labels[frame]))
+
+    def _on_points_selected(self, _=None) -> None:
+        """Points picked in the landmark layer: highlight their shapes and say where they went."""
+        layer = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None
+        if self.result is None or not isinstance(layer, Points):
+            return
+        picked = sorted(layer.selected_data)
+        shapes = sorted(set(L.shape_index_of_points(layer)[picked].tolist())) if picked else []
+        L.highlight_shapes(self.viewer, layer, self.result, shapes)
+        if shapes:
+            s = shapes[0]
+            self.status.value = (f"shape {s} → cluster {self.result.labels[s]} "
+                                 f"(score {self.result.scores[s, self.result.labels[s]]:.4g})")
 
     def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
         """Double-click a cluster row: show its closest member under the slider."""
