@@ -145,20 +145,25 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     point_colors = np.array([cluster_color(int(c)) for c in features["cluster"]])
     _set_points(viewer, names["landmarks"], np.asarray(input_layer.data), point_colors, size)
     made = [names["landmarks"]]
+    # The aligned view (aligned shapes, ellipses, means) sits to the right of the raw landmarks.
+    raw = np.asarray(input_layer.data)[:, -2:]
+    aligned_frame = result.aligned if result.aligned is not None else result.prototypes
+    gap = 0.15 * max(np.ptp(raw[:, 1]), 1e-9)
+    offset = np.array([0.0, raw[:, 1].max() + gap - aligned_frame[..., 0].min()])
     if result.aligned is not None and result.aligned.shape[0] == result.n:
         coords, shape_id, landmark = landmarks_to_points(result.aligned)
         colors = np.array([cluster_color(int(result.labels[s])) for s in shape_id])
-        layer = _set_points(viewer, names["aligned"], coords, colors, size * 0.7)
+        layer = _set_points(viewer, names["aligned"], coords + offset, colors, size * 0.7)
         layer.features = {"shape_id": shape_id, "landmark": landmark, "cluster": result.labels[shape_id]}
         made.append(names["aligned"])
     means = result.prototypes  # (K, L, 2) (x, y), in the frame of the aligned shapes
     if result.covariances is not None:
         corners = ellipse_corners(means, result.covariances)  # (K, L, 4, 2)
-        ellipses = [box[:, ::-1] for box in corners.reshape(-1, 4, 2)]
+        ellipses = [box[:, ::-1] + offset for box in corners.reshape(-1, 4, 2)]
         edge = np.repeat([cluster_color(c) for c in range(means.shape[0])], means.shape[1], axis=0)
         set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, edge_width=size * 0.25)
         made.append(names["ellipses"])
-    set_shapes(viewer, names["means"], [m[:, ::-1] for m in means], "polygon",
+    set_shapes(viewer, names["means"], [m[:, ::-1] + offset for m in means], "polygon",
                np.array([cluster_color(c) for c in range(means.shape[0])]), edge_width=size * 0.4)
     made.append(names["means"])
     return made

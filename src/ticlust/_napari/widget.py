@@ -161,7 +161,8 @@ class TiclustWidget(Container):
             self.status.value = f"{event.stage} {event.step}/{event.total} · loss {event.loss:.4g}{eta}"
         elif isinstance(event, Snapshot):
             now = time.perf_counter()
-            if now - self._last_live >= LIVE_UPDATE_S and event.prototypes.ndim >= 3:
+            image_input = not isinstance(self.viewer.layers[self.result_layer_name], Points)
+            if now - self._last_live >= LIVE_UPDATE_S and image_input:
                 self._last_live = now
                 self._remember(L.layer_names(self.result_layer_name)["prototypes"])
                 rgb = event.prototypes.ndim == 4 and event.prototypes.shape[-1] == 3
