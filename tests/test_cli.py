@@ -62,20 +62,24 @@ def test_fit_npy_tif_and_folder(tmp_path):
     assert np.array_equal(labels[0], labels[1]) and np.array_equal(labels[0], labels[2])
 
 
+def test_error_exits_2_with_one_sentence(tmp_path):
+    (tmp_path / "bad.npz").write_bytes(b"not a zip")
+    out = cli("fit", tmp_path / "bad.npz", cwd=tmp_path)
+    assert out.returncode == 2 and "Could not read bad.npz" in out.stderr and "Traceback" not in out.stderr
+
+
 @pytest.mark.parametrize("args, fragment", [
     (["fit", "missing.npz"], "no file or folder"),
     (["fit", "--sample", "digits", "--k", "0"], "K = 0 is out of range"),
     (["fit", "--sample", "digits", "--method", "nope"], "Unknown method"),
     (["fit", "--sample", "digits", "--set", "oops"], "name=value"),
     (["fit"], "INPUT file or --sample"),
+    (["fit", "--sample", "shapes", "--method", "kmeans"], "use the shape-kmeans method"),
 ])
-def test_errors_are_one_sentence(tmp_path, args, fragment):
-    out = cli(*args, cwd=tmp_path)
-    assert out.returncode == 2
-    assert fragment in out.stderr and "Traceback" not in out.stderr
+def test_errors_are_one_sentence(tmp_path, monkeypatch, capsys, args, fragment):
+    from ticlust.cli import main
 
-
-def test_unreadable_file(tmp_path):
-    (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    out = cli("fit", tmp_path / "bad.npz", cwd=tmp_path)
-    assert out.returncode == 2 and "Could not read bad.npz" in out.stderr
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert fragment in err and err.strip().splitlines()[-1].startswith("ticlust: error:")
