@@ -189,3 +189,23 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     write_tps(tmp_path / "s.tps", result.aligned[:5])
     layer = viewer.open(str(tmp_path / "s.tps"), plugin="napari-ticlust")[0]
     assert len(layer.data) == 5 * n_landmarks and "shape_id" in layer.features
+
+
+def test_rgb_stack_and_gmm(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(0)
+    stack = (rng.random((40, 12, 12, 3)) * 255).astype(np.uint8)
+    stack[:20, :6] = 255          # two visibly different groups
+    viewer.add_image(stack, name="rgb", rgb=True)
+    widget = TiclustWidget(viewer)
+    widget.method.value = "gmm"
+    widget.input.value = "rgb"
+    widget.k.value = 2
+    run_to_end(qtbot, widget)
+    assert viewer.layers["rgb prototypes"].data.shape == (2, 12, 12, 3)
+    table = viewer.layers["rgb"].metadata["ticlust_assignments"]
+    assert "responsibility" in table.columns
+    labels = widget.result.labels
+    assert len(set(labels[:20])) == 1 and len(set(labels[20:])) == 1 and labels[0] != labels[-1]
+    viewer.dims.current_step = (5, 0, 0, 0)[: viewer.dims.ndim]
+    assert viewer.layers["rgb inspector"].data.shape == (12, 2 * 14 - 2, 3)
