@@ -275,3 +275,16 @@ def test_no_cuda_warning_on_cpu_request():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         resolve_device("cpu")
+
+
+def test_landmark_files_read_as_landmarks(tmp_path):
+    from ticlust.landmarks import write_landmarks_csv, write_tps
+
+    shapes, groups = ticlust.sample("shapes")
+    write_landmarks_csv(tmp_path / "s.csv", shapes)
+    write_tps(tmp_path / "s.tps", shapes)
+    for name in ("s.csv", "s.tps"):
+        array, labels = ticlust.read_input(tmp_path / name)
+        np.testing.assert_allclose(array, shapes, atol=1e-4)
+        res = ticlust.fit(array, method="shape-kmeans", k=2, seed=0)
+        assert evaluate(groups, res.labels)["ari"] == 1.0
