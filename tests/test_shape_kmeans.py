@@ -234,7 +234,7 @@ def test_readers_round_trip(tmp_path):
 
 def test_tps_file_with_image_and_scale_lines(tmp_path):
     path = tmp_path / "b.tps"
-    path.write_text("LM=3\n1 2\n3 4\n5 7\nIMAGE=one.jpg\nSCALE=0.1\n\nLM=3\n0 0\n1 0\n0 1\nIMAGE=two.jpg\nID=7\n")
+    path.write_text("LM=3\n1 2\n3 4\n5 7\nCURVES=1\nPOINTS=2\n9 9\n8 8\nIMAGE=one.jpg\nSCALE=0.1\n\nLM=3\n0 0\n1 0\n0 1\nIMAGE=two.jpg\nID=7\n")
     x, ids = read_tps(path)
     assert x.shape == (2, 3, 2) and ids == ["one.jpg", "7"] and x[0, 2].tolist() == [5.0, 7.0]
 
