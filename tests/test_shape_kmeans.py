@@ -165,6 +165,17 @@ def test_result_fields_predict_and_determinism():
     assert np.array_equal(r3.predict(x, device="cpu").labels, r3.labels)
 
 
+def test_degenerate_inputs_give_finite_scores():
+    x, _ = sample_landmarks(seed=0, n=10)
+    same = np.repeat(MEAN_SHAPE_A[None], 4, axis=0)
+    for distance in ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein"):
+        for kind in (1, 2):
+            for data, k, align in ((x, 1, True), (x[:2], 2, True), (same, 2, False), (same, 2, True)):
+                r = ticlust.fit(data, "shape-kmeans", k=k, device="cpu", distance=distance, type=kind, align=align)
+                assert np.isfinite(r.scores).all() and np.isfinite(r.history).all()
+                assert np.bincount(r.labels, minlength=k).min() >= 1
+
+
 def test_result_round_trips_through_npz(tmp_path):
     x, _ = sample_landmarks(seed=0, n=40)
     r = ticlust.fit(x, "shape-kmeans", k=2, device="cpu", distance="wasserstein", combine="l2")
@@ -234,7 +245,7 @@ def test_readers_round_trip(tmp_path):
 
 def test_tps_file_with_image_and_scale_lines(tmp_path):
     path = tmp_path / "b.tps"
-    path.write_text("LM=3\n1 2\n3 4\n5 7\nIMAGE=one.jpg\nSCALE=0.1\n\nLM=3\n0 0\n1 0\n0 1\nIMAGE=two.jpg\nID=7\n")
+    path.write_text("LM=3\n1 2\n3 4\n5 7\nCURVES=1\nPOINTS=2\n9 9\n8 8\nIMAGE=one.jpg\nSCALE=0.1\n\nLM=3\n0 0\n1 0\n0 1\nIMAGE=two.jpg\nID=7\n")
     x, ids = read_tps(path)
     assert x.shape == (2, 3, 2) and ids == ["one.jpg", "7"] and x[0, 2].tolist() == [5.0, 7.0]
 

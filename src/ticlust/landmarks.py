@@ -79,7 +79,7 @@ _TPS_KEY = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(.*?)\s*$")
 
 def read_tps(path: str | Path) -> tuple[np.ndarray, list[str]]:
     """Read a tpsDig ``.tps`` file: blocks starting ``LM=n`` followed by n "x y" lines, then
-    optional IMAGE=, ID=, SCALE= lines. Returns ``(landmarks (n, L, 2), ids)``; the id is ID=, else
+    optional IMAGE=, ID=, SCALE= lines (CURVES= / OUTLINES= with their POINTS= blocks are skipped). Returns ``(landmarks (n, L, 2), ids)``; the id is ID=, else
     IMAGE=, else the block number. Coordinates are returned as stored (SCALE= is not applied).
     """
     path = Path(path)
@@ -113,6 +113,11 @@ def read_tps(path: str | Path) -> tuple[np.ndarray, list[str]]:
             ids.append({})
         elif key in ("ID", "IMAGE") and shapes:
             ids[-1].setdefault(key, value)
+        elif key == "POINTS":  # a curve/outline block (CURVES= / OUTLINES=): its points are skipped
+            try:
+                i += int(value)
+            except ValueError:
+                raise InputError(f"Line {i} of {path.name} says POINTS={value}: the point count must be a whole number.") from None
     if not shapes:
         raise InputError(f"{path.name} holds no LM= blocks: a .tps file starts each shape with LM=<number of landmarks>.")
     ids = [tags.get("ID", tags.get("IMAGE", str(k))) for k, tags in enumerate(ids)]

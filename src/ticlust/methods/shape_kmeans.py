@@ -191,11 +191,23 @@ def _centre_model(cfg, x, labels, shared_var, floor):
     return means, torch.sqrt(model_variances(cfg, var, floor))
 
 
+def _shared_variances(cfg, x: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Type I variances (per landmark and coordinate, over all shapes) and the variance floor.
+
+    Identical shapes have no variance at all; the floor then falls back to a tiny fraction of the
+    squared coordinate scale so that every distance stays finite.
+    """
+    shared_var = x.var(0, unbiased=False)
+    mean_var = float(shared_var.mean())
+    if mean_var > 0:
+        return shared_var, cfg.variance_floor * mean_var
+    return shared_var, 1e-12 * max(float((x * x).mean()), 1.0)
+
+
 def shape_kmeans(cfg: ShapeKMeansConfig, x: torch.Tensor, labels: torch.Tensor):
     """Batched K-means over R starts from ``labels`` (R, n); yields (iteration, totals (R,), labels,
     means, sds) after each assignment step and stops when no start changes any label."""
-    shared_var = x.var(0, unbiased=False)                       # Type I: per landmark, all shapes
-    floor = cfg.variance_floor * float(shared_var.mean())
+    shared_var, floor = _shared_variances(cfg, x)
     active = torch.ones(labels.shape[0], dtype=torch.bool, device=x.device)
     for it in range(1, cfg.max_iter + 1):
         means, sds = _centre_model(cfg, x, labels, shared_var, floor)
@@ -212,8 +224,7 @@ def shape_kmeans(cfg: ShapeKMeansConfig, x: torch.Tensor, labels: torch.Tensor):
 
 def _final(cfg, x, labels):
     """Centres, sds, distances (R, n, G) and totals (R,) of converged partitions."""
-    shared_var = x.var(0, unbiased=False)
-    floor = cfg.variance_floor * float(shared_var.mean())
+    shared_var, floor = _shared_variances(cfg, x)
     means, sds = _centre_model(cfg, x, labels, shared_var, floor)
     dist = _distances(cfg, x, labels, means, sds)
     return means, sds, dist, dist.gather(2, labels[:, :, None])[:, :, 0].sum(1)
