@@ -106,3 +106,34 @@ def rigid_digits(images, labels, n_transforms: int = 100, test_fraction: float =
     grids = F.affine_grid(theta, (len(theta), 1, h, w), align_corners=False)
     warped = _warp(x, grids.reshape(len(classes), n_transforms, h, w, 2))
     return _package(warped, classes, index, _split(len(classes), n_transforms, test_fraction, rng))
+
+
+def random_tps(rng: np.random.Generator, n: int, grid_size: int = 4, strength: float = 0.08) -> np.ndarray:
+    """``n`` random TPS control-point displacements (n, g², 2), normal with std ``strength``
+    (normalised units, 0.08 ≈ 1.1 px on 28×28), clipped at 2.5 std so no warp folds badly."""
+    disp = rng.normal(0.0, strength, (n, grid_size * grid_size, 2))
+    return np.clip(disp, -2.5 * strength, 2.5 * strength).astype(np.float32)
+
+
+def nonrigid_digits(images, labels, n_transforms: int = 100, test_fraction: float = 1 / 3, seed: int = 0,
+                    tps_grid_size: int = 4, tps_strength: float = 0.08, **affine_ranges) -> dict[str, np.ndarray]:
+    """Non-rigid MNIST (App. F): as :func:`rigid_digits`, each copy also bent by a random TPS.
+
+    The sampling grid is the random affine map applied to a random thin-plate-spline grid
+    (``tps_grid_size``² control points, displacement std ``tps_strength``), so every copy is an
+    affine-and-elastic warp of its class's instance.
+    """
+    from .transforms import affine_points, tps_grid
+
+    _check(n_transforms, test_fraction)
+    rng = np.random.default_rng(seed)
+    x, classes, index = _pick_instances(images, labels, rng)
+    h, w = x.shape[1:]
+    n = len(classes) * n_transforms
+    theta = torch.from_numpy(random_affines(rng, n, **affine_ranges))
+    disp = torch.from_numpy(random_tps(rng, n, tps_grid_size, tps_strength))
+    bent = tps_grid(disp, (h, w))                                         # (n, H, W, 2)
+    params = (theta - torch.eye(2, 3)).reshape(n, 6)
+    grids = affine_points(params, bent.reshape(n, -1, 2)).reshape(n, h, w, 2)
+    warped = _warp(x, grids.reshape(len(classes), n_transforms, h, w, 2))
+    return _package(warped, classes, index, _split(len(classes), n_transforms, test_fraction, rng))

@@ -52,6 +52,7 @@ class AIKMeansConfig:
     minibatch_steps: int = param(1, "Mini-batch mode: Adam steps per stage each time a batch is visited", low=1)
     predict_steps: int = param(150, "Adam steps per stage when aligning new images to the fixed centroids", low=1)
     padding: str = param("zeros", "Value outside the image when warping: zeros (paper) or the border pixel", choices=("zeros", "border"))
+    reseed: bool = param(True, "Move a redundant centroid (its members fit another one almost as well) onto the worst-fitted image when that lowers the distortion")
     select: bool = param(False, "Model selection (Sec. 4.2): sweep the paper's learning rates (and landmark grids) and keep the lowest distortion")
     chunk: int = param(512, "Images whose K alignments are optimised at once (memory vs speed)", low=1, gui=False)
 
@@ -306,6 +307,37 @@ def _centroid_update(aligner, x, theta, nu, labels, losses, mu, chunk):
     return new
 
 
+def _reseed(x, mu, theta, nu, losses, labels) -> bool:
+    """Swap move: drop the centroid whose members lose least by going to their runner-up, restart it
+    on the worst-fitted image. Done (in place) only when it lowers the distortion: the members'
+    runner-up costs (with their stored warps) plus 0 for that image (identity warp onto itself) must
+    undercut the current costs, so the distortion stays monotone. This is how a K-means++ start with
+    two centroids on one class and none on another recovers; the paper does not say how it does."""
+    k = mu.shape[0]
+    if k < 2:
+        return False
+    best = losses.gather(1, labels[:, None])[:, 0]
+    others = losses.scatter(1, labels[:, None], float("inf")).min(1)
+    loss_of = torch.zeros(k, device=x.device, dtype=losses.dtype).index_add_(0, labels, others.values - best)
+    counts = torch.bincount(labels, minlength=k)
+    loss_of[counts == 0] = float("inf")            # empty clusters are restarted by the centroid update
+    a = int(loss_of.argmin())
+    outside = torch.where(labels == a, torch.full_like(best, -1.0), best)
+    far = int(outside.argmax())
+    if not float(loss_of[a]) < float(outside[far]):
+        return False
+    members = labels == a
+    labels[members] = others.indices[members]
+    labels[far] = a
+    mu[a] = x[far]
+    theta[:, a] = 0
+    if nu is not None:
+        nu[:, a] = 0
+    losses[:, a] = float("inf")
+    losses[far, a] = 0.0
+    return True
+
+
 def _align_all(aligner, x, x_low, mu, theta, nu, cfg, steps_a, steps_b, ticker):
     """All N×K alignments against the current centroids, chunk by chunk (generator)."""
     mu_low = aligner.lowpass(mu)
@@ -365,7 +397,10 @@ def _lloyd(stack: Stack, cfg, device, seed: int, method: str):
             labels = losses.argmin(1)
             history.append(float(losses.gather(1, labels[:, None]).sum()) / stack.n)
             yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {it}")
-            if (prev is not None and torch.equal(prev, labels)) or it == cfg.max_iter:
+            if it == cfg.max_iter:
+                break
+            moved = cfg.reseed and _reseed(x, mu, theta, nu, losses, labels)
+            if prev is not None and torch.equal(prev, labels) and not moved:
                 break
             mu = _centroid_update(aligner, x, theta, nu, labels, losses, mu, cfg.chunk)
             prev = labels
@@ -449,13 +484,13 @@ def _scatter_state(glob, state, idx, n):
     return glob
 
 
-def _sweep(stack, cfg, device, seed, method):
+def _sweep(stack, cfg, device, seed, method, landmarks=LANDMARK_GRID, lrs=LR_GRID):
     """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept."""
-    grid_l = LANDMARK_GRID if _landmarks(cfg) is not None else (None,)
+    grid_l = tuple(landmarks) if _landmarks(cfg) is not None else (None,)
     rows, best = [], None
-    total = len(grid_l) * len(LR_GRID)
+    total = len(grid_l) * len(lrs)
     for g in grid_l:
-        for lr in LR_GRID:
+        for lr in lrs:
             sub = dataclasses.replace(cfg, lr=lr, select=False, **({} if g is None else {"landmarks": g}))
             result = None
             for event in _run_one(stack, sub, device, seed, method):
@@ -499,9 +534,11 @@ def _make_run(method: str):
     return run
 
 
-def select_model(data, method: str = "st-kmeans", k: int = 10, device: str = "auto", seed: int = 0, **params):
+def select_model(data, method: str = "st-kmeans", k: int = 10, device: str = "auto", seed: int = 0,
+                 landmarks=LANDMARK_GRID, lrs=LR_GRID, **params):
     """Model selection of Sec. 4.2 / Fig. 5: sweep landmarks {3², …, 8²} (ST only) × the paper's learning
-    rates, keep the run with the lowest distortion (Eq. 2). Returns (best result, table of every run)."""
+    rates, keep the run with the lowest distortion (Eq. 2). Returns (best result, table of every run:
+    landmarks, lr, distortion, iterations, fit_s). Other grids can be given for quick looks."""
     from ..api import prepare
     from ..data import check_k
     from ..device import resolve_device
@@ -513,7 +550,12 @@ def select_model(data, method: str = "st-kmeans", k: int = 10, device: str = "au
     stack = prepare(data, spec)
     cfg = spec.make_config(check_k(k, stack.n), **params)
     _validate(stack, cfg, method)
-    gen = _sweep(stack, cfg, resolve_device(device), seed, method)
+    if not len(lrs) or (spec.name == "st-kmeans" and not len(landmarks)):
+        raise InputError("The model-selection grids are empty: give at least one learning rate and landmark grid.")
+    bad = [g for g in landmarks if not 3 <= int(g) <= 8] if spec.name == "st-kmeans" else []
+    if bad:
+        raise InputError(f"Landmark grid side {bad[0]} is out of range: choose sides between 3 and 8.")
+    gen = _sweep(stack, cfg, resolve_device(device), seed, method, landmarks, lrs)
     try:
         while True:
             next(gen)
