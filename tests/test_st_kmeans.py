@@ -1,0 +1,227 @@
+"""ST K-means / AI K-means (paper 000) on tiny synthetic data: the monotone distortion, exact Eq. 4,
+warp recovery, the display-grid convention, predict, determinism, selection, generators, bad input."""
+import numpy as np
+import pytest
+import torch
+
+import ticlust
+from ticlust.data import InputError, as_stack, glyphs_sample
+from ticlust.methods.base import seed_everything
+from ticlust.methods.kmeans import kmeans_plus_plus
+from ticlust.methods.st_kmeans import Aligner, _centroid_update, _take, adam, gaussian_lowpass, select_model
+from ticlust.result import load_result
+from ticlust.transforms import tps_grid, warp
+from ticlust.warped_digits import nonrigid_digits, rigid_digits
+
+FAST = dict(steps=6, affine_steps=4, predict_steps=8, max_iter=4)
+
+
+@pytest.fixture(scope="module")
+def glyphs():
+    x, y = glyphs_sample(n_per_class=8, size=16, seed=1)
+    return x, y
+
+
+def test_distortion_never_increases(glyphs):
+    x, _ = glyphs
+    for method, extra in (("st-kmeans", {"landmarks": 3}), ("ai-kmeans", {})):
+        r = ticlust.fit(x, method, k=4, device="cpu", seed=0, **FAST, **extra, lr=5e-2)
+        h = np.asarray(r.history)
+        assert len(h) >= 2
+        assert np.all(np.diff(h) <= 1e-5 * h[:-1]), (method, h)
+        # the recorded final distortion is the assigned pairs' score
+        assert np.isclose(h[-1], r.scores[np.arange(r.n), r.labels].mean(), rtol=1e-5)
+
+
+def test_same_seed_same_result_and_kmeans_init(glyphs):
+    x, _ = glyphs
+    a = ticlust.fit(x, "st-kmeans", k=3, device="cpu", seed=3, landmarks=3, **FAST)
+    b = ticlust.fit(x, "st-kmeans", k=3, device="cpu", seed=3, landmarks=3, **FAST)
+    assert np.array_equal(a.labels, b.labels) and np.allclose(a.prototypes, b.prototypes)
+    rng = seed_everything(3)
+    init = kmeans_plus_plus(as_stack(x).tensor("cpu", flat=True), 3, rng).reshape(3, 16, 16)
+    assert np.allclose(a.extras["initial_prototypes"], init.numpy())   # the very K-means++ init of `kmeans`
+
+
+def test_centroid_is_mean_of_warped_members():
+    torch.manual_seed(0)
+    al = Aligner((12, 12), 3, 0.0, "zeros", "cpu")
+    x = torch.rand(7, 1, 12, 12)
+    mu = torch.rand(2, 1, 12, 12)
+    theta = torch.randn(7, 2, 6) * 0.05
+    nu = torch.randn(7, 2, 9, 2) * 0.05
+    labels = torch.tensor([0, 1, 0, 0, 1, 1, 0])
+    losses = al.pair_losses(x, mu, theta, nu)
+    new = _centroid_update(al, x, theta, nu, labels, losses, mu.clone(), 4)
+    warped = al.warp_pairs(x, theta, nu)          # (7, 2, 1, 12, 12)
+    for k in range(2):
+        members = warped[labels == k, k]
+        assert torch.allclose(new[k], members.mean(0), atol=1e-6)
+    # Eq. 4 minimises the cluster's distortion for the fixed warps: any other centroid does worse
+    def cost(m):
+        return float(((warped[torch.arange(7), labels] - m[labels]) ** 2).sum())
+    assert cost(new) < cost(new + 0.01 * torch.randn_like(new))
+
+
+def test_alignment_recovers_known_warps_and_never_worsens():
+    torch.manual_seed(0)
+    x, _ = glyphs_sample(n_per_class=1, size=24, seed=0)
+    base = torch.from_numpy(x)[:, None]                     # 4 glyphs (4, 1, 24, 24)
+    # a known TPS bend of each glyph (plus a shift): the aligner must undo it
+    disp = torch.randn(4, 16, 2) * 0.06
+    disp[..., 0] += 0.1
+    bent = warp(base, tps_grid(disp, (24, 24)), padding_mode="zeros")
+    al = Aligner((24, 24), 4, 0.07, "zeros", "cpu")
+    theta, nu = al.zeros(4, 4)
+    mu = base
+    gen = al.align(bent, al.lowpass(bent), mu, al.lowpass(mu), theta, nu, 60, 150, 1e-2, 1e-2)
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            next(gen)
+    th, v, loss = stop.value.value
+    start = al.pair_losses(bent, mu, *al.zeros(4, 4))
+    diag = torch.arange(4)
+    assert torch.all(loss <= start + 1e-6)                 # never worse than where it started
+    assert torch.all(loss[diag, diag] < 0.15 * start[diag, diag])
+
+
+def test_adam_keeps_best_iterate():
+    # a huge learning rate overshoots; the returned parameters are still the best visited
+    target = torch.tensor([[[0.3]]])
+    gen = adam(lambda p: ((p - target) ** 2).sum(-1), [torch.zeros(1, 1, 1)], 5, lr=10.0)
+    with pytest.raises(StopIteration) as stop:
+        while True:
+            next(gen)
+    (best,), loss, _ = stop.value.value
+    assert float(loss) <= 0.09 + 1e-7 and torch.allclose(loss, ((best - target) ** 2).sum(-1))
+
+
+def test_display_grid_convention_and_aligned():
+    from scipy.ndimage import map_coordinates
+    x, _ = glyphs_sample(n_per_class=2, size=12, seed=0)
+    r = ticlust.fit(x, "st-kmeans", k=2, device="cpu", seed=0, landmarks=3, **FAST)
+    assert r.aligned_kind == "item-on-prototype" and r.aligned.shape == x.shape
+    assert r.grids.shape == (len(x), 12, 12, 2) and r.params["affine"].shape == (len(x), 2, 3)
+    # the grid is the sampling grid: on 12×12 images the 12×12 lattice is the pixel centres, so reading
+    # each image at its grid positions (bilinear, zero outside) must give exactly `aligned`
+    items = as_stack(x).numpy()
+    for i in range(len(x)):
+        gx, gy = r.grids[i, ..., 0], r.grids[i, ..., 1]
+        sampled = map_coordinates(items[i], [gy.ravel(), gx.ravel()], order=1, mode="grid-constant").reshape(12, 12)
+        assert np.allclose(sampled, r.aligned[i], atol=1e-4)
+    lat = np.linspace(0, 15, 12)
+    # a pure translation by t (normalised) moves the grid by t·W/2 pixels
+    al = Aligner((16, 16), None, 0.0, "zeros", "cpu")
+    theta = torch.zeros(1, 6)
+    theta[0, 2], theta[0, 5] = 0.25, -0.5
+    g = al.display_grids(theta, None)[0].numpy()
+    assert np.allclose(g[..., 0] - lat[None, :], 2.0) and np.allclose(g[..., 1] - lat[:, None], -4.0)
+
+
+def test_st_result_fields_predict_and_save(glyphs, tmp_path):
+    x, y = glyphs
+    r = ticlust.fit(x, "st-kmeans", k=4, device="cpu", seed=0, landmarks=3, **FAST, lr=5e-2)
+    n = len(x)
+    assert r.params["displacements"].shape == (n, 9, 2) and r.params["landmarks"].shape == (n, 9, 2)
+    assert r.scores.shape == (n, 4) and np.array_equal(r.labels, r.scores.argmin(1))
+    p = r.predict(x[:10], device="cpu")
+    assert np.allclose(p.prototypes, r.prototypes)            # centroids stay fixed
+    assert p.labels.shape == (10,) and p.aligned.shape == (10, 16, 16)
+    assert np.mean(p.labels == r.labels[:10]) >= 0.8          # training items land where they were
+    path = r.save(tmp_path / "st.npz")
+    back = load_result(path)
+    assert np.array_equal(back.labels, r.labels) and back.aligned_kind == "item-on-prototype"
+    assert np.array_equal(back.predict(x[:10], device="cpu").labels, p.labels)
+
+
+def test_minibatch_mode_runs(glyphs):
+    x, _ = glyphs
+    r = ticlust.fit(x, "st-kmeans", k=4, device="cpu", seed=0, landmarks=3, mode="minibatch", epochs=3,
+                    batch_size=8, steps=3, affine_steps=2, predict_steps=3)
+    assert r.labels.shape == (len(x),) and np.isfinite(r.history).all() and len(r.history) >= 2
+    assert r.prototypes.shape == (4, 16, 16)
+
+
+def test_model_selection_table(glyphs):
+    x, _ = glyphs
+    best, table = select_model(x[:12], "st-kmeans", k=2, device="cpu", landmarks=(3, 4), lrs=(1e-3, 5e-2),
+                               steps=2, affine_steps=1, max_iter=2)
+    assert len(table) == 4 and {r["landmarks"] for r in table} == {3, 4}
+    assert best.final_loss == min(r["distortion"] for r in table)
+    assert best.extras["selection_distortion"].shape == (4,) and best.config["select"]
+    with pytest.raises(InputError):
+        select_model(x[:12], "st-kmeans", k=2, device="cpu", landmarks=(2,))
+
+
+def test_select_option_sweeps_the_paper_grid():
+    x, _ = glyphs_sample(n_per_class=2, size=12, seed=0)
+    r = ticlust.fit(x[:6], "ai-kmeans", k=2, device="cpu", select=True, steps=1, affine_steps=0, max_iter=1,
+                    predict_steps=1)
+    assert list(r.extras["selection_lr"]) == [1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2]
+    assert r.final_loss == r.extras["selection_distortion"].min()
+
+
+def test_bad_input():
+    x, _ = glyphs_sample(n_per_class=2, size=16, seed=0)
+    with pytest.raises(InputError):
+        ticlust.fit(np.random.rand(10, 30), "st-kmeans", k=2, device="cpu")
+    with pytest.raises(InputError):
+        ticlust.fit(np.random.rand(10, 6, 6), "st-kmeans", k=2, device="cpu")
+    with pytest.raises(InputError):
+        ticlust.fit(x, "st-kmeans", k=2, device="cpu", landmarks=9)
+    r = ticlust.fit(x, "ai-kmeans", k=2, device="cpu", steps=1, affine_steps=1, max_iter=1)
+    with pytest.raises(InputError):
+        r.predict(np.random.rand(3, 12, 12), device="cpu")
+    before = x.copy()
+    ticlust.fit(x, "ai-kmeans", k=2, device="cpu", steps=1, affine_steps=1, max_iter=1)
+    assert np.array_equal(before, x)                          # input untouched
+
+
+def test_lowpass_is_a_normalised_gaussian():
+    img = torch.zeros(1, 1, 21, 21)
+    img[..., 10, 10] = 1
+    out = gaussian_lowpass(img, 2.0)
+    assert abs(float(out.sum()) - 1) < 1e-5
+    yy, xx = torch.meshgrid(torch.arange(21.0), torch.arange(21.0), indexing="ij")
+    var = float((out[0, 0] * (xx - 10) ** 2).sum())
+    assert abs(var - 4.0) < 0.05
+
+
+@pytest.mark.parametrize("maker", [rigid_digits, nonrigid_digits])
+def test_generators(maker):
+    rng = np.random.default_rng(0)
+    images = rng.random((30, 20, 20)) * 255
+    images[:, :4] = 0
+    labels = np.repeat([2, 5, 7], 10)
+    a = maker(images, labels, n_transforms=12, seed=4)
+    b = maker(images, labels, n_transforms=12, seed=4)
+    assert a["x_train"].shape == (24, 20, 20) and a["x_test"].shape == (12, 20, 20)
+    assert np.bincount(a["y_test"]).tolist() == [4, 4, 4]          # a third of each class held out
+    assert np.array_equal(a["x_train"], b["x_train"]) and list(a["classes"]) == [2, 5, 7]
+    assert a["x_train"].min() >= 0 and a["x_train"].max() <= 1
+    assert not np.array_equal(a["x_train"][0], a["x_train"][1])
+    with pytest.raises(InputError):
+        maker(images, labels[:5])
+    with pytest.raises(InputError):
+        maker(images, labels, n_transforms=2)
+
+
+def test_reseed_swap_move_lowers_distortion():
+    from ticlust.methods.st_kmeans import _reseed
+    x = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 1, 2, 2).clone()
+    mu = torch.zeros(3, 1, 2, 2)
+    theta, nu = torch.full((4, 3, 6), 0.1), torch.full((4, 3, 4, 2), 0.1)
+    # items 0, 1 sit in cluster 0 but fit cluster 1 nearly as well; item 3 fits nothing well
+    losses = torch.tensor([[1.0, 1.1, 5.0], [1.0, 1.1, 5.0], [3.0, 0.5, 4.0], [12.0, 11.0, 10.0]])
+    labels = losses.argmin(1)
+    before = float(losses.gather(1, labels[:, None]).sum())
+    assert _reseed(x, mu, theta, nu, losses, labels)
+    assert labels.tolist() == [1, 1, 1, 0] and torch.equal(mu[0], x[3])
+    assert torch.all(theta[:, 0] == 0) and torch.all(nu[:, 0] == 0) and torch.all(theta[:, 1] == 0.1)
+    after = 1.1 + 1.1 + 0.5 + 0.0
+    assert after < before
+    # no move when every centroid is needed: dropping any costs more than the worst item gains
+    losses = torch.tensor([[0.1, 9.0], [9.0, 0.1], [0.2, 9.0]])
+    labels = losses.argmin(1)
+    assert not _reseed(x[:3], mu[:2], theta[:3, :2], nu[:3, :2], losses, labels)
+    assert labels.tolist() == [0, 1, 0]

@@ -1,0 +1,30 @@
+"""Acceptance on real digits (slow, needs ../shared/datasets): Non-rigid MNIST from MNIST-test digits."""
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import ticlust
+from ticlust.metrics import hungarian_accuracy
+from ticlust.warped_digits import nonrigid_digits
+
+ROOT = Path(__file__).resolve().parents[1]
+CANDIDATES = [ROOT.parent / "shared" / "datasets", ROOT.parents[1] / "shared" / "datasets"]
+DATA = next((p for p in CANDIDATES if (p / "mnist.npz").is_file()), None)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(DATA is None, reason="shared/datasets/mnist.npz not found")
+def test_nonrigid_mnist_acceptance():
+    mnist = np.load(DATA / "mnist.npz")
+    ds = nonrigid_digits(mnist["x_test"], mnist["y_test"], seed=0)
+    start = time.perf_counter()
+    st = ticlust.fit(ds["x_train"], "st-kmeans", k=10, device="cpu", seed=0)
+    acc_st = hungarian_accuracy(ds["y_test"], st.predict(ds["x_test"], device="cpu").labels)
+    elapsed = time.perf_counter() - start
+    km = ticlust.fit(ds["x_train"], "kmeans", k=10, device="cpu", seed=0)
+    acc_km = hungarian_accuracy(ds["y_test"], km.predict(ds["x_test"], device="cpu").labels)
+    assert acc_st >= 0.95 and acc_st >= acc_km + 0.20, (acc_st, acc_km)
+    assert elapsed < 15 * 60
+    assert np.all(np.diff(st.history) <= 1e-5 * np.asarray(st.history[:-1]))
