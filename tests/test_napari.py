@@ -25,11 +25,10 @@ def viewer_widget(make_napari_viewer):
 
 
 def run_to_end(qtbot, widget, timeout=60_000):
-    worker = widget.start()
-    assert worker is not None
-    with qtbot.waitSignal(worker.finished, timeout=timeout):
-        pass
-    qtbot.waitUntil(lambda: widget.worker is None, timeout=5000)
+    assert widget.start() is not None
+    # the widget drops its worker when the worker has finished (a fast failure can finish before any
+    # signal wait could be set up, so wait on the state rather than on the signal)
+    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=timeout)
 
 
 def test_manifest_is_valid():
@@ -54,6 +53,9 @@ def test_kmeans_run_adds_layers_and_features(viewer_widget, qtbot):
     np.testing.assert_array_equal(viewer.layers["digits"].data, before)  # input untouched
     # the inspector: every prototype beside each other under the current image, the chosen one framed
     viewer.dims.current_step = (7, 0, 0)
+    qtbot.waitUntil(lambda: widget._inspecting is None and "digits inspector frames" in viewer.layers, timeout=10_000)
+    frames = viewer.layers["digits inspector frames"]
+    qtbot.waitUntil(lambda: frames.features["label"][0] == f"0: {widget.result.scores[7, 0]:.3g}", timeout=10_000)
     strip = viewer.layers["digits inspector"].data
     assert strip.shape == (32, 10 * 34 - 2)
     frames = viewer.layers["digits inspector frames"]
@@ -208,4 +210,29 @@ def test_rgb_stack_and_gmm(make_napari_viewer, qtbot):
     labels = widget.result.labels
     assert len(set(labels[:20])) == 1 and len(set(labels[20:])) == 1 and labels[0] != labels[-1]
     viewer.dims.current_step = (5, 0, 0, 0)[: viewer.dims.ndim]
+    qtbot.waitUntil(lambda: "rgb inspector" in viewer.layers and widget._inspecting is None, timeout=10_000)
     assert viewer.layers["rgb inspector"].data.shape == (12, 2 * 14 - 2, 3)
+
+
+def test_st_kmeans_shows_aligned_stack_and_warp_grid(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    images = samples.glyphs()[0][0][:40]
+    viewer.add_image(images, name="glyphs")
+    widget = TiclustWidget(viewer)
+    widget.method.value = "st-kmeans"
+    widget.input.value = "glyphs"
+    widget.k.value = 4
+    for name, value in [("max_iter", 2), ("steps", 5), ("affine_steps", 5), ("predict_steps", 5), ("landmarks", 3)]:
+        widget.params[name].value = value
+    run_to_end(qtbot, widget, timeout=120_000)
+    assert widget.result is not None
+    aligned = viewer.layers["glyphs aligned"]
+    assert aligned.data.shape == (40, 32, 32) and aligned.metadata["aligned_kind"] == "item-on-prototype"
+    viewer.dims.current_step = (6, 0, 0)
+    grid = viewer.layers["glyphs warp grid"]
+    gh, gw = widget.result.grids.shape[1:3]
+    assert len(grid.data) == gh + gw
+    assert all(np.all(path[:, 0] == 6) for path in grid.data)   # drawn on the current slice only
+    np.testing.assert_allclose(grid.data[0][:, 1:], widget.result.grids[6, 0, :, ::-1], atol=1e-4)
+    qtbot.waitUntil(lambda: "glyphs inspector" in viewer.layers and widget._inspecting is None, timeout=60_000)
+    assert viewer.layers["glyphs inspector"].data.shape == (32, 4 * 34 - 2)

@@ -34,6 +34,9 @@ class TiclustWidget(Container):
         self._rollback: dict[str, object] = {}
         self._last_live = 0.0
         self._finished_cleanly = False
+        self._inspecting = None          # the worker aligning prototypes onto the current image
+        self._pending_frame: int | None = None
+        self._inspected = None           # the result the inspector layers were made for
 
         self.method = ComboBox(label="method", choices=available_methods(), value="kmeans",
                                tooltip="Clustering method; its parameters appear below")
@@ -279,16 +282,47 @@ class TiclustWidget(Container):
         frame = int(self.viewer.dims.current_step[0])
         if not 0 <= frame < result.n:
             return
-        if result.grids is not None and result.grids.shape[0] == result.n:
+        names = L.layer_names(name)
+        # only layers that still exist are updated: one the user deleted (or a closing viewer removed) stays gone
+        if result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
             L.update_grid(self.viewer, layer, result)
         scores = result.scores[frame]
         order = np.argsort(scores)
         runner = order[1] if len(order) > 1 else order[0]
         self.status.value = (f"item {frame} → cluster {result.labels[frame]} (score {scores[result.labels[frame]]:.4g}); "
                              f"runner-up {runner} ({scores[runner]:.4g})")
-        if self.inspect.value and result.prototypes.ndim >= 3 and result.prototypes.shape[1:] == layer.data.shape[1:]:
-            aligned, item_scores = api.align_one(result, np.asarray(layer.data[frame]), self.device.value)
-            L.show_inspector(self.viewer, layer, aligned, item_scores, int(result.labels[frame]))
+        first_time = self._inspected is not result
+        if (self.inspect.value and result.prototypes.ndim >= 3 and result.prototypes.shape[1:] == layer.data.shape[1:]
+                and (first_time or names["inspector"] in self.viewer.layers)):
+            self._request_inspection(frame)
+
+    def _request_inspection(self, frame: int) -> None:
+        """Align every prototype onto image ``frame`` in a worker thread (the GUI stays responsive);
+        while one alignment runs, only the latest requested frame is kept for the next."""
+        if self._inspecting is not None:
+            self._pending_frame = frame
+            return
+        result, layer = self.result, self.viewer.layers[self.result_layer_name]
+        item = np.asarray(layer.data[frame])
+        self._inspecting = create_worker(api.align_one, result, item, self.device.value, _start_thread=False)
+
+        def show(aligned_scores):
+            shown_before = self._inspected is result
+            exists = L.layer_names(layer.name)["inspector"] in self.viewer.layers
+            if self.result is result and layer.name in self.viewer.layers and (exists or not shown_before):
+                aligned, scores = aligned_scores
+                L.show_inspector(self.viewer, layer, aligned, scores, int(result.labels[frame]))
+                self._inspected = result
+
+        def next_one():
+            self._inspecting = None
+            pending, self._pending_frame = self._pending_frame, None
+            if pending is not None and pending != frame and self.result is result:
+                self._request_inspection(pending)
+
+        self._inspecting.returned.connect(show)
+        self._inspecting.finished.connect(next_one)
+        self._inspecting.start()
 
     def _on_points_selected(self, _=None) -> None:
         """Points picked in the landmark layer: highlight their shapes and say where they went."""

@@ -569,28 +569,35 @@ def _config_from(result: ClusteringResult, cls):
     return cls(**{key: (tuple(v) if isinstance(v, list) else v) for key, v in result.config.items() if key in names})
 
 
+def _align_new(method: str, cls, result: ClusteringResult, stack: Stack, device: torch.device,
+               batch_size: int | None = None):
+    """Optimise the alignments of new images onto the fixed centroids: (cfg, aligner, x, mu, theta, nu, losses)."""
+    _check_images(stack, method)
+    cfg = _config_from(result, cls)
+    if batch_size is not None:
+        cfg = dataclasses.replace(cfg, chunk=int(batch_size))
+    mu = torch.from_numpy(np.asarray(result.state["centers"], dtype=np.float32)).to(device)
+    check_same_size(stack, int(np.prod(mu.shape[1:])))
+    x = to_nchw(stack.tensor(device))
+    if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
+        raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
+    aligner = Aligner(tuple(x.shape[-2:]), _landmarks(cfg), cfg.lowpass, cfg.padding, device)
+    theta, nu = aligner.zeros(stack.n, mu.shape[0])
+    gen = _align_all(aligner, x, aligner.lowpass(x), mu, theta, nu, cfg,
+                     cfg.predict_steps if cfg.affine_steps else 0, cfg.predict_steps, None)
+    try:
+        while True:
+            next(gen)
+    except StopIteration as stop:
+        losses = stop.value
+    return cfg, aligner, x, mu, theta, nu, losses
+
+
 def _make_predict(method: str, cls):
     def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Assign new images with the centroids fixed: only their alignments are optimised."""
-        _check_images(stack, method)
-        cfg = _config_from(result, cls)
-        if batch_size is not None:
-            cfg = dataclasses.replace(cfg, chunk=int(batch_size))
-        mu = torch.from_numpy(np.asarray(result.state["centers"], dtype=np.float32)).to(device)
-        check_same_size(stack, int(np.prod(mu.shape[1:])))
-        x = to_nchw(stack.tensor(device))
-        if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
-            raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
-        aligner = Aligner(tuple(x.shape[-2:]), _landmarks(cfg), cfg.lowpass, cfg.padding, device)
-        theta, nu = aligner.zeros(stack.n, mu.shape[0])
         start = time.perf_counter()
-        gen = _align_all(aligner, x, aligner.lowpass(x), mu, theta, nu, cfg,
-                         cfg.predict_steps if cfg.affine_steps else 0, cfg.predict_steps, None)
-        try:
-            while True:
-                next(gen)
-        except StopIteration as stop:
-            losses = stop.value
+        cfg, aligner, x, mu, theta, nu, losses = _align_new(method, cls, result, stack, device, batch_size)
         labels = losses.argmin(1)
         out = _result(method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, [], {}, cfg.chunk,
                       {"fit_s": time.perf_counter() - start})
@@ -601,9 +608,21 @@ def _make_predict(method: str, cls):
     return predict
 
 
+def _make_align(method: str, cls):
+    def align(result: ClusteringResult, stack: Stack, device: torch.device):
+        """For the alignment inspector: one image warped onto every centroid, and its distance to each."""
+        _, aligner, x, _, theta, nu, losses = _align_new(method, cls, result, stack, device)
+        with torch.no_grad():
+            warped = aligner.warp_pairs(x[:1], theta[:1], None if nu is None else nu[:1])[0]
+        return from_nchw(warped, stack.channels > 1).cpu().numpy(), losses[0].cpu().numpy()
+    return align
+
+
 SPEC = register(MethodSpec(name="st-kmeans", title="Spatial Transformer K-means (TPS)", config=STKMeansConfig,
                            run=_make_run("st-kmeans"), predict=_make_predict("st-kmeans", STKMeansConfig),
+                           align=_make_align("st-kmeans", STKMeansConfig),
                            inputs=("images",), paper="000"))
 AI_SPEC = register(MethodSpec(name="ai-kmeans", title="Affine-invariant K-means", config=AIKMeansConfig,
                               run=_make_run("ai-kmeans"), predict=_make_predict("ai-kmeans", AIKMeansConfig),
+                              align=_make_align("ai-kmeans", AIKMeansConfig),
                               inputs=("images",), paper="000"))
