@@ -86,7 +86,7 @@ def run_set(name, x, y, x_test, y_test, args, params):
         row, r = fit_eval(name, method, x, y, x_test, y_test, args.device, args.seed, params)
         rows.append(row)
         results[method] = r
-    montage(results, args.out.parent / f"st_kmeans_{name}.png")
+    montage(results, args.out.parent / f"st_kmeans_{name}{args.tag}.png")
     return rows
 
 
@@ -162,6 +162,7 @@ def main(argv=None):
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="ST/AI parameter")
     ap.add_argument("--out", type=Path, default=HERE / "results" / "st_kmeans.md")
     ap.add_argument("--json", type=Path, default=None, help="also dump the raw rows here")
+    ap.add_argument("--tag", default="", help="suffix for the montage file names")
     args = ap.parse_args(argv)
     args.argv = list(argv) if argv is not None else __import__("sys").argv[1:]
     torch.set_num_threads(args.threads)

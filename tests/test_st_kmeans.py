@@ -225,3 +225,26 @@ def test_reseed_swap_move_lowers_distortion():
     labels = losses.argmin(1)
     assert not _reseed(x[:3], mu[:2], theta[:3, :2], nu[:3, :2], losses, labels)
     assert labels.tolist() == [0, 1, 0]
+
+
+def test_warps_stay_within_bounds(glyphs):
+    x, _ = glyphs
+    al = Aligner((16, 16), 3, 0.0, "zeros", "cpu", max_scale=1.5, max_shift=0.3, max_displacement=0.5)
+    theta = torch.randn(50, 2, 6)
+    (proj,) = al.project_affine([theta])
+    m = proj[..., [0, 1, 3, 4]].reshape(50, 2, 2, 2) + torch.eye(2)
+    sv = torch.linalg.svdvals(m)
+    assert sv.min() >= 1 / 1.5 - 1e-5 and sv.max() <= 1.5 + 1e-5
+    assert proj[..., [2, 5]].abs().max() <= 0.3 + 1e-6
+    inside = torch.zeros(3, 2, 6)
+    inside[..., 0] = 0.2
+    inside[..., 2] = 0.1
+    assert torch.allclose(al.project_affine([inside])[0], inside, atol=1e-6)   # feasible maps are untouched
+    (nu,) = al.project_tps([torch.randn(5, 2, 9, 2)])
+    assert nu.abs().max() <= 0.5 + 1e-6                                        # spacing 1.0 on a 3×3 grid
+    r = ticlust.fit(x, "st-kmeans", k=3, device="cpu", seed=0, landmarks=3, max_scale=1.2, max_shift=0.2,
+                    max_displacement=0.25, **FAST, lr=5e-2)
+    svs = np.linalg.svd(r.params["affine"][:, :, :2], compute_uv=False)
+    assert svs.min() >= 1 / 1.2 - 1e-4 and svs.max() <= 1.2 + 1e-4
+    assert np.abs(r.params["affine"][:, :, 2]).max() <= 0.2 + 1e-5
+    assert np.abs(r.params["displacements"]).max() <= 0.25 + 1e-5

@@ -46,6 +46,8 @@ class AIKMeansConfig:
     affine_lr: float = param(1e-2, "Adam learning rate of the low-pass affine pre-alignment", low=1e-6, high=1.0)
     lowpass: float = param(0.07, "Gaussian low-pass σ for the affine pre-alignment, as a fraction of the image side (0 = none)", low=0.0, high=0.5)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1)
+    max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
+    max_shift: float = param(0.5, "Bound on the affine translation, as a fraction of the half image side", low=0.0)
     mode: str = param("lloyd", "lloyd: full-batch Lloyd iterations (Algo. 2, monotone distortion); minibatch: for large N", choices=("lloyd", "minibatch"))
     epochs: int = param(150, "Mini-batch mode: passes over the data (paper: 150)", low=1)
     batch_size: int = param(64, "Mini-batch mode: images per batch (paper: 64)", low=1)
@@ -60,6 +62,7 @@ class AIKMeansConfig:
 @dataclass
 class STKMeansConfig(AIKMeansConfig):
     landmarks: int = param(4, "Side g of the g×g grid of TPS landmarks (ℓ = g², the paper sweeps 3 … 8)", low=3, high=8)
+    max_displacement: float = param(0.5, "Bound on each landmark displacement, as a fraction of the landmark spacing", low=0.0)
 
 
 # ---- the alignment engine ------------------------------------------------------------------------
@@ -90,7 +93,7 @@ def gaussian_lowpass(images: torch.Tensor, sigma: float) -> torch.Tensor:
 
 
 def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, ticker: Ticker | None = None, stage: str = "",
-         state: dict | None = None, betas=(0.9, 0.999), eps: float = 1e-8):
+         state: dict | None = None, project=None, betas=(0.9, 0.999), eps: float = 1e-8):
     """Adam on per-pair losses (generator; returns the best parameters seen and their losses).
 
     ``loss_fn(*params)`` gives one loss per pair (B, K); the parameters are (B, K, ...). Pairs are
@@ -128,6 +131,8 @@ def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, ticker: Tic
                 m_hat = m / (1 - betas[0] ** t).view(shape)
                 v_hat = v / (1 - betas[1] ** t).view(shape)
                 params[i] = (p.detach() - lr * m_hat / (v_hat.sqrt() + eps))
+            if project is not None:
+                params = project(params)
         if ticker is not None:
             yield ticker.tick(stage, float(best_loss.min(1).values.mean()))
     with torch.no_grad():
@@ -150,8 +155,11 @@ class Aligner:
     this is a single TPS). B is the precomputed per-pixel TPS basis (kernel inverse done once).
     """
 
-    def __init__(self, size: tuple[int, int], landmarks: int | None, lowpass: float, padding: str, device):
+    def __init__(self, size: tuple[int, int], landmarks: int | None, lowpass: float, padding: str, device,
+                 max_scale: float = math.inf, max_shift: float = math.inf, max_displacement: float = math.inf):
         self.size = size
+        self.max_scale, self.max_shift = max_scale, max_shift
+        self.max_nu = max_displacement * 2.0 / (landmarks - 1) if landmarks else math.inf
         self.padding = padding
         self.device = device
         self.points = identity_points(size, device).reshape(-1, 2)
@@ -174,6 +182,27 @@ class Aligner:
             out = F.adaptive_avg_pool2d(out.reshape(-1, *out.shape[-2:])[:, None], self.low_size)
             out = out.reshape(*lead, *self.low_size)
         return out
+
+    def project_affine(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Keep affine maps feasible: singular values in [1/max_scale, max_scale], |shift| ≤ max_shift.
+        Unbounded warps let an image shrink or slide off the frame until it matches any dim centroid."""
+        theta = params[0]
+        if math.isfinite(self.max_scale):
+            m = theta[..., [0, 1, 3, 4]].reshape(*theta.shape[:-1], 2, 2) + torch.eye(2, device=theta.device)
+            u, sv, vh = torch.linalg.svd(m)
+            sv = sv.clamp(1.0 / self.max_scale, self.max_scale)
+            m = u @ (sv[..., None] * vh) - torch.eye(2, device=theta.device)
+            theta = torch.stack([m[..., 0, 0], m[..., 0, 1], theta[..., 2], m[..., 1, 0], m[..., 1, 1], theta[..., 5]], -1)
+        if math.isfinite(self.max_shift):
+            theta = theta.clone()
+            theta[..., [2, 5]] = theta[..., [2, 5]].clamp(-self.max_shift, self.max_shift)
+        return [theta] + list(params[1:])
+
+    def project_tps(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Keep each landmark displacement within max_displacement × the landmark spacing."""
+        if not math.isfinite(self.max_nu):
+            return params
+        return [p.clamp(-self.max_nu, self.max_nu) for p in params]
 
     def zeros(self, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         theta = torch.zeros(n, k, 6, device=self.device)
@@ -217,7 +246,7 @@ class Aligner:
         if steps_a > 0:
             theta_a, _, st = yield from adam(lambda th: self.pair_losses(x_low, mu_low, th, None, low=True), [theta],
                                              steps_a, lr_a, ticker, "affine pre-alignment",
-                                             None if states is None else states.get("a"))
+                                             None if states is None else states.get("a"), self.project_affine)
             theta_a = theta_a[0]
             if states is not None:
                 states["a"] = st
@@ -235,12 +264,12 @@ class Aligner:
         if nu is not None:
             fixed = theta
             (nu_new,), loss, st = yield from adam(lambda v: self.pair_losses(x, mu, fixed, v), [nu], steps_b, lr_b,
-                                                  ticker, stage, prev)
+                                                  ticker, stage, prev, self.project_tps)
             better = loss < start_loss
             nu = torch.where(better[..., None, None], nu_new, nu)
         else:
             (th_new,), loss, st = yield from adam(lambda th: self.pair_losses(x, mu, th, None), [theta], steps_b,
-                                                  lr_b, ticker, stage, prev)
+                                                  lr_b, ticker, stage, prev, self.project_affine)
             better = loss < start_loss
             theta = torch.where(better[..., None], th_new, theta)
         if states is not None:
@@ -266,6 +295,11 @@ class Aligner:
 # ---- shared pieces of the training loop ----------------------------------------------------------
 def _landmarks(cfg) -> int | None:
     return getattr(cfg, "landmarks", None)
+
+
+def _aligner(cfg, size, device) -> Aligner:
+    return Aligner(size, _landmarks(cfg), cfg.lowpass, cfg.padding, device, cfg.max_scale, cfg.max_shift,
+                   getattr(cfg, "max_displacement", math.inf))
 
 
 def _chunks(n: int, size: int):
@@ -382,7 +416,7 @@ def _lloyd(stack: Stack, cfg, device, seed: int, method: str):
     size = tuple(x.shape[-2:])
     mu = kmeans_plus_plus(x.reshape(x.shape[0], -1), cfg.k, rng).reshape(cfg.k, *x.shape[1:])
     init = mu.clone()
-    aligner = Aligner(size, _landmarks(cfg), cfg.lowpass, cfg.padding, device)
+    aligner = _aligner(cfg, size, device)
     x_low = aligner.lowpass(x)
     n_chunks = len(_chunks(stack.n, cfg.chunk))
     if cfg.mode == "minibatch":
@@ -581,7 +615,7 @@ def _align_new(method: str, cls, result: ClusteringResult, stack: Stack, device:
     x = to_nchw(stack.tensor(device))
     if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
         raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
-    aligner = Aligner(tuple(x.shape[-2:]), _landmarks(cfg), cfg.lowpass, cfg.padding, device)
+    aligner = _aligner(cfg, tuple(x.shape[-2:]), device)
     theta, nu = aligner.zeros(stack.n, mu.shape[0])
     gen = _align_all(aligner, x, aligner.lowpass(x), mu, theta, nu, cfg,
                      cfg.predict_steps if cfg.affine_steps else 0, cfg.predict_steps, None)
