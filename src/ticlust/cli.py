@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 
