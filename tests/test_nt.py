@@ -45,7 +45,7 @@ def test_candidate_closed_form_matches_numerical_minimum(seed):
     q = _rand(rng, m) * 2
     tau, nu = _rand(rng, m), _rand(rng, m)
     lam0, lam1 = [0.03, 0.3, 1.0][seed % 3], 0.1
-    a, score = nt.candidates(q[None], tau[None], nu[None], lam0, lam1)
+    score, a = nt.candidates(q[None], tau[None], nu[None], lam0, lam1)
     a = a[0, 0, 0]
     s = torch.sign(q)
 
@@ -67,7 +67,7 @@ def test_candidate_without_ratio_is_soft_threshold():
     q = torch.tensor([[2.0, -1.0, 0.05, -3.0]])
     tau = torch.tensor([[0.5, 1.0, 0.0, -1.0]])
     nu = torch.zeros(1, 4)
-    a, _ = nt.candidates(q, tau, nu, 0.0, 0.1)
+    _, a = nt.candidates(q, tau, nu, 0.0, 0.1)
     assert torch.allclose(a[0, 0, 0], torch.tensor([1.9, 0.9, 0.0, 2.9]))
 
 

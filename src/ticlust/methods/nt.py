@@ -53,7 +53,7 @@ class NTConfig:
     support_iters: int = param(3, "Support refinements of the closed-form candidate solution", low=1)
     reject_quantile: float = param(0.0, "Flag as rejected the items whose best score is above this upper quantile "
                                    "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5)
-    batch_size: int = param(64, "Items per batch in the candidate step", low=1, gui=False)
+    batch_size: int = param(256, "Items per batch in the candidate step", low=1, gui=False)
 
 
 # ---- measures ------------------------------------------------------------------------------------
@@ -104,14 +104,45 @@ def ratio_objective(a, p, kk, mu, g, v):
     return 0.5 * (kk * a * a).sum(-1) - (p * a).sum(-1) + mu * r / (h + _EPS)
 
 
+def _best_root(pp, pg, pv, gg, gv, vv, mu: float):
+    """Given the sums over a support, the (alpha, beta) = (mu/h, mu r/h^2) of the best root of the quartic.
+
+    On a fixed support S the solution is a = (p - alpha g + beta v)/k there, and its objective
+    1/2 sum k a^2 - p.a + mu r/h has the closed form below in the sums, so every root is scored in O(1).
+    The plain soft threshold (alpha = beta = 0) is the fallback. Returns (alpha, beta, objective).
+    """
+    best_j = torch.where(pv > 0, -0.5 * pp + mu * pg / pv.clamp_min(1e-300), torch.full_like(pv, math.inf))
+    alpha, beta = torch.zeros_like(pv), torch.zeros_like(pv)
+    if mu <= 0:
+        return alpha, beta, -0.5 * pp
+    coeffs = torch.stack([torch.ones_like(pv), -pv, torch.zeros_like(pv), mu * (gv * pv - vv * pg),
+                          mu * mu * (vv * gg - gv * gv)], -1)
+    roots = quartic_roots(coeffs).real
+    for j in range(4):
+        h = roots[..., j]
+        valid = h > 1e-12
+        h = torch.where(valid, h, torch.ones_like(h))
+        den = h * h - mu * gv
+        den = torch.where(den.abs() > 1e-300, den, torch.full_like(den, 1e-300))
+        r = h * (h * pg - mu * gg) / den
+        al, be = mu / h, mu * r / (h * h)
+        uu = pp - 2 * al * pg + 2 * be * pv + al * al * gg - 2 * al * be * gv + be * be * vv
+        jv = 0.5 * uu - (pp - al * pg + be * pv) + mu * r / h
+        better = valid & torch.isfinite(jv) & (jv < best_j)
+        best_j = torch.where(better, jv, best_j)
+        alpha = torch.where(better, al, alpha)
+        beta = torch.where(better, be, beta)
+    return alpha, beta, best_j
+
+
 def ratio_project(p, kk, mu: float, g, v, support_iters: int = 3, init=None):
     """Exact minimiser a >= 0 of 1/2 sum kk a^2 - p.a + mu (g.a)/(v.a), batched over leading axes.
 
     Stationarity gives a = max(p - mu g/h + mu (r/h^2) v, 0) / kk with h = v.a and r = g.a; on a fixed
-    support both reduce to one quartic in h (docs/nt.md, Eq. Q). Every positive root is tried and the one
-    with the lowest objective is kept; the support is then re-read from the solution and the step repeated.
-    Returns (a, h, r). p, kk, g, v broadcast to (..., M); mu is a number >= 0; ``init`` is an optional
-    starting solution that is kept where nothing better is found.
+    support both reduce to one quartic in h (docs/nt.md, Eq. Q). Every positive root is scored and the best
+    kept; the support is then re-read from the thresholded solution and the step repeated, keeping the
+    best solution seen under the true objective. Returns (a, h, r). p, kk, g, v broadcast to (..., M);
+    mu is a number >= 0; ``init`` is an optional starting solution.
     """
     mu = float(mu)
     shape = torch.broadcast_shapes(p.shape, kk.shape, g.shape, v.shape)
@@ -125,36 +156,55 @@ def ratio_project(p, kk, mu: float, g, v, support_iters: int = 3, init=None):
     support = best > 0
     for _ in range(support_iters if mu > 0 else 0):
         sk = support.to(p.dtype) / kk
-        pg, pv, gg, gv, vv = ((t * sk).sum(-1).to(torch.float64) for t in (g * p, v * p, g * g, g * v, v * v))
-        coeffs = torch.stack([torch.ones_like(pv), -pv, torch.zeros_like(pv), mu * (gv * pv - vv * pg),
-                              mu * mu * (vv * gg - gv * gv)], -1)
-        roots = quartic_roots(coeffs).real
-        for j in range(4):
-            h = roots[..., j]
-            valid = h > 1e-12
-            h = torch.where(valid, h, torch.ones_like(h))
-            den = h * h - mu * gv
-            den = torch.where(den.abs() > 1e-300, den, torch.full_like(den, 1e-300))
-            r = h * (h * pg - mu * gg) / den
-            hh, rr = h.to(p.dtype)[..., None], r.to(p.dtype)[..., None]
-            a = (p - mu * g / hh + mu * (rr / (hh * hh)) * v).clamp_min(0) / kk
-            jv = ratio_objective(a, p, kk, mu, g, v)
-            better = valid & torch.isfinite(jv) & (jv < best_j)
-            best = torch.where(better[..., None], a, best)
-            best_j = torch.where(better, jv, best_j)
-        support = best > 0
+        sums = [(t * sk).sum(-1).to(torch.float64) for t in (p * p, g * p, v * p, g * g, g * v, v * v)]
+        alpha, beta, _ = _best_root(*sums, mu)
+        a = (p - alpha.to(p.dtype)[..., None] * g + beta.to(p.dtype)[..., None] * v).clamp_min(0) / kk
+        jv = ratio_objective(a, p, kk, mu, g, v)
+        better = torch.isfinite(jv) & (jv < best_j)
+        best = torch.where(better[..., None], a, best)
+        best_j = torch.where(better, jv, best_j)
+        new_support = best > 0
+        if torch.equal(new_support, support):
+            break
+        support = new_support
     return best, (v * best).sum(-1), (g * best).sum(-1)
 
 
 # ---- Stage 1: candidates, scores and assignment --------------------------------------------------
-def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
-               support_iters: int = 3):
-    """Candidate magnitudes |y| (B, C_d, C_s, M) of Eq. 21-23 and their min-max scores s_P (B, C_d, C_s), Eq. 24.
+_PAIR_CACHE: dict = {}
 
-    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the five sums that define the
-    quartic (and the objective at each of its roots) are matrix products over M, so every (item, c1, c2)
-    costs O(1) after them. Candidates whose thresholded solution leaves S are re-solved exactly by
-    :func:`ratio_project` with support refinement.
+
+def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
+    """The (M, C_d C_s) matrices g^a v^b w / k of the fast candidate sums, for the positive and negative side.
+
+    w is 1 ("k": the quartic sums) or tau^2/k ("w": the varsigma sums). Cached for the current tau, nu.
+    """
+    key = (id(tau), id(nu), tau._version, nu._version, float(lam0))
+    if _PAIR_CACHE.get("key") == key:
+        return _PAIR_CACHE["mats"]
+    cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
+    ik = 1.0 / (1 + 2 * lam0 * tau * tau)
+    weights = {"k": ik, "w": tau * tau * ik * ik}
+    sides = ((tau.clamp_min(0), nu.clamp_min(0)), ((-tau).clamp_min(0), (-nu).clamp_min(0)))
+    mats = {}
+    for ga, vb in ((0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)):
+        for wn, w in weights.items():
+            mats[(ga, vb, wn)] = tuple(((t_ ** ga * w)[:, None, :] * (n_ ** vb)[None, :, :]).reshape(cd * cs, m).T.contiguous()
+                                       for t_, n_ in sides)
+    _PAIR_CACHE.clear()
+    _PAIR_CACHE.update(key=key, mats=mats, refs=(tau, nu))
+    return mats
+
+
+def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
+               support_iters: int = 3, full: bool = True):
+    """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
+
+    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
+    quartic, its roots' objectives and the score are matrix products over M, so each (item, c1, c2) costs
+    O(1) after them. A candidate whose thresholded solution may leave S (a cheap sufficient test) is
+    re-solved exactly by :func:`ratio_project`. Returns (scores, magnitude_fn) where magnitude_fn(i, c1, c2)
+    gives |y| (len(i), M) of the chosen candidates; with ``full`` also the (B, C_d, C_s, M) tensor of all.
     """
     lam0 = float(lam0)
     pos = (q > 0).to(q.dtype)
@@ -162,69 +212,72 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     p = q.abs() - lam1                                                     # (B, M)
     sup = (p > 0).to(q.dtype)
     kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
+    ik = 1.0 / kk
     tp, tn = tau.clamp_min(0), (-tau).clamp_min(0)
     np_, nn_ = nu.clamp_min(0), (-nu).clamp_min(0)
     cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
-    wp, wn = sup * pos, sup * neg
-    ik = 1.0 / kk
+    b = q.shape[0]
 
-    def pair(a_, b_):                                                       # (Cd*Cs, M) of a_c1 * b_c2 / k_c1
-        return (a_[:, None, :] * b_[None, :, :] * ik[:, None, :]).reshape(cd * cs, m)
+    mats = pair_mats(tau, nu, lam0)
 
-    pg = (wp * p) @ (tp * ik).T + (wn * p) @ (tn * ik).T                    # (B, Cd)
-    gg = wp @ (tp * tp * ik).T + wn @ (tn * tn * ik).T
-    pp = (sup * p * p) @ ik.T
-    one = torch.ones(cd, 1, m, dtype=q.dtype, device=q.device)[:, 0]
-    pv = ((wp * p) @ pair(one, np_).T + (wn * p) @ pair(one, nn_).T).reshape(-1, cd, cs)
-    gv = (wp @ pair(tp, np_).T + wn @ pair(tn, nn_).T).reshape(-1, cd, cs)
-    vv = (wp @ pair(one, np_ * np_).T + wn @ pair(one, nn_ * nn_).T).reshape(-1, cd, cs)
-    pg, gg, pp = (t[:, :, None].expand_as(pv).to(torch.float64) for t in (pg, gg, pp))
-    pv, gv, vv = (t.to(torch.float64) for t in (pv, gv, vv))
-    # fallback (no ratio shift): a = p/k on S
-    best_j = torch.where(pv > 0, -0.5 * pp + lam0 * pg / pv.clamp_min(1e-300), torch.full_like(pv, math.inf))
-    alpha = torch.zeros_like(pv)
-    beta = torch.zeros_like(pv)
-    if lam0 > 0:
-        coeffs = torch.stack([torch.ones_like(pv), -pv, torch.zeros_like(pv), lam0 * (gv * pv - vv * pg),
-                              lam0 * lam0 * (vv * gg - gv * gv)], -1)
-        roots = quartic_roots(coeffs).real
-        for j in range(4):
-            h = roots[..., j]
-            valid = h > 1e-12
-            h = torch.where(valid, h, torch.ones_like(h))
-            den = h * h - lam0 * gv
-            den = torch.where(den.abs() > 1e-300, den, torch.full_like(den, 1e-300))
-            r = h * (h * pg - lam0 * gg) / den
-            al, be = lam0 / h, lam0 * r / (h * h)
-            uu = pp - 2 * al * pg + 2 * be * pv + al * al * gg - 2 * al * be * gv + be * be * vv
-            jv = 0.5 * uu - (pp - al * pg + be * pv) + lam0 * r / h
-            better = valid & torch.isfinite(jv) & (jv < best_j)
-            best_j = torch.where(better, jv, best_j)
-            alpha = torch.where(better, al, alpha)
-            beta = torch.where(better, be, beta)
-    g = (pos[:, None, :] * tp[None] + neg[:, None, :] * tn[None])[:, :, None, :]      # (B, Cd, 1, M)
-    v = (pos[:, None, :] * np_[None] + neg[:, None, :] * nn_[None])[:, None, :, :]    # (B, 1, Cs, M)
-    al, be = alpha.to(q.dtype)[..., None], beta.to(q.dtype)[..., None]
-    a = (p[:, None, None, :] - al * g + be * v).clamp_min(0) * ik[None, :, None, :]
-    moved = ((a > 0) != (sup[:, None, None, :] > 0)).any(-1)
+    def ssum(fp, ga: int, vb: int, w: str):
+        """sum_m fp_m g^ga v^vb w_c1 over m for every (item, c1, c2), as two matrix products."""
+        mp, mn = mats[(ga, vb, w)]
+        return ((fp * pos) @ mp + (fp * neg) @ mn).reshape(b, cd, cs).to(torch.float64)
+
+    sp, sp2 = sup * p, sup * p * p
+    pp, pg, pv = ssum(sp2, 0, 0, "k"), ssum(sp, 1, 0, "k"), ssum(sp, 0, 1, "k")
+    gg, gv, vv = ssum(sup, 2, 0, "k"), ssum(sup, 1, 1, "k"), ssum(sup, 0, 2, "k")
+    alpha, beta, _ = _best_root(pp, pg, pv, gg, gv, vv, lam0)
+    h = pv - alpha * gv + beta * vv                                         # v.a on S
+    r = pg - alpha * gg + beta * gv                                         # g.a on S
+    sig = (ssum(sp2, 0, 0, "w") - 2 * alpha * ssum(sp, 1, 0, "w") + 2 * beta * ssum(sp, 0, 1, "w")
+           + alpha * alpha * ssum(sup, 2, 0, "w") - 2 * alpha * beta * ssum(sup, 1, 1, "w")
+           + beta * beta * ssum(sup, 0, 2, "w"))
+    score = (r / (h + _EPS) + sig).to(q.dtype)
+    # sufficient test that the thresholded solution stays on S: no coordinate of S drops below zero
+    # (alpha g <= p there) and none outside S rises above it (beta v <= -p there)
+    g3 = pos[:, None, :] * tp[None] + neg[:, None, :] * tn[None]                     # (B, Cd, M)
+    v3 = pos[:, None, :] * np_[None] + neg[:, None, :] * nn_[None]                   # (B, Cs, M)
+    amax = torch.where((sup[:, None, :] > 0) & (g3 > 0), p[:, None, :] / g3.clamp_min(1e-30),
+                       torch.full_like(g3, math.inf)).amin(-1)
+    bmax = torch.where((sup[:, None, :] == 0) & (v3 > 0), (-p)[:, None, :] / v3.clamp_min(1e-30),
+                       torch.full_like(v3, math.inf)).amin(-1)
+    moved = (alpha > amax[:, :, None]) | (beta > bmax[:, None, :]) | (beta < 0)
+    sub = None
     if support_iters > 0 and bool(moved.any()):
         bi, ci, si = torch.nonzero(moved, as_tuple=True)
-        sub, _, _ = ratio_project(p[bi], kk[ci], lam0, g[bi, ci, 0], v[bi, 0, si], support_iters, init=a[bi, ci, si])
-        a[bi, ci, si] = sub
-    h = (v * a).sum(-1)
-    r = (g * a).sum(-1)
-    score = r / (h + _EPS) + (a * a * (tau * tau)[None, :, None, :]).sum(-1)
-    return a, score
+        g_s, v_s = g3[bi, ci], v3[bi, si]
+        init = (p[bi] - alpha[bi, ci, si, None].to(q.dtype) * g_s
+                + beta[bi, ci, si, None].to(q.dtype) * v_s).clamp_min(0) * ik[ci]
+        a_s, h_s, r_s = ratio_project(p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
+        score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
+        sub = (moved, a_s)
+
+    def magnitudes(i, c1, c2):
+        al, be = alpha[i, c1, c2, None].to(q.dtype), beta[i, c1, c2, None].to(q.dtype)
+        a = (p[i] - al * g3[i, c1] + be * v3[i, c2]).clamp_min(0) * ik[c1]
+        if sub is not None:
+            rank = torch.full(moved.shape, -1, dtype=torch.long, device=q.device)
+            rank[moved] = torch.arange(int(moved.sum()), device=q.device)
+            ridx = rank[i, c1, c2]
+            hit = ridx >= 0
+            a[hit] = sub[1][ridx[hit]]
+        return a
+
+    if not full:
+        return score, magnitudes
+    ii, c1, c2 = (t.reshape(-1) for t in torch.meshgrid(torch.arange(b), torch.arange(cd), torch.arange(cs), indexing="ij"))
+    return score, magnitudes(ii.to(q.device), c1.to(q.device), c2.to(q.device)).reshape(b, cd, cs, m)
 
 
 def assign_batch(q, tau, nu, cfg):
     """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2."""
-    a, score = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters)
+    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False)
     b, cd, cs = score.shape
     flat = score.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
-    idx = torch.arange(b, device=q.device)
-    y = torch.sign(q) * a[idx, c1, c2]
+    y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
     return c1, c2, y, score.min(2).values
 
 
@@ -332,9 +385,10 @@ def update_nu(q, y, c1, c2, tau, nu, cfg):
 # ---- Stage 3: the linear map ---------------------------------------------------------------------
 def a_prior(a, lam2, lam3, lam4):
     """f_d(A) = lam2/2 ||A||^2 + lam3/2 ||A A^T - I||^2 - lam4 log det(A^T A) (the priors of Eq. 30)."""
-    gram = a.T @ a
-    frame = (gram * gram).sum() - 2 * (a * a).sum() + a.shape[0]          # ||A A^T - I_M||_F^2 via A^T A
-    return 0.5 * lam2 * (a * a).sum() + 0.5 * lam3 * frame - lam4 * torch.linalg.slogdet(gram)[1]
+    gram = (a.T @ a).to(torch.float64)
+    fro = gram.diagonal().sum()
+    frame = (gram * gram).sum() - 2 * fro + a.shape[0]                      # ||A A^T - I_M||_F^2 via A^T A
+    return 0.5 * lam2 * fro + 0.5 * lam3 * frame - lam4 * torch.linalg.slogdet(gram)[1]
 
 
 def a_objective(a, x, z, lam2, lam3, lam4):
@@ -356,7 +410,10 @@ def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: f
     f = x64 @ x64.T + lam2 * torch.eye(n_dim, dtype=torch.float64, device=x.device)
     chol = torch.linalg.cholesky(f)
     linv = torch.linalg.solve_triangular(chol, torch.eye(n_dim, dtype=torch.float64, device=x.device), upper=False)
-    qm, s, rt = torch.linalg.svd(linv @ (x64 @ z64.T), full_matrices=False)   # (N,N), (N,), (N,M)
+    kmat = linv @ (x64 @ z64.T)                                                # (N, M)
+    ev, qm = torch.linalg.eigh(kmat @ kmat.T)                                  # thin SVD via the N x N Gram
+    s = ev.clamp_min(0).sqrt()
+    rt = (qm.T @ kmat) / s.clamp_min(1e-150)[:, None]                           # R^T (N, M)
     w = ((qm.T @ linv.T) ** 2).sum(1)                                         # diag(Q^T F^-1 Q)
     if lam3 > 0:
         coeffs = torch.stack([2 * lam3 * w * w, torch.zeros_like(w), 1 - 2 * lam3 * w, -s,
@@ -413,7 +470,7 @@ def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
             up += float(varsigma(nu[c], tp) + (rho(nu[c], tp) / (rho(nu[c], npair) + _EPS) if npair is not None else 0))
     prior_a = 0.0
     if cfg.transform == "learned":
-        prior_a = float(a_prior(a.to(torch.float64), cfg.lam2, cfg.lam3, cfg.lam4))
+        prior_a = float(a_prior(a, cfg.lam2, cfg.lam3, cfg.lam4))
     return (float(fit + disc) + cfg.lam_e * up + prior_a) / q.shape[0]
 
 
@@ -489,7 +546,7 @@ def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
     return (sums / counts[:, None]).reshape(k, *stack.item_shape).cpu().numpy()
 
 
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 64) -> ClusteringResult:
+def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
     """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
     a = torch.from_numpy(result.state["a"]).to(device)
     check_same_size(stack, a.shape[1])
