@@ -22,6 +22,7 @@ import torch
 
 from ..data import InputError, Stack, check_same_size
 from ..result import ClusteringResult
+from .kmeans import kmeans_plus_plus, lloyd
 from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
 
 _EPS = 1e-6          # added to rho(y, nu) in every ratio so that an empty support intersection stays finite
@@ -35,6 +36,9 @@ class NTConfig:
     c_s: int = param(2, "Number of similarity vectors nu (C_s, 'small' in the paper)", low=1, high=16)
     transform: str = param("learned", "The linear map A: learned (overcomplete, Eq. 30) or identity (A = I)",
                            choices=("learned", "identity"))
+    init: str = param("gaussian", "Initialisation: gaussian (paper Sec. 5.1: A, tau, nu i.i.d. N(0,1)) or kmeans "
+                      "(tau, nu fitted by Eq. 28-29 to a pixel k-means++ partition; not in the paper)",
+                      choices=("gaussian", "kmeans"))
     m: int = param(0, "Transform dimension M (0 = the paper's M/N = 2100/500 ratio, capped at 2100 and at least N)",
                    low=0)
     lam0: float = param(0.03, "lambda0: weight of the min-max discrimination measure f_c", low=0.0)
@@ -81,6 +85,9 @@ def quartic_roots(coeffs: torch.Tensor, polish: int = 2) -> torch.Tensor:
     """
     c = coeffs.to(torch.float64)
     c = c / c[..., :1]
+    bad = ~torch.isfinite(c).all(-1)
+    if bool(bad.any()):       # degenerate rows get NaN roots (callers treat them as invalid)
+        c = torch.where(bad[..., None], torch.tensor([1.0, 0, 0, 0, -1.0], dtype=c.dtype, device=c.device), c)
     shape = c.shape[:-1]
     comp = torch.zeros(*shape, 4, 4, dtype=torch.float64, device=c.device)
     comp[..., 0, :] = -c[..., 1:]
@@ -93,6 +100,8 @@ def quartic_roots(coeffs: torch.Tensor, polish: int = 2) -> torch.Tensor:
         step = torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
         ok = torch.isfinite(step.real) & torch.isfinite(step.imag) & (step.abs() < 1e-2 * (1 + z.abs()))
         z = torch.where(ok, z - step, z)
+    if bool(bad.any()):
+        z = torch.where(bad[..., None], torch.full_like(z, complex(math.nan, 0)), z)
     return z
 
 
@@ -413,7 +422,15 @@ def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: f
     kmat = linv @ (x64 @ z64.T)                                                # (N, M)
     ev, qm = torch.linalg.eigh(kmat @ kmat.T)                                  # thin SVD via the N x N Gram
     s = ev.clamp_min(0).sqrt()
-    rt = (qm.T @ kmat) / s.clamp_min(1e-150)[:, None]                           # R^T (N, M)
+    ok = s > 1e-9 * float(s.max().clamp_min(1e-300))
+    rt = (qm.T @ kmat) / torch.where(ok, s, torch.ones_like(s))[:, None]        # R^T (N, M)
+    if not bool(ok.all()):    # rank-deficient X Z^T: complete R with orthonormal columns (s_j = 0 there)
+        s = torch.where(ok, s, torch.zeros_like(s))
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        extra = torch.randn(int((~ok).sum()), rt.shape[1], generator=gen, dtype=torch.float64).to(x.device)
+        valid = rt[ok]
+        extra = extra - (extra @ valid.T) @ valid
+        rt[~ok] = torch.linalg.qr(extra.T)[0].T
     w = ((qm.T @ linv.T) ** 2).sum(1)                                         # diag(Q^T F^-1 Q)
     if lam3 > 0:
         coeffs = torch.stack([2 * lam3 * w * w, torch.zeros_like(w), 1 - 2 * lam3 * w, -s,
@@ -495,6 +512,8 @@ def run(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
 
     a = torch.eye(n_dim, device=device) if cfg.transform == "identity" else gauss(m_dim, n_dim)  # Sec. 5.1: N(0,1)
     tau, nu = gauss(cfg.k, m_dim), gauss(cfg.c_s, m_dim)
+    if cfg.init == "kmeans":
+        tau, nu = kmeans_start(x, x @ a.T, tau, nu, cfg, rng)
     history: list[float] = []
     labels = None
     t_start = time.perf_counter()
@@ -536,6 +555,19 @@ def run(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
                 "m": np.array(m_dim)},
         state=state,
         timing={"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}))
+
+
+def kmeans_start(x, q, tau, nu, cfg, rng):
+    """Fit tau, nu (Eq. 28-29) to a pixel k-means++ / Lloyd partition instead of starting from noise."""
+    centers = kmeans_plus_plus(x, cfg.k, rng)
+    labels = None
+    for _, _, centers, labels in lloyd(x, centers, max_iter=100):
+        pass
+    y = torch.sign(q) * (q.abs() - cfg.lam1).clamp_min(0)
+    c2 = rho(y[:, None, :], nu[None]).argmax(1)
+    tau = update_tau(q, y, labels, c2, tau, nu, cfg)
+    nu = update_nu(q, y, labels, c2, tau, nu, cfg)
+    return tau, nu
 
 
 def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
