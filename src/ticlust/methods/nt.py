@@ -298,20 +298,20 @@ def assign_all(q, tau, nu, cfg):
 
 # ---- Stage 2: tau and nu ---------------------------------------------------------------------------
 def fc_pair(z: torch.Tensor, others_tau: torch.Tensor, nus: torch.Tensor):
-    """The (tau', nu') that attain f_c(z, theta\\z) = min_tau' [rho(z,tau')/max_nu rho(z,nu) + varsigma(z,tau')]."""
+    """The (tau', nu') that attain f_c(z, theta\\z) = min_tau' [rho(z,tau')/max_nu rho(z,nu) + varsigma(z,tau')].
+
+    nu' is None when there is no nu to compare with (then only the varsigma part counts); both are None
+    when there is no other tau.
+    """
     if others_tau.shape[0] == 0:
         return None, None
-    tau_p = None
+    s = varsigma(z[None], others_tau)
     nu_p = None
     if nus.shape[0]:
         rn = rho(z[None], nus)
         nu_p = nus[int(rn.argmax())]
-        denom = float(rn.max()) + _EPS
-    else:
-        denom = None
-    s = (rho(z[None], others_tau) / denom if denom is not None else 0) + varsigma(z[None], others_tau)
-    tau_p = others_tau[int(torch.as_tensor(s).argmin())]
-    return tau_p, nu_p
+        s = s + rho(z[None], others_tau) / (float(rn.max()) + _EPS)
+    return others_tau[int(s.argmin())], nu_p
 
 
 def update_tau(q, y, c1, c2, tau, nu, cfg):
