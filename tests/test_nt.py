@@ -37,14 +37,14 @@ def test_quartic_roots_match_numpy_roots():
         assert np.abs(np.polyval(c, z)).max() < 1e-8 * (1 + np.abs(c).sum() * (1 + np.abs(z).max()) ** 4)
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(3))
 def test_candidate_closed_form_matches_numerical_minimum(seed):
     """Eq. 20 in the sign-consistent orthant: closed form (quartic in h) vs L-BFGS-B with several starts."""
     rng = np.random.default_rng(seed)
     m = 12
     q = _rand(rng, m) * 2
     tau, nu = _rand(rng, m), _rand(rng, m)
-    lam0, lam1 = [0.03, 0.3, 1.0][seed % 3], 0.1
+    lam0, lam1 = [0.03, 0.3, 1.0][seed], 0.1
     score, a = nt.candidates(q[None], tau[None], nu[None], lam0, lam1)
     a = a[0, 0, 0]
     s = torch.sign(q)
@@ -105,7 +105,7 @@ def test_stationarity_of_the_quartic_solution():
     assert torch.all(pred[~on] <= 1e-12)
 
 
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_tau_update_matches_numerical_minimum(seed):
     """Eq. 28 for one tau (pairs of f_c fixed at the current tau): closed form vs L-BFGS-B per orthant."""
     rng = np.random.default_rng(10 + seed)
