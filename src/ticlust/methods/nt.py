@@ -1,0 +1,632 @@
+"""Clustering with jointly learned nonlinear transforms and min-max assignment (Kostadinov et al., paper 004).
+
+Every item x is mapped by a shared linear map A (M x N) to q = A x. For each pair (tau_c1, nu_c2) of a
+"dissimilarity" vector tau (C_d = K of them) and a "similarity" vector nu (C_s, few) a candidate
+representation y is the exact minimiser (Eq. 20-23) of
+
+    1/2 ||q - y||^2 + lam1 ||y||_1 + lam0 [ rho(y, tau) / rho(y, nu) + varsigma(y, tau) ],
+
+found from the roots of a quartic in h = rho(y, nu) (docs/nt.md derives it). The item goes to the
+pair with the lowest min-max score s_P = rho(y, tau)/rho(y, nu) + varsigma(y, tau) (Eq. 24, 26): its
+cluster is c1 and its representation that candidate. tau and nu are then updated in closed form
+(Eq. 28-29) and A by an approximate closed form (Eq. 30), online with step rho on a random batch.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..data import InputError, Stack, check_same_size
+from ..result import ClusteringResult
+from .kmeans import kmeans_plus_plus, lloyd
+from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+
+_EPS = 1e-6          # added to rho(y, nu) in every ratio so that an empty support intersection stays finite
+_PAPER_M = 2100      # the paper's transform dimension, used with 20x25 = 500-pixel COIL images
+_PAPER_N = 500
+
+
+@dataclass
+class NTConfig:
+    k: int = 20
+    c_s: int = param(2, "Number of similarity vectors nu (C_s, 'small' in the paper)", low=1, high=16)
+    transform: str = param("learned", "The linear map A: learned (overcomplete, Eq. 30) or identity (A = I)",
+                           choices=("learned", "identity"))
+    init: str = param("gaussian", "Initialisation: gaussian (paper Sec. 5.1: A, tau, nu i.i.d. N(0,1)) or kmeans "
+                      "(tau, nu fitted by Eq. 28-29 to a pixel k-means++ partition; not in the paper)",
+                      choices=("gaussian", "kmeans"))
+    m: int = param(0, "Transform dimension M (0 = the paper's M/N = 2100/500 ratio, capped at 2100 and at least N)",
+                   low=0)
+    lam0: float = param(0.03, "lambda0: weight of the min-max discrimination measure f_c", low=0.0)
+    lam1: float = param(0.03, "lambda1: weight of the l1 sparsity of the representation", low=0.0)
+    lam_e: float = param(0.001, "lambdaE: weight of the prior u_p on tau and nu", low=0.0)
+    lam2: float = param(16.0, "lambda2: weight of ||A||_F^2", low=0.0)
+    lam3: float = param(16.0, "lambda3: weight of ||A A^T - I||_F^2", low=0.0)
+    lam4: float = param(16.0, "lambda4: weight of -log|det A^T A|", low=1e-9)
+    max_iter: int = param(100, "Iterations (the paper stops after the 100th)", low=1)
+    tol: float = param(0.0, "Also stop when fewer than this fraction of items change cluster (0 = run all iterations)",
+                       low=0.0, high=1.0)
+    online_rho: float = param(0.5, "Step rho of the online A update A <- A - rho (A - A_hat)", low=0.0, high=1.0)
+    batch_fraction: float = param(0.87, "Fraction of items in each A update's random batch (paper: 87% on COIL)",
+                                  low=0.01, high=1.0)
+    nu_iters: int = param(5, "Inner iterations of the nu update (Eq. 29)", low=1)
+    support_iters: int = param(3, "Support refinements of the closed-form candidate solution", low=1)
+    reject_quantile: float = param(0.0, "Flag as rejected the items whose best score is above this upper quantile "
+                                   "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5)
+    batch_size: int = param(256, "Items per batch in the candidate step", low=1, gui=False)
+
+
+# ---- measures ------------------------------------------------------------------------------------
+def rho(y1: torch.Tensor, y2: torch.Tensor) -> torch.Tensor:
+    """rho(y1, y2) = ||y1^- * y2^-||_1 + ||y1^+ * y2^+||_1: the sign-agreeing overlap (last axis)."""
+    return (y1.clamp_min(0) * y2.clamp_min(0) + y1.clamp_max(0) * y2.clamp_max(0)).sum(-1)
+
+
+def varsigma(y1: torch.Tensor, y2: torch.Tensor) -> torch.Tensor:
+    """varsigma(y1, y2) = ||y1 * y2||_2^2: the strength on the support intersection (last axis)."""
+    return (y1 * y1 * y2 * y2).sum(-1)
+
+
+def matched(sign_pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """w^+ where the reference is positive, w^- (as a magnitude) where it is not: the weights g, v of Eq. 22."""
+    return torch.where(sign_pos, w.clamp_min(0), (-w).clamp_min(0))
+
+
+# ---- the quartic ---------------------------------------------------------------------------------
+def quartic_roots(coeffs: torch.Tensor, polish: int = 2) -> torch.Tensor:
+    """All complex roots (..., 4) of c4 h^4 + c3 h^3 + c2 h^2 + c1 h + c0, batched.
+
+    Eigenvalues of the companion matrix (float64), then ``polish`` Newton steps on each root.
+    ``coeffs`` is (..., 5), highest degree first, with c4 != 0.
+    """
+    c = coeffs.to(torch.float64)
+    c = c / c[..., :1]
+    bad = ~torch.isfinite(c).all(-1)
+    if bool(bad.any()):       # degenerate rows get NaN roots (callers treat them as invalid)
+        c = torch.where(bad[..., None], torch.tensor([1.0, 0, 0, 0, -1.0], dtype=c.dtype, device=c.device), c)
+    shape = c.shape[:-1]
+    comp = torch.zeros(*shape, 4, 4, dtype=torch.float64, device=c.device)
+    comp[..., 0, :] = -c[..., 1:]
+    comp[..., 1, 0] = comp[..., 2, 1] = comp[..., 3, 2] = 1.0
+    z = torch.linalg.eigvals(comp)
+    cz = c.to(z.dtype)
+    for _ in range(polish):
+        f = (((cz[..., 0:1] * z + cz[..., 1:2]) * z + cz[..., 2:3]) * z + cz[..., 3:4]) * z + cz[..., 4:5]
+        df = ((4 * cz[..., 0:1] * z + 3 * cz[..., 1:2]) * z + 2 * cz[..., 2:3]) * z + cz[..., 3:4]
+        step = torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
+        ok = torch.isfinite(step.real) & torch.isfinite(step.imag) & (step.abs() < 1e-2 * (1 + z.abs()))
+        z = torch.where(ok, z - step, z)
+    if bool(bad.any()):
+        z = torch.where(bad[..., None], torch.full_like(z, complex(math.nan, 0)), z)
+    return z
+
+
+# ---- the closed form of the constrained projection -----------------------------------------------
+def ratio_objective(a, p, kk, mu, g, v):
+    """1/2 sum kk a^2 - p.a + mu (g.a)/(v.a + eps): Eq. 20 up to a constant, in magnitudes a = |y|."""
+    h = (v * a).sum(-1)
+    r = (g * a).sum(-1)
+    return 0.5 * (kk * a * a).sum(-1) - (p * a).sum(-1) + mu * r / (h + _EPS)
+
+
+def _best_root(pp, pg, pv, gg, gv, vv, mu: float):
+    """Given the sums over a support, the (alpha, beta) = (mu/h, mu r/h^2) of the best root of the quartic.
+
+    On a fixed support S the solution is a = (p - alpha g + beta v)/k there, and its objective
+    1/2 sum k a^2 - p.a + mu r/h has the closed form below in the sums, so every root is scored in O(1).
+    The plain soft threshold (alpha = beta = 0) is the fallback. Returns (alpha, beta, objective).
+    """
+    best_j = torch.where(pv > 0, -0.5 * pp + mu * pg / pv.clamp_min(1e-300), torch.full_like(pv, math.inf))
+    alpha, beta = torch.zeros_like(pv), torch.zeros_like(pv)
+    if mu <= 0:
+        return alpha, beta, -0.5 * pp
+    coeffs = torch.stack([torch.ones_like(pv), -pv, torch.zeros_like(pv), mu * (gv * pv - vv * pg),
+                          mu * mu * (vv * gg - gv * gv)], -1)
+    roots = quartic_roots(coeffs).real
+    for j in range(4):
+        h = roots[..., j]
+        valid = h > 1e-12
+        h = torch.where(valid, h, torch.ones_like(h))
+        den = h * h - mu * gv
+        den = torch.where(den.abs() > 1e-300, den, torch.full_like(den, 1e-300))
+        r = h * (h * pg - mu * gg) / den
+        al, be = mu / h, mu * r / (h * h)
+        uu = pp - 2 * al * pg + 2 * be * pv + al * al * gg - 2 * al * be * gv + be * be * vv
+        jv = 0.5 * uu - (pp - al * pg + be * pv) + mu * r / h
+        better = valid & torch.isfinite(jv) & (jv < best_j)
+        best_j = torch.where(better, jv, best_j)
+        alpha = torch.where(better, al, alpha)
+        beta = torch.where(better, be, beta)
+    return alpha, beta, best_j
+
+
+def ratio_project(p, kk, mu: float, g, v, support_iters: int = 3, init=None):
+    """Exact minimiser a >= 0 of 1/2 sum kk a^2 - p.a + mu (g.a)/(v.a), batched over leading axes.
+
+    Stationarity gives a = max(p - mu g/h + mu (r/h^2) v, 0) / kk with h = v.a and r = g.a; on a fixed
+    support both reduce to one quartic in h (docs/nt.md, Eq. Q). Every positive root is scored and the best
+    kept; the support is then re-read from the thresholded solution and the step repeated, keeping the
+    best solution seen under the true objective. Returns (a, h, r). p, kk, g, v broadcast to (..., M);
+    mu is a number >= 0; ``init`` is an optional starting solution.
+    """
+    mu = float(mu)
+    shape = torch.broadcast_shapes(p.shape, kk.shape, g.shape, v.shape)
+    best = (p.clamp_min(0) / kk).expand(shape)
+    best_j = ratio_objective(best, p, kk, mu, g, v)
+    if init is not None:
+        init_j = ratio_objective(init, p, kk, mu, g, v)
+        keep = init_j < best_j
+        best = torch.where(keep[..., None], init, best)
+        best_j = torch.where(keep, init_j, best_j)
+    support = best > 0
+    for _ in range(support_iters if mu > 0 else 0):
+        sk = support.to(p.dtype) / kk
+        sums = [(t * sk).sum(-1).to(torch.float64) for t in (p * p, g * p, v * p, g * g, g * v, v * v)]
+        alpha, beta, _ = _best_root(*sums, mu)
+        a = (p - alpha.to(p.dtype)[..., None] * g + beta.to(p.dtype)[..., None] * v).clamp_min(0) / kk
+        jv = ratio_objective(a, p, kk, mu, g, v)
+        better = torch.isfinite(jv) & (jv < best_j)
+        best = torch.where(better[..., None], a, best)
+        best_j = torch.where(better, jv, best_j)
+        new_support = best > 0
+        if torch.equal(new_support, support):
+            break
+        support = new_support
+    return best, (v * best).sum(-1), (g * best).sum(-1)
+
+
+# ---- Stage 1: candidates, scores and assignment --------------------------------------------------
+_PAIR_CACHE: dict = {}
+
+
+def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
+    """The (M, C_d C_s) matrices g^a v^b w / k of the fast candidate sums, for the positive and negative side.
+
+    w is 1 ("k": the quartic sums) or tau^2/k ("w": the varsigma sums). Cached for the current tau, nu.
+    """
+    key = (id(tau), id(nu), tau._version, nu._version, float(lam0))
+    if _PAIR_CACHE.get("key") == key:
+        return _PAIR_CACHE["mats"]
+    cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
+    ik = 1.0 / (1 + 2 * lam0 * tau * tau)
+    weights = {"k": ik, "w": tau * tau * ik * ik}
+    sides = ((tau.clamp_min(0), nu.clamp_min(0)), ((-tau).clamp_min(0), (-nu).clamp_min(0)))
+    mats = {}
+    for ga, vb in ((0, 0), (1, 0), (0, 1), (2, 0), (1, 1), (0, 2)):
+        for wn, w in weights.items():
+            mats[(ga, vb, wn)] = tuple(((t_ ** ga * w)[:, None, :] * (n_ ** vb)[None, :, :]).reshape(cd * cs, m).T.contiguous()
+                                       for t_, n_ in sides)
+    _PAIR_CACHE.clear()
+    _PAIR_CACHE.update(key=key, mats=mats, refs=(tau, nu))
+    return mats
+
+
+def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
+               support_iters: int = 3, full: bool = True):
+    """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
+
+    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
+    quartic, its roots' objectives and the score are matrix products over M, so each (item, c1, c2) costs
+    O(1) after them. A candidate whose thresholded solution may leave S (a cheap sufficient test) is
+    re-solved exactly by :func:`ratio_project`. Returns (scores, magnitude_fn) where magnitude_fn(i, c1, c2)
+    gives |y| (len(i), M) of the chosen candidates; with ``full`` also the (B, C_d, C_s, M) tensor of all.
+    """
+    lam0 = float(lam0)
+    pos = (q > 0).to(q.dtype)
+    neg = (q < 0).to(q.dtype)
+    p = q.abs() - lam1                                                     # (B, M)
+    sup = (p > 0).to(q.dtype)
+    kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
+    ik = 1.0 / kk
+    tp, tn = tau.clamp_min(0), (-tau).clamp_min(0)
+    np_, nn_ = nu.clamp_min(0), (-nu).clamp_min(0)
+    cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
+    b = q.shape[0]
+
+    mats = pair_mats(tau, nu, lam0)
+
+    def ssum(fp, ga: int, vb: int, w: str):
+        """sum_m fp_m g^ga v^vb w_c1 over m for every (item, c1, c2), as two matrix products."""
+        mp, mn = mats[(ga, vb, w)]
+        return ((fp * pos) @ mp + (fp * neg) @ mn).reshape(b, cd, cs).to(torch.float64)
+
+    sp, sp2 = sup * p, sup * p * p
+    pp, pg, pv = ssum(sp2, 0, 0, "k"), ssum(sp, 1, 0, "k"), ssum(sp, 0, 1, "k")
+    gg, gv, vv = ssum(sup, 2, 0, "k"), ssum(sup, 1, 1, "k"), ssum(sup, 0, 2, "k")
+    alpha, beta, _ = _best_root(pp, pg, pv, gg, gv, vv, lam0)
+    h = pv - alpha * gv + beta * vv                                         # v.a on S
+    r = pg - alpha * gg + beta * gv                                         # g.a on S
+    sig = (ssum(sp2, 0, 0, "w") - 2 * alpha * ssum(sp, 1, 0, "w") + 2 * beta * ssum(sp, 0, 1, "w")
+           + alpha * alpha * ssum(sup, 2, 0, "w") - 2 * alpha * beta * ssum(sup, 1, 1, "w")
+           + beta * beta * ssum(sup, 0, 2, "w"))
+    score = (r / (h + _EPS) + sig).to(q.dtype)
+    # sufficient test that the thresholded solution stays on S: no coordinate of S drops below zero
+    # (alpha g <= p there) and none outside S rises above it (beta v <= -p there)
+    g3 = pos[:, None, :] * tp[None] + neg[:, None, :] * tn[None]                     # (B, Cd, M)
+    v3 = pos[:, None, :] * np_[None] + neg[:, None, :] * nn_[None]                   # (B, Cs, M)
+    amax = torch.where((sup[:, None, :] > 0) & (g3 > 0), p[:, None, :] / g3.clamp_min(1e-30),
+                       torch.full_like(g3, math.inf)).amin(-1)
+    bmax = torch.where((sup[:, None, :] == 0) & (v3 > 0), (-p)[:, None, :] / v3.clamp_min(1e-30),
+                       torch.full_like(v3, math.inf)).amin(-1)
+    moved = (alpha > amax[:, :, None]) | (beta > bmax[:, None, :]) | (beta < 0)
+    sub = None
+    if support_iters > 0 and bool(moved.any()):
+        bi, ci, si = torch.nonzero(moved, as_tuple=True)
+        g_s, v_s = g3[bi, ci], v3[bi, si]
+        init = (p[bi] - alpha[bi, ci, si, None].to(q.dtype) * g_s
+                + beta[bi, ci, si, None].to(q.dtype) * v_s).clamp_min(0) * ik[ci]
+        a_s, h_s, r_s = ratio_project(p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
+        score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
+        sub = (moved, a_s)
+
+    def magnitudes(i, c1, c2):
+        al, be = alpha[i, c1, c2, None].to(q.dtype), beta[i, c1, c2, None].to(q.dtype)
+        a = (p[i] - al * g3[i, c1] + be * v3[i, c2]).clamp_min(0) * ik[c1]
+        if sub is not None:
+            rank = torch.full(moved.shape, -1, dtype=torch.long, device=q.device)
+            rank[moved] = torch.arange(int(moved.sum()), device=q.device)
+            ridx = rank[i, c1, c2]
+            hit = ridx >= 0
+            a[hit] = sub[1][ridx[hit]]
+        return a
+
+    if not full:
+        return score, magnitudes
+    ii, c1, c2 = (t.reshape(-1) for t in torch.meshgrid(torch.arange(b), torch.arange(cd), torch.arange(cs), indexing="ij"))
+    return score, magnitudes(ii.to(q.device), c1.to(q.device), c2.to(q.device)).reshape(b, cd, cs, m)
+
+
+def assign_batch(q, tau, nu, cfg):
+    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2."""
+    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False)
+    b, cd, cs = score.shape
+    flat = score.reshape(b, cd * cs).argmin(1)
+    c1, c2 = flat // cs, flat % cs
+    y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
+    return c1, c2, y, score.min(2).values
+
+
+def assign_all(q, tau, nu, cfg):
+    """Eq. 26 over all items in batches."""
+    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg) for i in range(0, q.shape[0], cfg.batch_size)]
+    return tuple(torch.cat(t) for t in zip(*outs))
+
+
+# ---- Stage 2: tau and nu ---------------------------------------------------------------------------
+def fc_pair(z: torch.Tensor, others_tau: torch.Tensor, nus: torch.Tensor):
+    """The (tau', nu') that attain f_c(z, theta\\z) = min_tau' [rho(z,tau')/max_nu rho(z,nu) + varsigma(z,tau')].
+
+    nu' is None when there is no nu to compare with (then only the varsigma part counts); both are None
+    when there is no other tau.
+    """
+    if others_tau.shape[0] == 0:
+        return None, None
+    s = varsigma(z[None], others_tau)
+    nu_p = None
+    if nus.shape[0]:
+        rn = rho(z[None], nus)
+        nu_p = nus[int(rn.argmax())]
+        s = s + rho(z[None], others_tau) / (float(rn.max()) + _EPS)
+    return others_tau[int(s.argmin())], nu_p
+
+
+def update_tau(q, y, c1, c2, tau, nu, cfg):
+    """Closed-form tau update of Eq. 28 for every non-empty cluster (docs/nt.md, B.1)."""
+    new = tau.clone()
+    w = 1.0 / (rho(y, nu[c2]) + _EPS)                     # 1 / rho(y_i, nu_j2(i)), fixed (assumption A_ss)
+    for c in range(tau.shape[0]):
+        members = torch.nonzero(c1 == c).flatten()
+        n = members.numel()
+        if n == 0:
+            continue
+        yi, wi = y[members], w[members]
+        mvec = (q[members] - nu[c2[members]]).mean(0)
+        pos = mvec > 0
+        lin = torch.where(pos, (wi[:, None] * yi.clamp_min(0)).sum(0), (wi[:, None] * (-yi).clamp_min(0)).sum(0))
+        quad = (yi * yi).sum(0)
+        others = torch.cat([tau[:c], tau[c + 1:]])
+        tau_p, nu_p = fc_pair(tau[c], others, nu)
+        kk = 1 + 2 * cfg.lam0 / n * quad
+        if tau_p is not None:
+            kk = kk + 2 * cfg.lam_e / n * tau_p * tau_p
+        p = mvec.abs() - cfg.lam0 / n * lin
+        if tau_p is not None and nu_p is not None:
+            a, _, _ = ratio_project(p, kk, cfg.lam_e / n, matched(pos, tau_p), matched(pos, nu_p), cfg.support_iters)
+        else:
+            a = p.clamp_min(0) / kk
+        new[c] = torch.where(pos, a, -a)
+    return new
+
+
+def nu_objective(nu_c, q, y, c1, tau, others_nu, cfg):
+    """Eq. 29 for one nu (members only): fit + lam0 sum rho(y,tau)/rho(y,nu) + lamE f_c(nu, theta\\nu)."""
+    fit = 0.5 * ((q - tau[c1] - nu_c) ** 2).sum()
+    ratio = (rho(y, tau[c1]) / (rho(y, nu_c[None]) + _EPS)).sum()
+    tau_p, nu_p = fc_pair(nu_c, tau, others_nu)
+    prior = 0.0
+    if tau_p is not None:
+        prior = varsigma(nu_c, tau_p) + (rho(nu_c, tau_p) / (rho(nu_c, nu_p) + _EPS) if nu_p is not None else 0.0)
+    return float(fit + cfg.lam0 * ratio + cfg.lam_e * prior)
+
+
+def update_nu(q, y, c1, c2, tau, nu, cfg):
+    """Iterative nu update of Eq. 29 (docs/nt.md, B.2): linearise the sum of ratios, solve in closed form, repeat.
+
+    Each inner step keeps the new nu only if Eq. 29 decreases, so the update never makes it worse.
+    """
+    new = nu.clone()
+    for c in range(nu.shape[0]):
+        members = torch.nonzero(c2 == c).flatten()
+        n = members.numel()
+        if n == 0:
+            continue
+        qi, yi, ci = q[members], y[members], c1[members]
+        num = rho(yi, tau[ci])
+        mvec = (qi - tau[ci]).mean(0)
+        pos = mvec > 0
+        others = torch.cat([new[:c], new[c + 1:]])
+        cur = new[c].clone()
+        cur_obj = nu_objective(cur, qi, yi, ci, tau, others, cfg)
+        for _ in range(cfg.nu_iters):
+            den = rho(yi, cur[None]) + _EPS
+            wgt = (num / (den * den))[:, None]
+            lin = torch.where(pos, (wgt * yi.clamp_min(0)).sum(0), (wgt * (-yi).clamp_min(0)).sum(0))
+            tau_p, nu_p = fc_pair(cur, tau, others)
+            kk = 1 + 2 * cfg.lam_e / n * tau_p * tau_p
+            p = mvec.abs() + cfg.lam0 / n * lin
+            if nu_p is not None:
+                a, _, _ = ratio_project(p, kk, cfg.lam_e / n, matched(pos, tau_p), matched(pos, nu_p), cfg.support_iters)
+            else:
+                a = p.clamp_min(0) / kk
+            cand = torch.where(pos, a, -a)
+            obj = nu_objective(cand, qi, yi, ci, tau, others, cfg)
+            if not obj < cur_obj:
+                break
+            cur, cur_obj = cand, obj
+        new[c] = cur
+    return new
+
+
+# ---- Stage 3: the linear map ---------------------------------------------------------------------
+def a_prior(a, lam2, lam3, lam4):
+    """f_d(A) = lam2/2 ||A||^2 + lam3/2 ||A A^T - I||^2 - lam4 log det(A^T A) (the priors of Eq. 30)."""
+    gram = (a.T @ a).to(torch.float64)
+    fro = gram.diagonal().sum()
+    frame = (gram * gram).sum() - 2 * fro + a.shape[0]                      # ||A A^T - I_M||_F^2 via A^T A
+    return 0.5 * lam2 * fro + 0.5 * lam3 * frame - lam4 * torch.linalg.slogdet(gram)[1]
+
+
+def a_objective(a, x, z, lam2, lam3, lam4):
+    """Eq. 30: 1/2||A X - Z||^2 + f_d(A), with X (N, n) and Z (M, n) column-wise."""
+    return 0.5 * ((a @ x - z) ** 2).sum() + a_prior(a, lam2, lam3, lam4)
+
+
+def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float) -> torch.Tensor:
+    """Approximate closed form of Eq. 30 (Ravishankar & Bresler 2015 extended; docs/nt.md, Sec. A).
+
+    x: (N, n) data columns, z: (M, n) targets. With X X^T + lam2 I = L L^T and the SVD L^-1 X Z^T = Q S R^T,
+    A = R diag(b) Q^T L^-1 where each b_j is the best positive root of
+    2 lam3 w_j^2 b^4 + (1 - 2 lam3 w_j) b^2 - s_j b - 2 lam4 = 0, w_j = (Q^T (X X^T + lam2 I)^-1 Q)_jj.
+    Exact when lam3 = 0 or when Q^T (X X^T + lam2 I)^-1 Q is diagonal; needs M >= N.
+    """
+    dt = x.dtype
+    x64, z64 = x.to(torch.float64), z.to(torch.float64)
+    n_dim = x.shape[0]
+    f = x64 @ x64.T + lam2 * torch.eye(n_dim, dtype=torch.float64, device=x.device)
+    chol = torch.linalg.cholesky(f)
+    linv = torch.linalg.solve_triangular(chol, torch.eye(n_dim, dtype=torch.float64, device=x.device), upper=False)
+    kmat = linv @ (x64 @ z64.T)                                                # (N, M)
+    ev, qm = torch.linalg.eigh(kmat @ kmat.T)                                  # thin SVD via the N x N Gram
+    s = ev.clamp_min(0).sqrt()
+    ok = s > 1e-9 * float(s.max().clamp_min(1e-300))
+    rt = (qm.T @ kmat) / torch.where(ok, s, torch.ones_like(s))[:, None]        # R^T (N, M)
+    if not bool(ok.all()):    # rank-deficient X Z^T: complete R with orthonormal columns (s_j = 0 there)
+        s = torch.where(ok, s, torch.zeros_like(s))
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        extra = torch.randn(int((~ok).sum()), rt.shape[1], generator=gen, dtype=torch.float64).to(x.device)
+        valid = rt[ok]
+        extra = extra - (extra @ valid.T) @ valid
+        rt[~ok] = torch.linalg.qr(extra.T)[0].T
+    w = ((qm.T @ linv.T) ** 2).sum(1)                                         # diag(Q^T F^-1 Q)
+    if lam3 > 0:
+        coeffs = torch.stack([2 * lam3 * w * w, torch.zeros_like(w), 1 - 2 * lam3 * w, -s,
+                              torch.full_like(w, -2 * lam4)], -1)
+        roots = quartic_roots(coeffs)
+        re = roots.real
+        ok = (re > 0) & (roots.imag.abs() <= 1e-6 * (1 + re.abs()))
+        b = re.clamp_min(1e-300)
+        phi = 0.5 * b * b - s[:, None] * b + 0.5 * lam3 * (w[:, None] * b * b - 1) ** 2 - 2 * lam4 * torch.log(b)
+        phi = torch.where(ok, phi, torch.full_like(phi, math.inf))
+        bsel = b.gather(1, phi.argmin(1, keepdim=True))[:, 0]
+    else:
+        bsel = 0.5 * (s + torch.sqrt(s * s + 8 * lam4))
+    a = rt.T @ (bsel[:, None] * qm.T) @ linv
+    return a.to(dt)
+
+
+def default_m(n_dim: int) -> int:
+    """The paper's M = 2100 for N = 500 pixels, scaled by the same ratio, capped at 2100, never below N."""
+    return max(n_dim, min(_PAPER_M, int(math.ceil(n_dim * _PAPER_M / _PAPER_N))))
+
+
+def standardise(x: torch.Tensor) -> torch.Tensor:
+    """Each item to zero mean and unit variance (Sec. 5.1 'normalized to unit variance')."""
+    x = x - x.mean(1, keepdim=True)
+    return x / x.std(1, unbiased=False, keepdim=True).clamp_min(1e-8)
+
+
+def coherence(a: torch.Tensor) -> float:
+    """Expected mutual coherence: mean |cos| between distinct rows of A."""
+    rows = a / a.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    gram = (rows @ rows.T).abs()
+    m = a.shape[0]
+    return float((gram.sum() - gram.diagonal().sum()) / (m * (m - 1))) if m > 1 else 0.0
+
+
+def condition_number(a: torch.Tensor) -> float:
+    sv = torch.linalg.svdvals(a.to(torch.float64))
+    return float(sv.max() / sv.min().clamp_min(1e-300))
+
+
+def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
+    """Eq. 17 with the fit weights of Eq. 28-30, per item: what the history records."""
+    fit = 0.5 * ((q - y) ** 2).sum() + 0.5 * ((q - tau[c1] - nu[c2]) ** 2).sum()
+    disc = cfg.lam0 * scores.gather(1, c1[:, None]).sum() + cfg.lam1 * y.abs().sum()
+    up = 0.0
+    for c in range(tau.shape[0]):
+        tp, npair = fc_pair(tau[c], torch.cat([tau[:c], tau[c + 1:]]), nu)
+        if tp is not None:
+            up += float(rho(tau[c], tp) / (rho(tau[c], npair) + _EPS) + varsigma(tau[c], tp))
+    for c in range(nu.shape[0]):
+        tp, npair = fc_pair(nu[c], tau, torch.cat([nu[:c], nu[c + 1:]]))
+        if tp is not None:
+            up += float(varsigma(nu[c], tp) + (rho(nu[c], tp) / (rho(nu[c], npair) + _EPS) if npair is not None else 0))
+    prior_a = 0.0
+    if cfg.transform == "learned":
+        prior_a = float(a_prior(a, cfg.lam2, cfg.lam3, cfg.lam4))
+    return (float(fit + disc) + cfg.lam_e * up + prior_a) / q.shape[0]
+
+
+# ---- the method ----------------------------------------------------------------------------------
+def run(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
+    rng = seed_everything(seed)
+    if cfg.c_s < 1:
+        raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
+    x = standardise(stack.tensor(device, flat=True))                     # (n, N)
+    n, n_dim = x.shape
+    if cfg.transform == "identity":
+        m_dim = n_dim
+    else:
+        m_dim = cfg.m or default_m(n_dim)
+        if m_dim < n_dim:
+            raise InputError(f"m = {m_dim} is smaller than the item size {n_dim}: the learned A must be square or "
+                             "overcomplete (m >= N, or m = 0 for the default).")
+    gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(2**31)))
+
+    def gauss(*shape):
+        return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device)
+
+    a = torch.eye(n_dim, device=device) if cfg.transform == "identity" else gauss(m_dim, n_dim)  # Sec. 5.1: N(0,1)
+    tau, nu = gauss(cfg.k, m_dim), gauss(cfg.c_s, m_dim)
+    if cfg.init == "kmeans":
+        tau, nu = kmeans_start(x, x @ a.T, tau, nu, cfg, rng)
+    history: list[float] = []
+    labels = None
+    t_start = time.perf_counter()
+    iter_times = []
+    for it in range(1, cfg.max_iter + 1):
+        t0 = time.perf_counter()
+        q = x @ a.T
+        c1, c2, y, scores = assign_all(q, tau, nu, cfg)                               # Stage 1
+        history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
+        yield Progress(it, cfg.max_iter, history[-1], "assignment")
+        changed = 1.0 if labels is None else float((labels != c1).float().mean())
+        labels = c1
+        tau = update_tau(q, y, c1, c2, tau, nu, cfg)                                  # Stage 2
+        nu = update_nu(q, y, c1, c2, tau, nu, cfg)
+        if cfg.transform == "learned":                                                 # Stage 3 (online)
+            size = max(1, int(round(cfg.batch_fraction * n)))
+            idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(device)
+            target = 0.5 * (y[idx] + tau[c1[idx]] + nu[c2[idx]])
+            a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
+            a = a - cfg.online_rho * (a - a_hat)
+        iter_times.append(time.perf_counter() - t0)
+        if it % 5 == 0 or it == cfg.max_iter:
+            yield Snapshot(cluster_means(stack, labels, cfg.k))
+        if cfg.tol > 0 and it > 1 and changed < cfg.tol:
+            break
+    q = x @ a.T
+    c1, c2, y, scores = assign_all(q, tau, nu, cfg)
+    history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
+    best = scores.gather(1, c1[:, None])[:, 0]
+    threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
+    rejected = (best > threshold).cpu().numpy() if cfg.reject_quantile > 0 else None
+    state = {"a": a.cpu().numpy(), "tau": tau.cpu().numpy(), "nu": nu.cpu().numpy(),
+             "reject_threshold": np.array(threshold)}
+    yield Done(ClusteringResult(
+        labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=cluster_means(stack, c1, cfg.k),
+        method="nt", config=config_dict(cfg), history=history, rejected=rejected,
+        params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()},
+        extras={"condition_number": np.array(condition_number(a)), "mutual_coherence": np.array(coherence(a)),
+                "m": np.array(m_dim)},
+        state=state,
+        timing={"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}))
+
+
+def kmeans_start(x, q, tau, nu, cfg, rng):
+    """Fit tau, nu (Eq. 28-29) to a pixel k-means++ / Lloyd partition instead of starting from noise."""
+    centers = kmeans_plus_plus(x, cfg.k, rng)
+    labels = None
+    for _, _, centers, labels in lloyd(x, centers, max_iter=100):
+        pass
+    y = torch.sign(q) * (q.abs() - cfg.lam1).clamp_min(0)
+    c2 = rho(y[:, None, :], nu[None]).argmax(1)
+    tau = update_tau(q, y, labels, c2, tau, nu, cfg)
+    nu = update_nu(q, y, labels, c2, tau, nu, cfg)
+    return tau, nu
+
+
+def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
+    """Per-cluster mean of the input images (K, *item_shape), for display; empty clusters are zero."""
+    x = stack.tensor(labels.device, flat=True)
+    sums = torch.zeros(k, x.shape[1], device=x.device, dtype=x.dtype).index_add_(0, labels, x)
+    counts = torch.bincount(labels, minlength=k).clamp_min(1).to(x.dtype)
+    return (sums / counts[:, None]).reshape(k, *stack.item_shape).cpu().numpy()
+
+
+def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
+    """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
+    a = torch.from_numpy(result.state["a"]).to(device)
+    check_same_size(stack, a.shape[1])
+    tau = torch.from_numpy(result.state["tau"]).to(device)
+    nu = torch.from_numpy(result.state["nu"]).to(device)
+    known = {f for f in NTConfig.__dataclass_fields__}
+    cfg = NTConfig(**{k_: v for k_, v in result.config.items() if k_ in known})
+    cfg.batch_size = batch_size
+    outs = []
+    for _, b in stack.batches(4096):
+        q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
+        outs.append(assign_all(q, tau, nu, cfg))
+    c1, c2, y, scores = (torch.cat(t) for t in zip(*outs))
+    threshold = float(result.state.get("reject_threshold", np.array(math.inf)))
+    best = scores.gather(1, c1[:, None])[:, 0]
+    rejected = (best > threshold).cpu().numpy() if math.isfinite(threshold) else None
+    return ClusteringResult(labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=result.prototypes,
+                            method=result.method, config=result.config, state=result.state, rejected=rejected,
+                            params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()})
+
+
+def knn_evaluate(train, train_labels, test, test_labels, k: int, n_neighbors: int = 1, device: str = "auto",
+                 seed: int = 0, **params) -> dict:
+    """Table 5: fit NT on ``train``, represent ``test``, and k-NN accuracy on NT representations vs raw data.
+
+    Returns {"acc_nt", "acc_raw", "fit": the training result}. k-NN (scikit-learn, Euclidean) searches the test
+    items among the training items; the raw baseline uses the same standardised pixels.
+    """
+    from sklearn.neighbors import KNeighborsClassifier
+
+    from ..api import fit
+    from ..data import as_stack
+
+    train_labels, test_labels = np.asarray(train_labels).ravel(), np.asarray(test_labels).ravel()
+    if len(train_labels) != len(train) or len(test_labels) != len(test):
+        raise InputError("Give one label per item for both the training and the test split.")
+    if not isinstance(n_neighbors, (int, np.integer)) or not 1 <= n_neighbors <= len(train_labels):
+        raise InputError(f"n_neighbors = {n_neighbors!r} must be a whole number between 1 and the training size.")
+    res = fit(train, method="nt", k=k, device=device, seed=seed, progress=False, **params)
+    rep_test = res.predict(test, device=device).params["representation"]
+    rep_train = res.params["representation"]
+    knn = KNeighborsClassifier(n_neighbors=n_neighbors).fit(rep_train, train_labels)
+    acc_nt = float((knn.predict(rep_test) == test_labels).mean())
+    tr = standardise(torch.from_numpy(as_stack(train, allow_vectors=True).numpy().reshape(len(train), -1))).numpy()
+    te = standardise(torch.from_numpy(as_stack(test, allow_vectors=True).numpy().reshape(len(test), -1))).numpy()
+    acc_raw = float((KNeighborsClassifier(n_neighbors=n_neighbors).fit(tr, train_labels).predict(te) == test_labels).mean())
+    return {"acc_nt": acc_nt, "acc_raw": acc_raw, "fit": res}
+
+
+SPEC = register(MethodSpec(name="nt", title="Nonlinear-transform clustering (min-max assignment)", config=NTConfig,
+                           run=run, predict=predict, inputs=("images", "vectors"), paper="004"))

@@ -1,0 +1,278 @@
+"""Tests of the NT clustering method (paper 004): every closed form against a numerical optimiser."""
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+import ticlust
+from ticlust.data import InputError
+from ticlust.methods import nt
+
+torch.set_num_threads(2)
+
+
+def _rand(rng, *shape):
+    return torch.from_numpy(rng.standard_normal(shape))
+
+
+def _numeric_min(fun, x0s, bounds):
+    best = None
+    for x0 in x0s:
+        r = minimize(fun, x0, method="L-BFGS-B", bounds=bounds, options={"maxiter": 5000, "ftol": 1e-15, "gtol": 1e-12})
+        if best is None or r.fun < best.fun:
+            best = r
+    return best
+
+
+def test_quartic_roots_match_numpy_roots():
+    rng = np.random.default_rng(0)
+    coeffs = rng.standard_normal((200, 5))
+    coeffs[:, 0] += np.sign(coeffs[:, 0]) * 0.5
+    ours = nt.quartic_roots(torch.from_numpy(coeffs)).numpy()
+    for c, z in zip(coeffs, ours):
+        ref = np.roots(c)
+        # every numpy root has a match among ours (up to order)
+        d = np.abs(ref[:, None] - z[None, :])
+        assert d.min(1).max() < 1e-7 * (1 + np.abs(ref).max())
+        assert np.abs(np.polyval(c, z)).max() < 1e-8 * (1 + np.abs(c).sum() * (1 + np.abs(z).max()) ** 4)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_candidate_closed_form_matches_numerical_minimum(seed):
+    """Eq. 20 in the sign-consistent orthant: closed form (quartic in h) vs L-BFGS-B with several starts."""
+    rng = np.random.default_rng(seed)
+    m = 12
+    q = _rand(rng, m) * 2
+    tau, nu = _rand(rng, m), _rand(rng, m)
+    lam0, lam1 = [0.03, 0.3, 1.0][seed], 0.1
+    score, a = nt.candidates(q[None], tau[None], nu[None], lam0, lam1)
+    a = a[0, 0, 0]
+    s = torch.sign(q)
+
+    def full(y):  # the objective of Eq. 20 itself, in y
+        y = torch.from_numpy(y)
+        return float(0.5 * ((q - y) ** 2).sum() + lam1 * y.abs().sum()
+                     + lam0 * (nt.rho(y, tau) / (nt.rho(y, nu) + nt._EPS) + nt.varsigma(y, tau)))
+
+    ours = full((s * a).numpy())
+    starts = [np.abs(q.numpy()) * f for f in (1.0, 0.5, 0.1)] + [rng.uniform(0, 2, m) for _ in range(5)]
+    res = _numeric_min(lambda b: full(s.numpy() * b), starts, [(0, None)] * m)
+    assert ours <= res.fun + 1e-6 * (1 + abs(res.fun))
+    # the score of Eq. 24 is evaluated on the same candidate
+    y = s * a
+    assert float(score[0, 0, 0]) == pytest.approx(float(nt.rho(y, tau) / (nt.rho(y, nu) + nt._EPS) + nt.varsigma(y, tau)), rel=1e-6)
+
+
+def test_candidate_without_ratio_is_soft_threshold():
+    q = torch.tensor([[2.0, -1.0, 0.05, -3.0]])
+    tau = torch.tensor([[0.5, 1.0, 0.0, -1.0]])
+    nu = torch.zeros(1, 4)
+    _, a = nt.candidates(q, tau, nu, 0.0, 0.1)
+    assert torch.allclose(a[0, 0, 0], torch.tensor([1.9, 0.9, 0.0, 2.9]))
+
+
+@pytest.mark.parametrize("lam0", [0.03, 0.8])
+def test_fast_candidates_match_exact_solver(lam0):
+    """The matrix-product fast path (support {|q| > lam1}, re-solve when it may move) equals the exact solver."""
+    rng = np.random.default_rng(11)
+    b, m = 6, 10
+    q, tau, nu = _rand(rng, b, m), _rand(rng, 3, m), _rand(rng, 2, m)
+    score, a = nt.candidates(q, tau, nu, lam0, 0.3)
+    pos = (q > 0)[:, None, :]
+    p = (q.abs() - 0.3)[:, None, None, :]
+    kk = (1 + 2 * lam0 * tau * tau)[None, :, None, :]
+    g = nt.matched(pos, tau[None])[:, :, None, :]
+    v = nt.matched(pos, nu[None])[:, None, :, :]
+    ref, h, r = nt.ratio_project(p, kk, lam0, g, v, support_iters=10)
+    j_fast = nt.ratio_objective(a, p, kk, lam0, g, v)
+    j_ref = nt.ratio_objective(ref, p, kk, lam0, g, v)
+    assert torch.all(j_fast <= j_ref + 1e-9 * (1 + j_ref.abs()))
+    direct = (g * a).sum(-1) / ((v * a).sum(-1) + nt._EPS) + (a * a * (tau * tau)[None, :, None, :]).sum(-1)
+    assert torch.allclose(score, direct, rtol=1e-9, atol=1e-9)
+
+
+def test_stationarity_of_the_quartic_solution():
+    """On its support the solution satisfies a = (p - mu g/h + mu r v / h^2)/k with h = v.a, r = g.a (Eq. 21-23)."""
+    rng = np.random.default_rng(3)
+    m = 30
+    p = torch.from_numpy(np.abs(rng.standard_normal(m)) + 0.5)
+    kk = 1 + torch.from_numpy(rng.uniform(0, 1, m))
+    g, v = torch.from_numpy(rng.uniform(0, 1, m)), torch.from_numpy(rng.uniform(0, 1, m))
+    a, h, r = nt.ratio_project(p, kk, 0.7, g, v)
+    on = a > 0
+    pred = (p - 0.7 * g / h + 0.7 * r / h**2 * v) / kk
+    assert torch.allclose(a[on], pred[on], atol=1e-9)
+    assert torch.all(pred[~on] <= 1e-12)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_tau_update_matches_numerical_minimum(seed):
+    """Eq. 28 for one tau (pairs of f_c fixed at the current tau): closed form vs L-BFGS-B per orthant."""
+    rng = np.random.default_rng(10 + seed)
+    m, n = 8, 5
+    cfg = nt.NTConfig(k=3, c_s=2, lam0=0.3, lam_e=0.5)
+    q = _rand(rng, n, m) * 2
+    y = _rand(rng, n, m)
+    tau, nu = _rand(rng, 3, m), _rand(rng, 2, m)
+    c1 = torch.zeros(n, dtype=torch.long)
+    c2 = torch.tensor([0, 1, 0, 1, 1])
+    new = nt.update_tau(q, y, c1, c2, tau, nu, cfg)
+    tau_p, nu_p = nt.fc_pair(tau[0], tau[1:], nu)
+
+    def obj(t):
+        t = torch.from_numpy(t)
+        fit = 0.5 * ((q - t - nu[c2]) ** 2).sum()
+        disc = (nt.rho(y, t[None]) / (nt.rho(y, nu[c2]) + nt._EPS) + nt.varsigma(y, t[None])).sum()
+        prior = nt.rho(t, tau_p) / (nt.rho(t, nu_p) + nt._EPS) + nt.varsigma(t, tau_p)
+        return float(fit + cfg.lam0 * disc + cfg.lam_e * prior)
+
+    mvec = (q - nu[c2]).mean(0)
+    s = torch.sign(mvec).numpy()
+    starts = [np.abs(mvec.numpy()) * f for f in (1.0, 0.5)] + [rng.uniform(0, 2, m) for _ in range(4)]
+    res = _numeric_min(lambda b: obj(s * b), starts, [(0, None)] * m)
+    assert obj(new[0].numpy()) <= res.fun + 1e-6 * (1 + abs(res.fun))
+    assert torch.equal(new[1:], tau[1:])          # clusters without members keep their tau
+
+
+def test_nu_update_decreases_its_objective_to_near_the_numerical_minimum():
+    rng = np.random.default_rng(4)
+    m, n = 8, 6
+    cfg = nt.NTConfig(k=2, c_s=2, lam0=0.3, lam_e=0.05, nu_iters=20)
+    q = _rand(rng, n, m) * 2
+    tau, nu = _rand(rng, 2, m), _rand(rng, 2, m)
+    c1 = torch.tensor([0, 1, 0, 1, 0, 1])
+    c2 = torch.zeros(n, dtype=torch.long)
+    y = torch.sign(q) * (q.abs() - 0.1).clamp_min(0)
+    new = nt.update_nu(q, y, c1, c2, tau, nu, cfg)
+    before = nt.nu_objective(nu[0], q, y, c1, tau, nu[1:], cfg)
+    after = nt.nu_objective(new[0], q, y, c1, tau, nu[1:], cfg)
+    assert after < before
+    mvec = (q - tau[c1]).mean(0)
+    s = torch.sign(mvec).numpy()
+    res = _numeric_min(lambda b: nt.nu_objective(torch.from_numpy(s * b), q, y, c1, tau, nu[1:], cfg),
+                       [np.abs(mvec.numpy()), rng.uniform(0, 2, m)], [(0, None)] * m)
+    assert after <= res.fun + 0.02 * abs(res.fun)
+
+
+def _a_numeric(x, z, lam2, lam3, lam4, a0):
+    m, n = a0.shape
+
+    def fun(v):
+        a = torch.from_numpy(v.reshape(m, n)).requires_grad_(True)
+        f = nt.a_objective(a, x, z, lam2, lam3, lam4)
+        f.backward()
+        return float(f.detach()), a.grad.numpy().ravel()
+
+    return minimize(fun, a0.numpy().ravel(), jac=True, method="L-BFGS-B",
+                    options={"maxiter": 3000, "ftol": 1e-15, "gtol": 1e-10})
+
+
+def test_a_update_is_exact_without_frame_term():
+    """lam3 = 0: the Ravishankar-Bresler closed form is the exact minimiser (vs autograd + L-BFGS)."""
+    rng = np.random.default_rng(5)
+    x, z = _rand(rng, 4, 30), _rand(rng, 6, 30)
+    a = nt.update_a(x, z, 2.0, 0.0, 1.5)
+    res = _a_numeric(x, z, 2.0, 0.0, 1.5, a + 0.1 * _rand(rng, 6, 4))
+    ours = float(nt.a_objective(a, x, z, 2.0, 0.0, 1.5))
+    assert ours <= res.fun + 1e-7 * abs(res.fun)
+    assert ours == pytest.approx(res.fun, rel=1e-7)
+
+
+def test_a_update_is_exact_for_orthogonal_data_with_frame_term():
+    """lam3 > 0 and X X^T = c I (so Q^T F^-1 Q is diagonal): the quartic in b gives the exact minimum."""
+    rng = np.random.default_rng(6)
+    u, _ = np.linalg.qr(rng.standard_normal((30, 4)))
+    x = torch.from_numpy(u.T * 3.0)                   # (4, 30), X X^T = 9 I
+    z = _rand(rng, 6, 30)
+    a = nt.update_a(x, z, 1.0, 2.0, 0.5)
+    ours = float(nt.a_objective(a, x, z, 1.0, 2.0, 0.5))
+    best = min(_a_numeric(x, z, 1.0, 2.0, 0.5, a0).fun for a0 in (a + 0.2 * _rand(rng, 6, 4), _rand(rng, 6, 4)))
+    assert ours <= best + 1e-6 * abs(best)
+
+
+def test_a_update_is_close_to_numerical_minimum_in_general():
+    """General data: the approximate closed form lands within a small margin of the numerical optimum."""
+    rng = np.random.default_rng(7)
+    x = _rand(rng, 5, 40) * torch.tensor([3.0, 2.0, 1.0, 1.0, 0.5])[:, None]
+    z = _rand(rng, 8, 40)
+    a = nt.update_a(x, z, 16.0, 16.0, 16.0)
+    ours = float(nt.a_objective(a, x, z, 16.0, 16.0, 16.0))
+    res = _a_numeric(x, z, 16.0, 16.0, 16.0, a)
+    start = float(nt.a_objective(_rand(rng, 8, 5), x, z, 16.0, 16.0, 16.0))
+    assert res.fun <= ours
+    assert ours - res.fun <= 0.05 * (start - res.fun)
+
+
+def _blobs(seed=0, n=20, size=8):
+    rng = np.random.default_rng(seed)
+    protos = rng.uniform(0, 1, (3, size, size))
+    labels = np.repeat(np.arange(3), n)
+    return (protos[labels] + 0.05 * rng.standard_normal((3 * n, size, size))).astype(np.float32), labels
+
+
+def test_fit_result_shapes_and_predict():
+    x, _ = _blobs()
+    res = ticlust.fit(x, method="nt", k=3, seed=0, max_iter=2, m=64, progress=False)
+    n = len(x)
+    assert res.labels.shape == (n,) and res.scores.shape == (n, 3)
+    assert np.array_equal(res.labels, res.scores.argmin(1))
+    assert res.prototypes.shape == (3, 8, 8)
+    assert res.params["representation"].shape == (n, int(res.extras["m"]))
+    assert np.isfinite(res.extras["condition_number"]) and 0 <= res.extras["mutual_coherence"] <= 1
+    assert len(res.history) == 3
+    pred = res.predict(x)
+    assert np.array_equal(pred.labels, res.labels)
+    assert np.allclose(pred.params["representation"], res.params["representation"], atol=1e-4)
+
+
+def test_identity_transform_and_rejection():
+    x, _ = _blobs(1)
+    res = ticlust.fit(x, method="nt", k=3, seed=0, max_iter=2, transform="identity", reject_quantile=0.1,
+                      progress=False)
+    assert int(res.extras["m"]) == 64
+    assert res.rejected is not None and 0 < res.rejected.sum() <= 0.1 * len(x) + 1
+    best = res.scores[np.arange(len(x)), res.labels]
+    assert best[res.rejected].min() > best[~res.rejected].max()
+
+
+def test_same_seed_same_result_and_input_untouched():
+    x, _ = _blobs(2)
+    copy = x.copy()
+    r1 = ticlust.fit(x, method="nt", k=3, seed=3, max_iter=2, m=64, progress=False)
+    r2 = ticlust.fit(x, method="nt", k=3, seed=3, max_iter=2, m=64, progress=False)
+    assert np.array_equal(r1.labels, r2.labels)
+    assert np.array_equal(r1.state["a"], r2.state["a"])
+    assert np.array_equal(x, copy)
+
+
+def test_input_validation():
+    x, _ = _blobs()
+    with pytest.raises(InputError):
+        ticlust.fit(x, method="nt", k=3, m=10, progress=False)          # m < N
+    with pytest.raises(InputError):
+        ticlust.fit(x, method="nt", k=3, lam0=-1.0, progress=False)
+    with pytest.raises(InputError):
+        ticlust.fit(x, method="nt", k=3, transform="random", progress=False)
+    with pytest.raises(InputError):
+        ticlust.fit(x[:, :2, :2], method="nt", k=3, progress=False)
+    with pytest.raises(InputError):
+        ticlust.fit(np.full((5, 8, 8), np.nan), method="nt", k=2, progress=False)
+    res = ticlust.fit(x, method="nt", k=3, max_iter=1, transform="identity", progress=False)
+    with pytest.raises(InputError):
+        res.predict(np.zeros((4, 6, 6), np.float32) + np.arange(36).reshape(6, 6))
+
+
+def test_vectors_and_knn_mode():
+    x, y = _blobs(3)
+    vec = x.reshape(len(x), -1)
+    out = nt.knn_evaluate(vec[::2], y[::2], vec[1::2], y[1::2], k=3, max_iter=2, m=64)
+    assert 0 <= out["acc_nt"] <= 1 and out["acc_raw"] == 1.0
+    with pytest.raises(InputError):
+        nt.knn_evaluate(vec[::2], y[:3], vec[1::2], y[1::2], k=3)
+
+
+def test_default_m_rule():
+    assert nt.default_m(500) == 2100
+    assert nt.default_m(256) == 1076
+    assert nt.default_m(1024) == 2100
+    assert nt.default_m(4096) == 4096
