@@ -136,21 +136,22 @@ def test_fit_clusters_digits_and_fills_the_result(digits, tmp_path):
 
 
 def test_same_seed_same_result_and_the_cache_skips_scattering(digits, tmp_path):
-    x, _ = digits
-    first = ticlust.fit(x, method="pssc", k=10, seed=1, **SMALL)
+    x = digits[0][:100]
+    small = {**SMALL, "candidates": 100, "representatives": 30}
+    first = ticlust.fit(x, method="pssc", k=10, seed=1, **small)
     files = list((tmp_path / "cache").glob("*.npy"))
-    assert len(files) == 1 and np.load(files[0]).shape == (200, n_paths(2, 8) * 16)
-    second = ticlust.fit(x, method="pssc", k=10, seed=1, **SMALL)
+    assert len(files) == 1 and np.load(files[0]).shape == (100, n_paths(2, 8) * 16)
+    second = ticlust.fit(x, method="pssc", k=10, seed=1, **small)
     assert second.timing["cache_hit"] and "scattering_s" not in second.timing
     assert (first.labels == second.labels).all()
     np.testing.assert_array_equal(first.scores, second.scores)
-    other = ticlust.fit(x, method="pssc", k=8, seed=1, poc=0, **SMALL)     # another K and POC: still a hit
-    assert other.timing["cache_hit"] and other.scores.shape == (200, 8)
+    other = ticlust.fit(x, method="pssc", k=8, seed=1, poc=0, **small)     # another K and POC: still a hit
+    assert other.timing["cache_hit"] and other.scores.shape == (100, 8)
     changed = x.copy()
     changed[0, 8, 8] = 0.5 * changed[0, 8, 8] + 0.25
-    assert not ticlust.fit(changed, method="pssc", k=10, seed=1, **SMALL).timing["cache_hit"]
+    assert not ticlust.fit(changed, method="pssc", k=10, seed=1, **small).timing["cache_hit"]
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 2
-    ticlust.fit(x[:100], method="pssc", k=10, seed=1, cache=False, **SMALL)
+    ticlust.fit(x[:60], method="pssc", k=10, seed=1, cache=False, **small)
     assert len(list((tmp_path / "cache").glob("*.npy"))) == 2
 
 

@@ -157,8 +157,17 @@ def path_scales(feats: np.ndarray, groups: int, spatial: int) -> np.ndarray:
 
 
 # ---- stage 2: PCA + POC --------------------------------------------------------------------------
-def covariance(x: np.ndarray, device: torch.device, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean (F,) and covariance (F, F), both float64, accumulated over chunks of float32 rows."""
+def drain(gen):
+    """Run a stage generator to the end, discarding its Progress events; returns its value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
+    """Generator (yields Progress per chunk): mean (F,) and covariance (F, F), both float64, from float32 rows."""
     n, f = x.shape
     total = torch.zeros(f, dtype=torch.float64, device=device)
     for s in range(0, n, chunk):
@@ -166,10 +175,17 @@ def covariance(x: np.ndarray, device: torch.device, chunk: int = 8192) -> tuple[
     mean = total / n
     mean32 = mean.float()
     cov = torch.zeros((f, f), dtype=torch.float64, device=device)
-    for s in range(0, n, chunk):
+    steps = -(-n // chunk)
+    for i, s in enumerate(range(0, n, chunk)):
         xc = torch.as_tensor(x[s:s + chunk], device=device) - mean32
         cov += (xc.T @ xc).double()
+        yield Progress(i + 1, steps, stage="PCA covariance")
     return mean, cov / n
+
+
+def covariance(x: np.ndarray, device: torch.device, chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean (F,) and covariance (F, F), float64."""
+    return drain(covariance_steps(x, device, chunk))
 
 
 def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Generator, power: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -193,21 +209,37 @@ def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Gene
     return vals.flip(0)[:d], vecs.flip(1)[:, :d]
 
 
-def project(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 8192) -> torch.Tensor:
-    """(x - mean) @ basis in chunks, float32 on ``device``."""
+def project_steps(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096):
+    """Generator (yields Progress per chunk): (x - mean) @ basis, float32 on ``device``."""
     m32, b32 = mean.float().to(device), basis.float().to(device)
-    return torch.cat([(torch.as_tensor(x[s:s + chunk], device=device) - m32) @ b32 for s in range(0, x.shape[0], chunk)])
+    out, steps = [], -(-x.shape[0] // chunk)
+    for i, s in enumerate(range(0, x.shape[0], chunk)):
+        out.append((torch.as_tensor(x[s:s + chunk], device=device) - m32) @ b32)
+        yield Progress(i + 1, steps, stage="PCA/POC projection")
+    return torch.cat(out)
+
+
+def project(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096) -> torch.Tensor:
+    """(x - mean) @ basis in chunks, float32 on ``device``."""
+    return drain(project_steps(x, mean, basis, device, chunk))
 
 
 # ---- stage 3: U-SPEC -----------------------------------------------------------------------------
+def nearest_exact_steps(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192):
+    """Generator (yields Progress per chunk): exact k nearest representatives, Euclidean distances (N, k)
+    ascending and indices (N, k)."""
+    dist, idx, steps = [], [], -(-z.shape[0] // chunk)
+    for i, s in enumerate(range(0, z.shape[0], chunk)):
+        d2, j = torch.topk(squared_distances(z[s:s + chunk], reps), k, dim=1, largest=False)
+        dist.append(d2.sqrt())
+        idx.append(j)
+        yield Progress(i + 1, steps, stage="nearest representatives")
+    return torch.cat(dist), torch.cat(idx)
+
+
 def nearest_exact(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
     """Exact k nearest representatives: Euclidean distances (N, k) ascending and indices (N, k)."""
-    dist, idx = [], []
-    for s in range(0, z.shape[0], chunk):
-        d2, i = torch.topk(squared_distances(z[s:s + chunk], reps), k, dim=1, largest=False)
-        dist.append(d2.sqrt())
-        idx.append(i)
-    return torch.cat(dist), torch.cat(idx)
+    return drain(nearest_exact_steps(z, reps, k, chunk))
 
 
 def nearest_hnsw(z: torch.Tensor, reps: torch.Tensor, k: int, seed: int, ef: int = 64,
@@ -308,7 +340,9 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
         if cfg.path_norm:
             op_groups = Scatterer(stack.item_shape, cfg, torch.device("cpu"))
             scales = path_scales(feats, op_groups.channels * op_groups.paths, op_groups.spatial)
-            feats = (feats.reshape(stack.n, len(scales), -1) / scales[None, :, None]).reshape(stack.n, -1)
+            if not feats.flags.writeable:
+                feats = np.array(feats)
+            feats.reshape(stack.n, len(scales), -1)[...] /= scales[None, :, None]     # in place: no second copy
             state["path_scales"] = scales
     else:
         feats = stack.numpy().reshape(stack.n, -1)
@@ -318,11 +352,11 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
     t1 = time.perf_counter()
     d = min(cfg.pca_dim, feats.shape[1], stack.n - 1)
     n_poc = min(cfg.poc, d - 1)
-    mean, cov = covariance(feats, device)
+    mean, cov = yield from covariance_steps(feats, device)
     yield Progress(2, 4, stage="PCA eigensolver")
     eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
     basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
-    z = project(feats, mean, basis, device)
+    z = yield from project_steps(feats, mean, basis, device)
     state.update(mean=mean.float().cpu().numpy(), basis=basis.float().cpu().numpy())
     timing["pca_s"] = time.perf_counter() - t1
     del cov
@@ -342,7 +376,7 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
         if cfg.knn == "hnsw":
             dist, idx = nearest_hnsw(z, reps, kn, seed)
         else:
-            dist, idx = nearest_exact(z, reps, kn)
+            dist, idx = yield from nearest_exact_steps(z, reps, kn)
         sigma = float(dist.double().mean())
         sigma = sigma if sigma > 0 else 1.0
         aff = affinities(dist, sigma)
