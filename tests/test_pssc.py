@@ -185,6 +185,8 @@ def test_bad_parameters_and_inputs_fail_clearly(digits):
     x, _ = digits
     with pytest.raises(InputError, match="poc"):
         ticlust.fit(x, method="pssc", k=10, poc=5, pca_dim=5)
+    with pytest.raises(InputError, match="pad_to"):
+        ticlust.fit(np.random.default_rng(0).random((20, 8, 8)), method="pssc", k=3, pad_to=8, scales=3)
     with pytest.raises(InputError, match="representatives"):
         ticlust.fit(x, method="pssc", k=10, representatives=5)
     r = ticlust.fit(x[:80], method="pssc", k=4, features="pixels", cache=False, **{**SMALL, "candidates": 80, "representatives": 20})

@@ -317,8 +317,9 @@ def check_config(cfg: PSSCConfig, stack: Stack) -> None:
         raise InputError(f"poc = {cfg.poc} removes all {cfg.pca_dim} PCA dimensions: make poc smaller than pca_dim.")
     if cfg.clustering == "uspec" and cfg.representatives < cfg.k:
         raise InputError(f"representatives = {cfg.representatives} is below K = {cfg.k}: U-SPEC needs at least K representatives.")
-    if cfg.features == "scattering" and min(stack.item_shape[:2]) < 2:
-        raise InputError("The images are too small to scatter: give images of at least 4×4 pixels.")
+    if cfg.features == "scattering" and min(padded_shape(*stack.item_shape[:2], cfg.pad_to, cfg.scales)) <= 2 ** cfg.scales:
+        raise InputError(f"pad_to = {cfg.pad_to} is too small for J = {cfg.scales}: the padded images must be larger than "
+                         f"2^J = {2 ** cfg.scales} pixels, so raise pad_to or lower scales.")
 
 
 def uspec_sizes(n: int, cfg: PSSCConfig) -> tuple[int, int, int]:
@@ -393,7 +394,7 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
         space = z
     t5 = time.perf_counter()
     best = None
-    for r, best in (gen := kmeans_restarts(space, cfg.k, cfg.restarts, cfg.kmeans_iter, rng)):
+    for r, best in kmeans_restarts(space, cfg.k, cfg.restarts, cfg.kmeans_iter, rng):
         yield Progress(r, cfg.restarts, best[2][-1], "k-means restarts")
         if r == 1 or r == cfg.restarts:
             yield Snapshot(cluster_means(stack, best[1].cpu().numpy(), cfg.k))
