@@ -1,0 +1,470 @@
+"""Projected-Scattering Spectral Clustering (Villar-Corrales & Morgenshtern, paper 001).
+
+Pipeline (each stage a function below, all in torch on the CPU or a GPU):
+
+1. scattering transform (J=3, L=8, order 2) of the images zero-padded to 32×32 → 217 paths × 4×4,
+   optionally each path divided by its largest spatial norm over the data set (authors' code);
+   features are cached on disk by content hash so that a re-run with another K / POC skips this;
+2. PCA to 1000 dimensions and POC: drop the n=2 leading principal directions (Eq. 4);
+3. U-SPEC (Sec. 3.3): p' candidates sampled without replacement, k-means → p representatives,
+   the k=5 nearest representatives of every item, Gaussian affinities (σ = mean k-NN distance) in a
+   sparse N×p matrix, transfer cut (Eq. 6-8) on the p×p graph, row-normalised embedding, k-means
+   with restarts.
+
+The ablations of Table 5 are config flags: ``features`` (scattering | pixels), ``poc`` (0 = off) and
+``clustering`` (uspec | kmeans). See docs/pssc.md for every choice the paper leaves open.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..data import InputError, Stack
+from ..result import ClusteringResult
+from ..scattering import FastScattering2D, kymatio_scattering, n_paths
+from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from .kmeans import kmeans_plus_plus, lloyd, random_init, squared_distances
+
+CACHE_VERSION = "pssc-scattering-v1"
+
+
+@dataclass
+class PSSCConfig:
+    k: int = 10
+    features: str = param("scattering", "Features to cluster: the scattering transform (PSSC) or raw pixels (ablation)",
+                          choices=("scattering", "pixels"))
+    scales: int = param(3, "Scattering scales J (2^J-pixel invariance)", choices=(2, 3, 4))
+    angles: int = param(8, "Scattering orientations L", low=1, high=16)
+    order: int = param(2, "Scattering order", choices=(1, 2))
+    pad_to: int = param(32, "Zero-pad images to at least this size (then to a multiple of 2^J)", low=8)
+    path_norm: bool = param(True, "Divide each scattering path by its largest spatial norm over the data set (authors' code)")
+    pca_dim: int = param(1000, "PCA dimensions kept before POC (capped by N-1 and the feature count)", low=1)
+    pca_solver: str = param("randomized", "Eigensolver for the PCA covariance: exact eigh, or randomized subspace iteration",
+                            choices=("eigh", "randomized"))
+    poc: int = param(2, "Leading principal directions removed by POC (0 = no POC, ablation)", low=0)
+    clustering: str = param("uspec", "Final clustering: U-SPEC spectral clustering, or k-means (ablation)",
+                            choices=("uspec", "kmeans"))
+    candidates: int = param(9000, "U-SPEC candidates p' sampled without replacement (capped by N)", low=2)
+    representatives: int = param(1000, "U-SPEC representatives p: k-means centres of the candidates (capped at p'/2)", low=2)
+    neighbours: int = param(5, "Nearest representatives per item (k of the k-NN affinity)", low=1)
+    rep_iter: int = param(10, "Lloyd iterations of the k-means that picks the representatives", low=1)
+    knn: str = param("exact", "Nearest-representative search: exact (torch) or HNSW (hnswlib)", choices=("exact", "hnsw"))
+    restarts: int = param(10, "k-means restarts on the spectral embedding (the lowest inertia is kept)", low=1)
+    kmeans_iter: int = param(300, "Most Lloyd iterations per k-means restart", low=1)
+    scattering_backend: str = param("fast", "Scattering code: batched re-implementation on kymatio's filters, or kymatio itself",
+                                    choices=("fast", "kymatio"), gui=False)
+    batch_size: int = param(64, "Images per scattering batch", low=1, gui=False)
+    cache: bool = param(True, "Cache scattering features on disk (TICLUST_CACHE_DIR, default ~/.cache/ticlust)")
+
+
+# ---- stage 1: features ---------------------------------------------------------------------------
+def padded_shape(h: int, w: int, pad_to: int, scales: int) -> tuple[int, int]:
+    """At least pad_to, and a multiple of 2^J."""
+    step = 2 ** scales
+    return tuple(-(-max(s, pad_to) // step) * step for s in (h, w))
+
+
+class Scatterer:
+    """Zero-pads a batch of (B, H, W[, C]) images and returns flat scattering features (B, C·P·h·w)."""
+
+    def __init__(self, item_shape: tuple[int, ...], cfg: PSSCConfig, device: torch.device):
+        h, w = item_shape[:2]
+        self.channels = item_shape[2] if len(item_shape) == 3 else 1
+        self.hp, self.wp = padded_shape(h, w, cfg.pad_to, cfg.scales)
+        self.top, self.left = (self.hp - h) // 2, (self.wp - w) // 2
+        self.h, self.w = h, w
+        self.device = device
+        if cfg.scattering_backend == "kymatio":
+            self.op = kymatio_scattering((self.hp, self.wp), cfg.scales, cfg.angles, cfg.order, device)
+        else:
+            self.op = FastScattering2D((self.hp, self.wp), cfg.scales, cfg.angles, cfg.order, device)
+        self.paths = n_paths(cfg.scales, cfg.angles, cfg.order)
+        self.spatial = (self.hp // 2 ** cfg.scales) * (self.wp // 2 ** cfg.scales)
+        self.dim = self.channels * self.paths * self.spatial
+
+    @torch.no_grad()
+    def __call__(self, batch: np.ndarray) -> torch.Tensor:
+        x = torch.as_tensor(np.ascontiguousarray(batch), dtype=torch.float32).to(self.device)
+        if self.channels > 1:                              # scatter each colour channel separately
+            x = x.permute(0, 3, 1, 2).reshape(-1, self.h, self.w)
+        padded = torch.zeros((x.shape[0], self.hp, self.wp), dtype=x.dtype, device=x.device)
+        padded[:, self.top:self.top + self.h, self.left:self.left + self.w] = x
+        s = self.op(padded)
+        return s.reshape(batch.shape[0], self.dim)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("TICLUST_CACHE_DIR") or Path.home() / ".cache" / "ticlust")
+
+
+def feature_key(stack: Stack, cfg: PSSCConfig, batch_size: int = 4096) -> str:
+    """Content hash of the normalised input and every parameter the scattering features depend on."""
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((CACHE_VERSION, stack.item_shape, cfg.scales, cfg.angles, cfg.order, cfg.pad_to)).encode())
+    for _, b in stack.batches(batch_size):
+        h.update(np.ascontiguousarray(b, dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def scattering_features(stack: Stack, cfg: PSSCConfig, device: torch.device, timing: dict):
+    """Generator: yields Progress while scattering; returns the (N, F) float32 features (cached on disk)."""
+    path = None
+    if cfg.cache:
+        start = time.perf_counter()
+        path = cache_dir() / f"{feature_key(stack, cfg)}.npy"
+        timing["hash_s"] = time.perf_counter() - start
+        if path.is_file():
+            try:
+                feats = np.load(path)
+                if feats.shape[0] == stack.n:
+                    timing["cache_hit"] = True
+                    return feats
+            except (OSError, ValueError):
+                pass                                        # unreadable cache entry: recompute it
+    start = time.perf_counter()
+    op = Scatterer(stack.item_shape, cfg, device)
+    feats = np.empty((stack.n, op.dim), dtype=np.float32)
+    total = -(-stack.n // cfg.batch_size)
+    for i, (s, batch) in enumerate(stack.batches(cfg.batch_size)):
+        feats[s:s + len(batch)] = op(batch).cpu().numpy()
+        yield Progress(i + 1, total, stage="scattering")
+    timing["scattering_s"] = time.perf_counter() - start
+    timing["cache_hit"] = False
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+            np.save(tmp, feats)
+            os.replace(tmp, path)
+        except OSError:
+            pass                                            # a read-only cache only costs speed
+    return feats
+
+
+def path_scales(feats: np.ndarray, groups: int, spatial: int) -> np.ndarray:
+    """Largest spatial L2 norm of each scattering path over the data set, (groups,)."""
+    out = np.zeros(groups, dtype=np.float32)
+    for s in range(0, feats.shape[0], 8192):
+        block = feats[s:s + 8192].reshape(-1, groups, spatial)
+        np.maximum(out, np.sqrt((block.astype(np.float32) ** 2).sum(-1)).max(0), out=out)
+    return np.where(out > 0, out, 1.0).astype(np.float32)
+
+
+# ---- stage 2: PCA + POC --------------------------------------------------------------------------
+def drain(gen):
+    """Run a stage generator to the end, discarding its Progress events; returns its value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
+    """Generator (yields Progress per chunk): mean (F,) and covariance (F, F), both float64, from float32 rows."""
+    n, f = x.shape
+    total = torch.zeros(f, dtype=torch.float64, device=device)
+    for s in range(0, n, chunk):
+        total += torch.as_tensor(x[s:s + chunk], device=device).sum(0, dtype=torch.float64)
+    mean = total / n
+    mean32 = mean.float()
+    cov = torch.zeros((f, f), dtype=torch.float64, device=device)
+    steps = -(-n // chunk)
+    for i, s in enumerate(range(0, n, chunk)):
+        xc = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+        cov += (xc.T @ xc).double()
+        yield Progress(i + 1, steps, stage="PCA covariance")
+    return mean, cov / n
+
+
+def covariance(x: np.ndarray, device: torch.device, chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean (F,) and covariance (F, F), float64."""
+    return drain(covariance_steps(x, device, chunk))
+
+
+def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Generator, power: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """The d leading eigenpairs (descending) of a symmetric PSD matrix.
+
+    ``eigh``: exact, all F eigenpairs (float64). ``randomized``: subspace iteration on a (d + 10)-
+    dimensional random start with ``power`` multiplications, then Rayleigh-Ritz (Halko et al. 2011).
+    """
+    f = cov.shape[0]
+    if solver == "eigh" or d + 10 >= f:
+        vals, vecs = torch.linalg.eigh(cov)
+        return vals.flip(0)[:d], vecs.flip(1)[:, :d]
+    c32 = cov.float()
+    g = torch.from_numpy(rng.standard_normal((f, d + 10)).astype(np.float32)).to(cov.device)
+    q = torch.linalg.qr(c32 @ g).Q
+    for _ in range(power):
+        q = torch.linalg.qr(c32 @ q).Q
+    small = (q.T @ c32 @ q).double()
+    vals, vecs = torch.linalg.eigh((small + small.T) / 2)
+    vecs = q.double() @ vecs
+    return vals.flip(0)[:d], vecs.flip(1)[:, :d]
+
+
+def project_steps(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096):
+    """Generator (yields Progress per chunk): (x - mean) @ basis, float32 on ``device``."""
+    m32, b32 = mean.float().to(device), basis.float().to(device)
+    out, steps = [], -(-x.shape[0] // chunk)
+    for i, s in enumerate(range(0, x.shape[0], chunk)):
+        out.append((torch.as_tensor(x[s:s + chunk], device=device) - m32) @ b32)
+        yield Progress(i + 1, steps, stage="PCA/POC projection")
+    return torch.cat(out)
+
+
+def project(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096) -> torch.Tensor:
+    """(x - mean) @ basis in chunks, float32 on ``device``."""
+    return drain(project_steps(x, mean, basis, device, chunk))
+
+
+# ---- stage 3: U-SPEC -----------------------------------------------------------------------------
+def nearest_exact_steps(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192):
+    """Generator (yields Progress per chunk): exact k nearest representatives, Euclidean distances (N, k)
+    ascending and indices (N, k)."""
+    dist, idx, steps = [], [], -(-z.shape[0] // chunk)
+    for i, s in enumerate(range(0, z.shape[0], chunk)):
+        d2, j = torch.topk(squared_distances(z[s:s + chunk], reps), k, dim=1, largest=False)
+        dist.append(d2.sqrt())
+        idx.append(j)
+        yield Progress(i + 1, steps, stage="nearest representatives")
+    return torch.cat(dist), torch.cat(idx)
+
+
+def nearest_exact(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact k nearest representatives: Euclidean distances (N, k) ascending and indices (N, k)."""
+    return drain(nearest_exact_steps(z, reps, k, chunk))
+
+
+def nearest_hnsw(z: torch.Tensor, reps: torch.Tensor, k: int, seed: int, ef: int = 64,
+                 threads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Approximate k nearest representatives with an HNSW graph (batched, multi-threaded queries).
+
+    hnswlib's "l2" space returns squared distances: the square root is taken here.
+    """
+    import hnswlib
+
+    threads = threads or torch.get_num_threads()
+    r = reps.cpu().numpy()
+    index = hnswlib.Index(space="l2", dim=r.shape[1])
+    index.init_index(max_elements=r.shape[0], ef_construction=200, M=16, random_seed=seed)
+    index.add_items(r, np.arange(r.shape[0]), num_threads=threads)
+    index.set_ef(max(ef, k))
+    labels, d2 = index.knn_query(z.cpu().numpy(), k=k, num_threads=threads)
+    dev = z.device
+    return (torch.from_numpy(np.sqrt(np.maximum(d2, 0))).to(dev), torch.from_numpy(labels.astype(np.int64)).to(dev))
+
+
+def affinities(dist: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Gaussian kernel on Euclidean distances (Eq. 5)."""
+    return torch.exp(-(dist.double() ** 2) / (2.0 * sigma * sigma))
+
+
+def transfer_cut(aff: torch.Tensor, idx: torch.Tensor, p: int, n_clusters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Transfer cut on the bipartite graph given by a sparse N×p affinity (values ``aff``, columns ``idx``).
+
+    Ā = Aᵀ D_X⁻¹ A (Eq. 6), L = D_Y^-½ Ā D_Y^-½ (Eq. 7); the eigenvectors v of L with the C largest
+    eigenvalues give w = D_Y^-½ v, which solve Eq. 8 on the representatives, and transfer to the items
+    as D_X⁻¹ A w. Returns (items' embedding (N, C), w (p, C), eigenvalues (C,)).
+    """
+    n, k = aff.shape
+    dx = aff.sum(1).clamp_min(1e-300)
+    weights = (aff[:, :, None] * aff[:, None, :] / dx[:, None, None]).reshape(-1)
+    flat = (idx[:, :, None] * p + idx[:, None, :]).reshape(-1)
+    abar = torch.zeros(p * p, dtype=aff.dtype, device=aff.device).index_add_(0, flat, weights).reshape(p, p)
+    dy = abar.sum(1)
+    inv_sqrt = torch.where(dy > 0, dy.clamp_min(1e-300).rsqrt(), torch.zeros_like(dy))
+    lap = inv_sqrt[:, None] * abar * inv_sqrt[None, :]
+    vals, vecs = torch.linalg.eigh((lap + lap.T) / 2)
+    vals, vecs = vals.flip(0)[:n_clusters], vecs.flip(1)[:, :n_clusters]
+    w = inv_sqrt[:, None] * vecs
+    return extend_embedding(aff, idx, w), w, vals
+
+
+def extend_embedding(aff: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, normalise: bool = True) -> torch.Tensor:
+    """Items' spectral coordinates D_X⁻¹ A w, row-normalised (U-SPEC's embedding) unless told otherwise."""
+    dx = aff.sum(1, keepdim=True).clamp_min(1e-300)
+    emb = ((aff / dx)[:, :, None] * w[idx]).sum(1)
+    if normalise:
+        emb = emb / (emb.norm(dim=1, keepdim=True) + 1e-10)
+    return emb.float()
+
+
+def kmeans_restarts(x: torch.Tensor, k: int, restarts: int, max_iter: int, rng: np.random.Generator):
+    """Generator: k-means++ + Lloyd, ``restarts`` times; yields after each restart, returns the lowest-inertia
+    (centres, labels, history)."""
+    best = None
+    for r in range(restarts):
+        centers = kmeans_plus_plus(x, k, rng)
+        history = []
+        for _, inertia, centers, labels in lloyd(x, centers, max_iter=max_iter):
+            history.append(inertia / x.shape[0])
+        if best is None or history[-1] < best[2][-1]:
+            best = (centers, labels, history)
+        yield r + 1, best
+    return best
+
+
+# ---- the method ----------------------------------------------------------------------------------
+def check_config(cfg: PSSCConfig, stack: Stack) -> None:
+    if cfg.poc >= cfg.pca_dim:
+        raise InputError(f"poc = {cfg.poc} removes all {cfg.pca_dim} PCA dimensions: make poc smaller than pca_dim.")
+    if cfg.clustering == "uspec" and cfg.representatives < cfg.k:
+        raise InputError(f"representatives = {cfg.representatives} is below K = {cfg.k}: U-SPEC needs at least K representatives.")
+    if cfg.features == "scattering" and min(padded_shape(*stack.item_shape[:2], cfg.pad_to, cfg.scales)) <= 2 ** cfg.scales:
+        raise InputError(f"pad_to = {cfg.pad_to} is too small for J = {cfg.scales}: the padded images must be larger than "
+                         f"2^J = {2 ** cfg.scales} pixels, so raise pad_to or lower scales.")
+
+
+def uspec_sizes(n: int, cfg: PSSCConfig) -> tuple[int, int, int]:
+    """(p', p, k) capped for small data: p' ≤ N, p ≤ p'/2 (k-means must merge candidates), p ≥ K, k ≤ p."""
+    p_cand = min(cfg.candidates, n)
+    p = max(min(cfg.representatives, p_cand // 2), min(cfg.k, p_cand))
+    return p_cand, p, min(cfg.neighbours, p)
+
+
+def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
+    check_config(cfg, stack)
+    rng = seed_everything(seed)
+    timing: dict = {}
+    t0 = time.perf_counter()
+    # 1. features
+    state: dict = {"item_shape": np.asarray(stack.item_shape)}
+    if cfg.features == "scattering":
+        feats = yield from scattering_features(stack, cfg, device, timing)
+        if cfg.path_norm:
+            op_groups = Scatterer(stack.item_shape, cfg, torch.device("cpu"))
+            scales = path_scales(feats, op_groups.channels * op_groups.paths, op_groups.spatial)
+            if not feats.flags.writeable:
+                feats = np.array(feats)
+            feats.reshape(stack.n, len(scales), -1)[...] /= scales[None, :, None]     # in place: no second copy
+            state["path_scales"] = scales
+    else:
+        feats = stack.numpy().reshape(stack.n, -1)
+    timing["features_s"] = time.perf_counter() - t0
+    yield Progress(1, 4, stage="PCA")
+    # 2. PCA + POC
+    t1 = time.perf_counter()
+    d = min(cfg.pca_dim, feats.shape[1], stack.n - 1)
+    n_poc = min(cfg.poc, d - 1)
+    mean, cov = yield from covariance_steps(feats, device)
+    yield Progress(2, 4, stage="PCA eigensolver")
+    eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
+    basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
+    z = yield from project_steps(feats, mean, basis, device)
+    state.update(mean=mean.float().cpu().numpy(), basis=basis.float().cpu().numpy())
+    timing["pca_s"] = time.perf_counter() - t1
+    del cov
+    yield Progress(3, 4, stage="clustering")
+    # 3. clustering
+    t2 = time.perf_counter()
+    extras: dict = {"pca_eigenvalues": eigvals.float().cpu().numpy()}
+    params: dict = {}
+    if cfg.clustering == "uspec":
+        p_cand, p, kn = uspec_sizes(stack.n, cfg)
+        cand = z[torch.from_numpy(rng.choice(stack.n, size=p_cand, replace=False)).to(z.device)]
+        reps = random_init(cand, p, rng)
+        for it, inertia, reps, _ in lloyd(cand, reps, max_iter=cfg.rep_iter):
+            yield Progress(it, cfg.rep_iter, inertia / p_cand, "U-SPEC representatives")
+        timing["representatives_s"] = time.perf_counter() - t2
+        t3 = time.perf_counter()
+        if cfg.knn == "hnsw":
+            dist, idx = nearest_hnsw(z, reps, kn, seed)
+        else:
+            dist, idx = yield from nearest_exact_steps(z, reps, kn)
+        sigma = float(dist.double().mean())
+        sigma = sigma if sigma > 0 else 1.0
+        aff = affinities(dist, sigma)
+        timing["knn_s"] = time.perf_counter() - t3
+        t4 = time.perf_counter()
+        space, w, eig = transfer_cut(aff, idx, p, cfg.k)
+        timing["transfer_cut_s"] = time.perf_counter() - t4
+        rep_items = nearest_exact(reps, z, 1)[1][:, 0]
+        state.update(representatives=reps.cpu().numpy(), sigma=np.float64(sigma), transfer=w.cpu().numpy())
+        extras.update(embedding=space.cpu().numpy(), representatives=reps.cpu().numpy(),
+                      representative_items=rep_items.cpu().numpy(), transfer_eigenvalues=eig.cpu().numpy())
+        params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
+    else:
+        space = z
+    t5 = time.perf_counter()
+    best = None
+    for r, best in kmeans_restarts(space, cfg.k, cfg.restarts, cfg.kmeans_iter, rng):
+        yield Progress(r, cfg.restarts, best[2][-1], "k-means restarts")
+        if r == 1 or r == cfg.restarts:
+            yield Snapshot(cluster_means(stack, best[1].cpu().numpy(), cfg.k))
+    centers, labels, history = best
+    timing["kmeans_s"] = time.perf_counter() - t5
+    scores = torch.cdist(space, centers)
+    labels_np = scores.argmin(1).cpu().numpy()
+    protos = cluster_means(stack, labels_np, cfg.k)
+    medoid_index = medoids(scores.cpu().numpy(), labels_np, cfg.k)
+    extras.update(medoids=np.stack([stack.batch(int(i), int(i) + 1)[0] for i in medoid_index]), medoid_index=medoid_index)
+    state.update(centers=centers.cpu().numpy())
+    timing["clustering_s"] = time.perf_counter() - t2
+    yield Done(ClusteringResult(labels=labels_np, scores=scores.cpu().numpy(), prototypes=protos, method="pssc",
+                                config=config_dict(cfg), history=history, params=params, extras=extras, state=state,
+                                timing=timing))
+
+
+def cluster_means(stack: Stack, labels: np.ndarray, k: int, batch_size: int = 4096) -> np.ndarray:
+    """Per-cluster mean images (K, H, W[, C]); an empty cluster gets a blank image."""
+    sums = torch.zeros((k, stack.dim), dtype=torch.float64)
+    for s, b in stack.batches(batch_size):
+        sums.index_add_(0, torch.from_numpy(labels[s:s + len(b)]), torch.from_numpy(b).reshape(len(b), -1).double())
+    counts = np.bincount(labels, minlength=k)[:, None]
+    return (sums.numpy() / np.maximum(counts, 1)).astype(np.float32).reshape(k, *stack.item_shape)
+
+
+def medoids(scores: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """Per cluster, the member closest to the cluster centre (the overall closest item if empty)."""
+    out = np.empty(k, dtype=np.int64)
+    for c in range(k):
+        members = np.flatnonzero(labels == c)
+        pool = members if len(members) else np.arange(len(labels))
+        out[c] = pool[np.argmin(scores[pool, c])]
+    return out
+
+
+def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
+    """Assign new images: features → stored PCA/POC projection → (U-SPEC) nearest representatives →
+    transfer-cut embedding extension D_X⁻¹ A w → nearest embedding centre (the fitted k-means centres)."""
+    cfg = PSSCConfig(**{k: v for k, v in result.config.items() if k in PSSCConfig.__dataclass_fields__})
+    fitted = tuple(int(s) for s in result.state["item_shape"])
+    if stack.item_shape != fitted:
+        raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {fitted}: give images of the same size.")
+    mean = torch.from_numpy(result.state["mean"]).to(device)
+    basis = torch.from_numpy(result.state["basis"]).to(device)
+    op = Scatterer(stack.item_shape, cfg, device) if cfg.features == "scattering" else None
+    scales = result.state.get("path_scales")
+    zs = []
+    for _, b in stack.batches(batch_size):
+        f = op(b) if op is not None else torch.as_tensor(b, device=device).reshape(len(b), -1)
+        if scales is not None:
+            f = (f.reshape(len(b), len(scales), -1) / torch.from_numpy(scales).to(device)[None, :, None]).reshape(len(b), -1)
+        zs.append((f.to(device) - mean) @ basis)
+    z = torch.cat(zs)
+    centers = torch.from_numpy(result.state["centers"]).to(device)
+    extras, params = {}, {}
+    if cfg.clustering == "uspec":
+        reps = torch.from_numpy(result.state["representatives"]).to(device)
+        kn = int(result.params["nearest_representatives"].shape[1])
+        dist, idx = nearest_exact(z, reps, kn)
+        aff = affinities(dist, float(result.state["sigma"]))
+        space = extend_embedding(aff, idx, torch.from_numpy(result.state["transfer"]).to(device))
+        extras["embedding"] = space.cpu().numpy()
+        params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
+    else:
+        space = z
+    scores = torch.cdist(space, centers.to(space.dtype))
+    return ClusteringResult(labels=scores.argmin(1).cpu().numpy(), scores=scores.cpu().numpy(), prototypes=result.prototypes,
+                            method=result.method, config=result.config, params=params, extras=extras, state=result.state)
+
+
+SPEC = register(MethodSpec(name="pssc", title="PSSC: scattering + POC + U-SPEC spectral clustering", config=PSSCConfig,
+                           run=run, predict=predict, inputs=("images",), paper="001"))
