@@ -3,3 +3,4 @@ from .base import Done, MethodSpec, Progress, Snapshot, available_methods, get_m
 
 from . import kmeans  # noqa: F401,E402
 from . import gmm  # noqa: F401,E402
+from . import dti  # noqa: F401,E402
