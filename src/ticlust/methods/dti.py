@@ -38,14 +38,14 @@ class DTIKMeansConfig:
                             choices=("plateau", "milestones"))
     milestones: tuple = param((), "Epochs at which each next module is added and, last, the learning rate drops "
                               "(curriculum = milestones; e.g. 100,500,700,1000)", gui=False)
-    max_epochs: int = param(150, "Most training epochs in all (the curriculum usually ends earlier)", low=1)
-    patience: int = param(4, "Plateau: epochs without a relative improvement of `plateau_tol` before the next stage", low=1)
-    plateau_tol: float = param(0.01, "Plateau: smallest relative loss improvement that counts", low=0.0)
+    max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1)
+    patience: int = param(4, "Plateau: window (epochs); the stage ends when the mean loss of the last window improves on the window before by less than plateau_tol", low=1)
+    plateau_tol: float = param(0.01, "Plateau: smallest relative improvement between windows that counts as progress", low=0.0)
     min_stage_epochs: int = param(6, "Plateau: fewest epochs in each curriculum stage", low=1)
     final_epochs: int = param(10, "Epochs at the reduced learning rate once every module is in (plateau mode)", low=0)
     lr: float = param(1e-3, "Adam learning rate (divided by 10 for the final epochs)", low=1e-7, high=1.0)
     weight_decay: float = param(1e-6, "Adam weight decay on the network (not on the prototypes)", low=0.0)
-    batch_size: int = param(128, "Items per training batch", low=1)
+    batch_size: int = param(0, "Items per training batch (0: 128, or N/32 if smaller, at least 16: small sets get enough steps per epoch)", low=0)
     empty_threshold: float = param(0.2, "Re-seed clusters holding less than this fraction of N/K items", low=0.0, high=1.0)
     reassign_noise: float = param(1e-3, "Std of the noise added to a re-seeded prototype", low=0.0)
     encoder: str = param("auto", "Encoder: ResNet-20 below 64 px, ResNet-18 otherwise ('auto')", choices=("auto", "resnet20", "resnet18"))
@@ -153,8 +153,7 @@ class Curriculum:
         self.active = 0          # modules in use (0: identity only)
         self.final = False       # reduced learning rate phase
         self.stage_start = 0
-        self.best = math.inf
-        self.since_best = 0
+        self.stage_losses: list[float] = []
         self.done = False
         self.events: list[tuple[int, str]] = []
         if cfg.curriculum == "milestones":
@@ -177,19 +176,27 @@ class Curriculum:
         if self.final:
             self.done = epoch - self.stage_start >= cfg.final_epochs or epoch >= cfg.max_epochs
             return None
-        if loss < self.best * (1 - cfg.plateau_tol):
-            self.best, self.since_best = loss, 0
-        else:
-            self.since_best += 1
+        self.stage_losses.append(loss)
         if epoch >= cfg.max_epochs:
             self.done = True
             return None
-        if epoch - self.stage_start >= cfg.min_stage_epochs and self.since_best >= cfg.patience:
+        # budget: a stage may use at most half of the epochs left before the final phase (the last
+        # module all of them), so every module gets its turn within max_epochs
+        left = cfg.max_epochs - cfg.final_epochs - self.stage_start
+        share = left if self.active == self.n_modules else left / 2
+        if epoch - self.stage_start >= max(share, 1):
             return self._next(epoch)
+        p = cfg.patience
+        recent = self.stage_losses[-p:]
+        before = self.stage_losses[-2 * p:-p]
+        if len(self.stage_losses) >= max(cfg.min_stage_epochs, 2 * p):
+            gain = (sum(before) / p - sum(recent) / p) / abs(sum(before) / p)
+            if gain < cfg.plateau_tol:
+                return self._next(epoch)
         return None
 
     def _next(self, epoch):
-        self.stage_start, self.best, self.since_best = epoch, math.inf, 0
+        self.stage_start, self.stage_losses = epoch, []
         if self.active < self.n_modules:
             self.active += 1
             self.events.append((epoch, "module"))
@@ -237,6 +244,11 @@ def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, thres
     return moved
 
 
+def auto_batch_size(n: int) -> int:
+    """128 (the paper's batch) unless the set is small: then N/32 (at least 16), so an epoch has ≥ 32 steps."""
+    return int(min(128, max(16, n // 32)))
+
+
 def _batches(n, bs, gen):
     perm = torch.randperm(n, generator=gen)
     return [perm[i:i + bs] for i in range(0, n, bs)]
@@ -267,7 +279,8 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
     autocast = bool(cfg.mixed_precision and device.type == "cuda")
     curriculum = Curriculum(cfg, len(modules))
-    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    batch_size = cfg.batch_size or auto_batch_size(n)
+    steps_per_epoch = math.ceil(n / batch_size)
     total = cfg.max_epochs * steps_per_epoch
     history, stage_log, reassigned, epoch_end, epoch_labels = [], [], [], [], []
     step, start = 0, time.perf_counter()
@@ -278,7 +291,7 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
         counts = np.zeros(cfg.k, dtype=np.int64)
         labels_now = np.zeros(n, dtype=np.int16) if cfg.record_labels else None
         loss_sum = 0.0
-        for idx in _batches(n, cfg.batch_size, gen):
+        for idx in _batches(n, batch_size, gen):
             xb = x_all[idx.to(device)]
             if device.type == "cpu":
                 xb = xb.contiguous(memory_format=torch.channels_last)
@@ -309,11 +322,11 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
         yield Snapshot(_protos_numpy(model, channels_last))
     train_s = time.perf_counter() - start
     yield Progress(total, total, history[-1] if history else float("nan"), "Aligning every image")
-    result = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm, batch_size=max(cfg.batch_size, 256))
+    result = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm, batch_size=max(batch_size, 256))
     result.history = history + [result.extras.pop("_final_loss")]
     result.method = "dti-gmm" if gmm else "dti-kmeans"
     result.config = config_dict(cfg)
-    result.timing = {"train_s": train_s, "epochs": epoch, "steps": step,
+    result.timing = {"train_s": train_s, "epochs": epoch, "steps": step, "batch_size": batch_size,
                      "stages": [[e, round(t, 2), what] for e, t, what in stage_log]}
     result.extras["reassignments"] = np.asarray(reassigned, dtype=np.int64).reshape(-1, 3)
     result.extras["epoch_end_s"] = np.asarray(epoch_end)
