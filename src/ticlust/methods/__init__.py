@@ -7,3 +7,4 @@ from . import shape_kmeans  # noqa: F401,E402
 from . import st_kmeans  # noqa: F401,E402
 from . import nt  # noqa: F401,E402
 from . import pssc  # noqa: F401,E402
+from . import dti  # noqa: F401,E402

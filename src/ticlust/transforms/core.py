@@ -73,8 +73,9 @@ def affine_matrix(params: torch.Tensor) -> torch.Tensor:
 
 def affine_points(params: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
     """Map normalised points (..., M, 2) by the affine maps of ``params`` (..., 6)."""
-    m = affine_matrix(params)
-    return points @ m[..., :, :2].transpose(-1, -2) + m[..., None, :, 2]
+    m = affine_matrix(params)[..., None, :, :]   # elementwise: cheaper than many tiny batched matmuls
+    x, y = points[..., 0:1], points[..., 1:2]
+    return x * m[..., 0] + y * m[..., 1] + m[..., 2]
 
 
 def affine_grid(params: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
@@ -208,7 +209,10 @@ def tps_grid(displacements: torch.Tensor, size: tuple[int, int], grid_size: int 
     disp, g = _tps_displacements(displacements, grid_size)
     mat = tps_basis(g).pixel_matrix(size, disp.device, disp.dtype)  # (HW, n)
     base = identity_points(size, disp.device, disp.dtype)
-    return base + (mat @ disp).reshape(*disp.shape[:-2], *size, 2)
+    lead = disp.shape[:-2]
+    # one GEMM for the whole batch: (batch·2, n) @ (n, HW)
+    flat = disp.transpose(-1, -2).reshape(-1, disp.shape[-2]) @ mat.T
+    return base + flat.reshape(*lead, 2, *size).movedim(-3, -1)
 
 
 def tps_points(displacements: torch.Tensor, points: torch.Tensor, grid_size: int | None = None) -> torch.Tensor:

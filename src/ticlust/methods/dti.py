@@ -1,0 +1,479 @@
+"""Deep Transformation-Invariant clustering (Monnier, Groueix & Aubry, NeurIPS 2020): DTI K-means and DTI GMM.
+
+Prototypes live in pixel space; a shared ResNet encoder and one MLP per (prototype, module) predict,
+for every item, the parameters that transform each prototype onto it (colour, affine, projective,
+morphology, thin-plate spline). DTI K-means minimises Eq. 4, Σ_i min_k ||x_i − T_{f_k(x_i)}(c_k)||²;
+DTI GMM minimises the expected negative log-likelihood of Eq. 5 with the batch EM of Algorithm 1
+(π = softmax(η), variances warped by the spatial modules only, plus σ_min²). Modules are added one
+at a time (curriculum) when the loss plateaus, after an identity-only start; tiny clusters
+(< 20% of N/K) are re-seeded from the largest one, Adam moments included. See docs/dti.md.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..data import InputError, Stack, check_same_size, from_nchw, to_nchw
+from ..result import ClusteringResult
+from ..transforms import TransformSequence
+from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from .dti_net import BatchedMLP, ResNetEncoder
+
+MODULE_CHOICES = ("auto", "color", "affine", "projective", "tps", "morpho")
+
+
+@dataclass
+class DTIKMeansConfig:
+    k: int = 10
+    transforms: tuple = param(("auto",), "Transformation modules, in order of the curriculum ('auto': affine,morpho,tps for "
+                              "grey images, color,affine,tps for small colour images, color,projective for photos ≥ 64 px)",
+                              choices=MODULE_CHOICES)
+    curriculum: str = param("plateau", "When to add the next module: when the loss plateaus, or at fixed epochs (milestones)",
+                            choices=("plateau", "milestones"))
+    milestones: tuple = param((), "Epochs at which each next module is added and, last, the learning rate drops "
+                              "(curriculum = milestones; e.g. 100,500,700,1000)", gui=False)
+    max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1)
+    patience: int = param(4, "Plateau: window (epochs); the stage ends when the mean loss of the last window improves on the window before by less than plateau_tol", low=1)
+    plateau_tol: float = param(0.01, "Plateau: smallest relative improvement between windows that counts as progress", low=0.0)
+    min_stage_epochs: int = param(6, "Plateau: fewest epochs in each curriculum stage", low=1)
+    final_epochs: int = param(10, "Epochs at the reduced learning rate once every module is in (plateau mode)", low=0)
+    lr: float = param(1e-3, "Adam learning rate (divided by 10 for the final epochs)", low=1e-7, high=1.0)
+    weight_decay: float = param(1e-6, "Adam weight decay on the network (not on the prototypes)", low=0.0)
+    batch_size: int = param(0, "Items per training batch (0: 128, or N/32 if smaller, at least 16: small sets get enough steps per epoch)", low=0)
+    empty_threshold: float = param(0.2, "Re-seed clusters holding less than this fraction of N/K items", low=0.0, high=1.0)
+    reassign_noise: float = param(1e-3, "Std of the noise added to a re-seeded prototype", low=0.0)
+    encoder: str = param("auto", "Encoder: ResNet-20 below 64 px, ResNet-18 otherwise ('auto')", choices=("auto", "resnet20", "resnet18"))
+    encoder_width: float = param(1.0, "Channel multiplier of the encoder", low=0.125, high=4.0, gui=False)
+    tps_grid: int = param(4, "Thin-plate spline control grid (g×g points)", low=2, high=10)
+    morpho_kernel: int = param(7, "Morphology window (k×k)", choices=(3, 5, 7, 9))
+    gaussian_weighting: bool = param(False, "Weight the pixel loss by a centred Gaussian (the paper's SVHN variant)")
+    gaussian_sigma: float = param(7.0, "Std (pixels) of the Gaussian pixel weights", low=0.1)
+    mixed_precision: bool = param(True, "bfloat16 autocast for the network on CUDA (never on the CPU)")
+    grid_lattice: int = param(10, "Display warp grid: points per side", low=2, high=64, gui=False)
+    threads: int = param(0, "CPU threads for torch (0: leave as is)", low=0, gui=False)
+    record_labels: bool = param(False, "Keep every epoch's training assignments in extras['epoch_labels'] (for benchmarks)", gui=False)
+
+
+@dataclass
+class DTIGMMConfig(DTIKMeansConfig):
+    sigma_min: float = param(0.25, "Minimal standard deviation σ_min: σ_min² is added to every variance", low=1e-4)
+    init_variance: float = param(0.5, "Initial variance of every pixel", low=1e-4)
+
+
+# ---- model -----------------------------------------------------------------------------------------
+def default_modules(channels: int, size: tuple[int, int]) -> tuple[str, ...]:
+    """The paper's Appendix A sequences: aff-morpho-tps (grey digits), col-aff-tps (colour), col-proj (photos)."""
+    if channels == 1:
+        return ("affine", "morpho", "tps")
+    return ("color", "projective") if min(size) >= 64 else ("color", "affine", "tps")
+
+
+def resolve_modules(cfg, channels: int, size) -> tuple[str, ...]:
+    names = tuple(cfg.transforms)
+    if names in ((), ("auto",)):
+        return default_modules(channels, size)
+    if "auto" in names:
+        raise InputError("transforms = 'auto' cannot be combined with named modules: give either auto or a list such as affine,morpho,tps.")
+    if len(set(names)) != len(names):
+        raise InputError(f"transforms = {','.join(names)} repeats a module: name each module once.")
+    return names
+
+
+class DTIModel(nn.Module):
+    """Prototypes, encoder and K×M heads; ``forward`` gives the per-module parameters (B, K, P_m)."""
+
+    def __init__(self, k: int, channels: int, size: tuple[int, int], modules: tuple[str, ...], encoder: str = "auto",
+                 width: float = 1.0, tps_grid: int = 4, morpho_kernel: int = 7, gmm: bool = False,
+                 init_variance: float = 0.5):
+        super().__init__()
+        self.k, self.channels, self.size = k, channels, tuple(size)
+        self.sequence = TransformSequence(modules, size, channels, tps_grid, morpho_kernel)
+        kind = encoder if encoder != "auto" else ("resnet20" if min(size) < 64 else "resnet18")
+        self.encoder = ResNetEncoder(channels, kind, width)
+        self.heads = nn.ModuleList(BatchedMLP(k, self.encoder.out_features, m.n_params) for m in self.sequence.modules)
+        self.prototypes = nn.Parameter(torch.zeros(k, channels, *size))
+        self.gmm = gmm
+        if gmm:
+            self.variances = nn.Parameter(torch.full((k, channels, *size), float(init_variance)))
+            self.eta = nn.Parameter(torch.ones(k))
+
+    def network_parameters(self):
+        return [p for n, p in self.named_parameters() if n.startswith(("encoder.", "heads."))]
+
+    def cluster_parameters(self):
+        return [p for n, p in self.named_parameters() if not n.startswith(("encoder.", "heads."))]
+
+    def predict_params(self, x: torch.Tensor, active: int, autocast: bool = False) -> list[torch.Tensor]:
+        """Per-module parameters (B, K, P_m) for the first ``active`` modules (fp32)."""
+        if active == 0:
+            return []
+        ctx = torch.autocast(device_type=x.device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
+        with ctx:
+            feats = self.encoder(x)
+            out = [self.heads[m](feats) for m in range(active)]
+        return [o.float() for o in out]
+
+    def transform(self, images, params, active, spatial_only=False):
+        return self.sequence.apply(images, params, active=active, spatial_only=spatial_only)
+
+
+def gaussian_weights(size, sigma, device) -> torch.Tensor:
+    """Centred Gaussian pixel weights (H, W) with mean 1."""
+    h, w = size
+    yy = torch.arange(h, device=device, dtype=torch.float32) - (h - 1) / 2
+    xx = torch.arange(w, device=device, dtype=torch.float32) - (w - 1) / 2
+    g = torch.exp(-(yy[:, None] ** 2 + xx[None] ** 2) / (2 * sigma ** 2))
+    return g / g.mean()
+
+
+def gmm_loglik(x, means, variances, sigma_min, weights):
+    """log G(x; μ, diag(Σ + σ_min²)) per item and component, pixels weighted; x (B,1,C,H,W), means (B,K,C,H,W)."""
+    var = variances.abs() + sigma_min ** 2
+    terms = math.log(2 * math.pi) + torch.log(var) + (x - means) ** 2 / var
+    return -0.5 * (terms * weights).flatten(2).sum(2)
+
+
+def sq_distances(x, recon, weights):
+    """Mean (weighted) squared pixel difference per item and prototype, (B, K)."""
+    return ((x - recon) ** 2 * weights).flatten(2).mean(2)
+
+
+# ---- training ------------------------------------------------------------------------------------
+class Curriculum:
+    """Which modules are active and the learning rate, epoch by epoch (plateau detection or milestones)."""
+
+    def __init__(self, cfg, n_modules: int):
+        self.cfg, self.n_modules = cfg, n_modules
+        self.active = 0          # modules in use (0: identity only)
+        self.final = False       # reduced learning rate phase
+        self.stage_start = 0
+        self.stage_losses: list[float] = []
+        self.done = False
+        self.events: list[tuple[int, str]] = []
+        if cfg.curriculum == "milestones":
+            ms = [int(m) for m in cfg.milestones]
+            if len(ms) != n_modules + 1 or ms != sorted(ms):
+                raise InputError(f"milestones = {','.join(map(str, ms)) or 'none'}: give {n_modules + 1} increasing epochs "
+                                 f"(one per module, then the learning-rate drop), e.g. {','.join(str(20 * (i + 1)) for i in range(n_modules + 1))}.")
+            self.milestones = ms
+
+    def update(self, epoch: int, loss: float) -> str | None:
+        """Called after each epoch (1-based); returns 'module', 'lr' or None (and sets ``done``)."""
+        cfg = self.cfg
+        if cfg.curriculum == "milestones":
+            if self.active < self.n_modules and epoch == self.milestones[self.active]:
+                return self._next(epoch)
+            if not self.final and epoch == self.milestones[-1]:
+                return self._next(epoch)
+            self.done = epoch >= cfg.max_epochs
+            return None
+        if self.final:
+            self.done = epoch - self.stage_start >= cfg.final_epochs or epoch >= cfg.max_epochs
+            return None
+        self.stage_losses.append(loss)
+        if epoch >= cfg.max_epochs:
+            self.done = True
+            return None
+        # budget: a stage may use at most half of the epochs left before the final phase (the last
+        # module all of them), so every module gets its turn within max_epochs
+        left = cfg.max_epochs - cfg.final_epochs - self.stage_start
+        share = left if self.active == self.n_modules else left / 2
+        if epoch - self.stage_start >= max(share, 1):
+            return self._next(epoch)
+        p = cfg.patience
+        recent = self.stage_losses[-p:]
+        before = self.stage_losses[-2 * p:-p]
+        if len(self.stage_losses) >= max(cfg.min_stage_epochs, 2 * p):
+            gain = (sum(before) / p - sum(recent) / p) / abs(sum(before) / p)
+            if gain < cfg.plateau_tol:
+                return self._next(epoch)
+        return None
+
+    def _next(self, epoch):
+        self.stage_start, self.stage_losses = epoch, []
+        if self.active < self.n_modules:
+            self.active += 1
+            self.events.append((epoch, "module"))
+            return "module"
+        self.final = True
+        self.events.append((epoch, "lr"))
+        if self.cfg.curriculum == "plateau" and self.cfg.final_epochs == 0:
+            self.done = True
+        return "lr"
+
+
+def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, threshold: float, noise: float,
+                           generator: torch.Generator) -> list[tuple[int, int]]:
+    """Re-seed clusters with fewer than ``threshold``·N/K items from the currently largest cluster.
+
+    Copies the prototype (plus Gaussian noise), every head's weights and their Adam moments (and,
+    for the GMM, the variances; the mixing weight is split between the two). Returns (tiny, source)
+    pairs.
+    """
+    counts = counts.astype(np.float64).copy()
+    limit = threshold * counts.sum() / model.k
+    moved = []
+    for i in np.argsort(counts):
+        if counts[i] >= limit:
+            break
+        j = int(np.argmax(counts))
+        if j == i:
+            break
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.startswith("encoder."):
+                    continue
+                if name == "eta":
+                    p[i] = p[j] = p[j] - math.log(2.0)
+                else:
+                    p[i] = p[j]
+                    if name == "prototypes" and noise > 0:
+                        p[i] += noise * torch.randn(p[i].shape, generator=generator, device="cpu").to(p.device)
+                state = optimizer.state.get(p, {})
+                for key in ("exp_avg", "exp_avg_sq"):
+                    if key in state:
+                        state[key][i] = state[key][j]
+        counts[i] = counts[j] = counts[j] / 2
+        moved.append((int(i), j))
+    return moved
+
+
+def auto_batch_size(n: int) -> int:
+    """128 (the paper's batch) unless the set is small: then N/32 (at least 16), so an epoch has ≥ 32 steps."""
+    return int(min(128, max(16, n // 32)))
+
+
+def _batches(n, bs, gen):
+    perm = torch.randperm(n, generator=gen)
+    return [perm[i:i + bs] for i in range(0, n, bs)]
+
+
+def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
+    if not stack.is_image:
+        raise InputError("DTI clustering needs images (N×H×W or N×H×W×3), not vectors.")
+    h, w = stack.item_shape[:2]
+    if min(h, w) < 8:
+        raise InputError(f"The images are {h}×{w} pixels: DTI clustering needs at least 8×8.")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    rng = seed_everything(seed)
+    gen = torch.Generator().manual_seed(seed)
+    channels_last = stack.channels > 1 and len(stack.item_shape) == 3
+    x_all = to_nchw(stack.tensor(device))                  # (N, C, H, W)
+    n, c = x_all.shape[0], x_all.shape[1]
+    modules = resolve_modules(cfg, c, (h, w))
+    model = DTIModel(cfg.k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
+                     gmm, getattr(cfg, "init_variance", 0.5)).to(device)
+    with torch.no_grad():
+        model.prototypes.copy_(x_all[torch.from_numpy(rng.choice(n, size=cfg.k, replace=False)).to(device)])
+    if device.type == "cpu":
+        model.encoder.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
+                                  {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=cfg.lr)
+    weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
+    autocast = bool(cfg.mixed_precision and device.type == "cuda")
+    curriculum = Curriculum(cfg, len(modules))
+    batch_size = cfg.batch_size or auto_batch_size(n)
+    steps_per_epoch = math.ceil(n / batch_size)
+    total = cfg.max_epochs * steps_per_epoch
+    history, stage_log, reassigned, epoch_end, epoch_labels = [], [], [], [], []
+    step, start = 0, time.perf_counter()
+    epoch = 0
+    model.train()
+    while not curriculum.done:
+        epoch += 1
+        counts = np.zeros(cfg.k, dtype=np.int64)
+        labels_now = np.zeros(n, dtype=np.int16) if cfg.record_labels else None
+        loss_sum = 0.0
+        for idx in _batches(n, batch_size, gen):
+            xb = x_all[idx.to(device)]
+            if device.type == "cpu":
+                xb = xb.contiguous(memory_format=torch.channels_last)
+            loss, assigned, report = _step(model, xb, curriculum.active, weights, autocast, gmm, cfg)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            assigned = assigned.cpu().numpy()
+            counts += np.bincount(assigned, minlength=cfg.k)
+            if labels_now is not None:
+                labels_now[idx.numpy()] = assigned
+            loss_sum += report * len(idx)
+            step += 1
+            yield Progress(min(step, total), total, report, _stage_name(modules, curriculum))
+        epoch_loss = loss_sum / n
+        history.append(epoch_loss)
+        epoch_end.append(time.perf_counter() - start)
+        if labels_now is not None:
+            epoch_labels.append(labels_now)
+        moved = reassign_tiny_clusters(model, optimizer, counts, cfg.empty_threshold, cfg.reassign_noise, gen)
+        reassigned.extend((epoch, i, j) for i, j in moved)
+        change = curriculum.update(epoch, epoch_loss)
+        if change == "lr":
+            for group in optimizer.param_groups:
+                group["lr"] = cfg.lr / 10
+        if change:
+            stage_log.append((epoch, time.perf_counter() - start, change))
+        yield Snapshot(_protos_numpy(model, channels_last))
+    train_s = time.perf_counter() - start
+    yield Progress(total, total, history[-1] if history else float("nan"), "Aligning every image")
+    result = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm, batch_size=max(batch_size, 256))
+    result.history = history + [result.extras.pop("_final_loss")]
+    result.method = "dti-gmm" if gmm else "dti-kmeans"
+    result.config = config_dict(cfg)
+    result.timing = {"train_s": train_s, "epochs": epoch, "steps": step, "batch_size": batch_size,
+                     "stages": [[e, round(t, 2), what] for e, t, what in stage_log]}
+    result.extras["reassignments"] = np.asarray(reassigned, dtype=np.int64).reshape(-1, 3)
+    result.extras["epoch_end_s"] = np.asarray(epoch_end)
+    if cfg.record_labels:
+        result.extras["epoch_labels"] = np.stack(epoch_labels)
+    yield Done(result)
+
+
+def _stage_name(modules, curriculum):
+    names = ["identity", *modules[: curriculum.active]]
+    return ("+".join(names) + (" (lr/10)" if curriculum.final else ""))[:32]
+
+
+def _protos_numpy(model, channels_last):
+    return from_nchw(model.prototypes.detach(), channels_last).cpu().numpy().copy()
+
+
+def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
+    """One batch: the loss to back-propagate, each item's cluster and the loss value to report.
+
+    K-means: Eq. 4's gradient only involves each item's closest transformed prototype, so all B×K
+    transforms are computed without a graph and only the B winners are re-done with one (the same
+    loss and gradient, a fraction of the memory and time).
+    """
+    params = model.predict_params(xb, active, autocast)
+    protos = model.prototypes[None]
+    x = xb[:, None]
+    if not gmm:
+        with torch.no_grad():
+            d = sq_distances(x, model.transform(protos, [p.detach() for p in params], active), weights)
+            best = d.argmin(1)
+        rows = torch.arange(len(best), device=best.device)
+        chosen = [p[rows, best] for p in params]
+        recon = model.transform(model.prototypes[best], chosen, active)
+        loss = ((xb - recon) ** 2 * weights).flatten(1).mean(1).mean()
+        return loss, best, float(loss.detach())
+    means = model.transform(protos, params, active)
+    var = model.transform(model.variances[None], params, active, spatial_only=True)
+    log_pi = torch.log_softmax(model.eta, 0)
+    joint = gmm_loglik(x, means, var, cfg.sigma_min, weights) + log_pi
+    gamma = torch.softmax(joint.detach(), 1)
+    d = xb[0].numel()
+    loss = -(gamma * joint).sum(1).mean() / d
+    nll = float(-torch.logsumexp(joint.detach(), 1).mean()) / d
+    return loss, joint.detach().argmax(1), nll
+
+
+@torch.no_grad()
+def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights, autocast, gmm, batch_size=256):
+    """Scores, labels, aligned prototypes, per-module parameters and display grids for every item."""
+    model.eval()
+    channels_last = stack.channels > 1 and len(stack.item_shape) == 3
+    lattice = (cfg.grid_lattice, cfg.grid_lattice)
+    scores, aligned, grids, loss_terms = [], [], [], []
+    per_module = {m: [] for m in modules}
+    resp = []
+    for _, batch in stack.batches(batch_size):
+        xb = to_nchw(torch.from_numpy(batch).to(device))
+        params = model.predict_params(xb, active, autocast)
+        recon = model.transform(model.prototypes[None], params, active)
+        if gmm:
+            var = model.transform(model.variances[None], params, active, spatial_only=True)
+            joint = gmm_loglik(xb[:, None], recon, var, cfg.sigma_min, weights) + torch.log_softmax(model.eta, 0)
+            labels = joint.argmax(1)
+            scores.append(-joint)
+            resp.append(torch.softmax(joint, 1))
+            loss_terms.append(-torch.logsumexp(joint, 1) / xb[0].numel())
+        else:
+            d = sq_distances(xb[:, None], recon, weights)
+            labels = d.argmin(1)
+            scores.append(d)
+            loss_terms.append(d.min(1).values)
+        rows = torch.arange(len(labels), device=labels.device)
+        aligned.append(from_nchw(recon[rows, labels], channels_last))
+        chosen = [p[rows, labels] for p in params]
+        for m, mod, p in zip(modules, model.sequence.modules, chosen):
+            per_module[m].append(mod.shaped(p))
+        grids.append(model.sequence.display_grid([p.double() for p in chosen], lattice).float()
+                     if any(mod.spatial for mod in model.sequence.modules[:active])
+                     else model_lattice(model.size, lattice, len(labels), device))
+    scores = torch.cat(scores).cpu().numpy()
+    result = ClusteringResult(
+        labels=scores.argmin(1), scores=scores, prototypes=_protos_numpy(model, channels_last),
+        method="", config={}, aligned=torch.cat(aligned).cpu().numpy(), aligned_kind="prototype-on-item",
+        grids=torch.cat(grids).cpu().numpy(),
+        params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()},
+        state={"modules": np.asarray(modules), **{f"model.{k}": v.detach().cpu().numpy() for k, v in model.state_dict().items()}})
+    result.extras["_final_loss"] = float(torch.cat(loss_terms).mean())
+    if gmm:
+        result.responsibilities = torch.cat(resp).cpu().numpy()
+        var = (model.variances.abs() + cfg.sigma_min ** 2).detach()
+        result.extras["variances"] = from_nchw(var, channels_last).cpu().numpy()
+        result.extras["weights"] = torch.softmax(model.eta, 0).detach().cpu().numpy()
+    model.train()
+    return result
+
+
+def model_lattice(size, lattice, n, device):
+    from ..transforms import lattice_pixels
+
+    return lattice_pixels(size, lattice, device).expand(n, *lattice, 2)
+
+
+def run_kmeans(stack: Stack, cfg: DTIKMeansConfig, device: torch.device, seed: int):
+    yield from _train(stack, cfg, device, seed, gmm=False)
+
+
+def run_gmm(stack: Stack, cfg: DTIGMMConfig, device: torch.device, seed: int):
+    yield from _train(stack, cfg, device, seed, gmm=True)
+
+
+def rebuild(result: ClusteringResult, device) -> tuple[DTIModel, object]:
+    """The trained model of a DTI result (from its saved state)."""
+    gmm = result.method == "dti-gmm"
+    cls = DTIGMMConfig if gmm else DTIKMeansConfig
+    known = {f for f in cls.__dataclass_fields__}
+    cfg = cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in result.config.items() if k in known})
+    modules = tuple(str(m) for m in np.asarray(result.state["modules"]).reshape(-1))
+    protos = np.asarray(result.state["model.prototypes"])
+    k, c, h, w = protos.shape
+    model = DTIModel(k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel, gmm,
+                     getattr(cfg, "init_variance", 0.5))
+    model.load_state_dict({key[len("model."):]: torch.from_numpy(np.asarray(v)) for key, v in result.state.items()
+                           if key.startswith("model.")})
+    return model.to(device), cfg
+
+
+def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
+    """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
+    model, cfg = rebuild(result, device)
+    check_same_size(stack, int(np.prod(result.prototypes.shape[1:])))
+    if stack.item_shape != tuple(result.prototypes.shape[1:]):
+        raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {tuple(result.prototypes.shape[1:])}: give images of the same size.")
+    gmm = result.method == "dti-gmm"
+    h, w = model.size
+    weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
+    modules = model.sequence.names
+    out = _infer(model, stack, device, cfg, modules, len(modules), weights,
+                 bool(cfg.mixed_precision and device.type == "cuda"), gmm, batch_size)
+    out.extras.pop("_final_loss")
+    out.method, out.config, out.state = result.method, result.config, result.state
+    return out
+
+
+SPEC_KMEANS = register(MethodSpec(name="dti-kmeans", title="DTI K-means (deep transformation-invariant)",
+                                  config=DTIKMeansConfig, run=run_kmeans, predict=predict, inputs=("images",),
+                                  paper="003 Monnier et al. 2020, Deep Transformation-Invariant Clustering"))
+SPEC_GMM = register(MethodSpec(name="dti-gmm", title="DTI GMM (deep transformation-invariant)",
+                               config=DTIGMMConfig, run=run_gmm, predict=predict, inputs=("images",),
+                               paper="003 Monnier et al. 2020, Deep Transformation-Invariant Clustering"))

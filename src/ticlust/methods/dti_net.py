@@ -1,0 +1,113 @@
+"""The parameter-prediction network of DTI clustering: a small shared ResNet encoder and K×M MLP heads.
+
+The encoder reads the item; for every transformation module m and prototype k an MLP (two hidden
+layers of 128) predicts that module's parameters. The K heads of one module are stored as stacked
+weights (K, in, out) and evaluated with batched matrix products, so the cost does not grow with a
+Python loop over prototypes. The last layer of every head starts at zero: each predicted transform
+starts as the exact identity.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+
+class BasicBlock(nn.Module):
+    """Two 3×3 convolutions with batch norm and an identity (or 1×1 projection) shortcut."""
+
+    def __init__(self, c_in: int, c_out: int, stride: int = 1):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut = None
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x):
+        out = F.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return F.relu(out + (x if self.shortcut is None else self.shortcut(x)))
+
+
+class ResNetEncoder(nn.Module):
+    """ResNet truncated after global average pooling.
+
+    "resnet20": the CIFAR-style ResNet-20 (3×3 stem, 3 stages of 3 blocks, 16/32/64 channels) for
+    images under 64 px; "resnet18": the ImageNet-style ResNet-18 (7×7/2 stem + max-pool, 4 stages
+    of 2 blocks, 64…512 channels) otherwise. ``width`` scales the channel counts (at least 8: oneDNN crashed on 4-channel channels-last convolutions).
+    """
+
+    def __init__(self, channels: int, kind: str = "resnet20", width: float = 1.0):
+        super().__init__()
+        if kind == "resnet20":
+            widths = [max(8, int(round(c * width))) for c in (16, 32, 64)]
+            self.stem = nn.Sequential(nn.Conv2d(channels, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+            blocks, depth = widths, 3
+        elif kind == "resnet18":
+            widths = [max(8, int(round(c * width))) for c in (64, 128, 256, 512)]
+            self.stem = nn.Sequential(nn.Conv2d(channels, widths[0], 7, 2, 3, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU(),
+                                      nn.MaxPool2d(3, 2, 1))
+            blocks, depth = widths, 2
+        else:
+            raise ValueError(f"unknown encoder {kind!r}")
+        layers, c_in = [], blocks[0]
+        for i, c in enumerate(blocks):
+            for j in range(depth):
+                layers.append(BasicBlock(c_in, c, 2 if (j == 0 and i > 0) else 1))
+                c_in = c
+        self.layers = nn.Sequential(*layers)
+        self.out_features = blocks[-1]
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+
+    def forward(self, x):
+        return self.layers(self.stem(x)).mean((2, 3))
+
+
+class BatchedMLP(nn.Module):
+    """K independent MLPs in → 128 → 128 → out, evaluated together; the last layer starts at zero."""
+
+    def __init__(self, k: int, n_in: int, n_out: int, hidden: int = 128):
+        super().__init__()
+        self.k, self.hidden = k, hidden
+        self.w1, self.b1 = self._linear(k, n_in, hidden)
+        self.w2, self.b2 = self._linear(k, hidden, hidden)
+        self.w3 = nn.Parameter(torch.zeros(k, hidden, n_out))
+        self.b3 = nn.Parameter(torch.zeros(k, n_out))
+
+    @staticmethod
+    def _linear(k, n_in, n_out):
+        bound = 1 / math.sqrt(n_in)  # nn.Linear's default initialisation, per head
+        w = nn.Parameter(torch.empty(k, n_in, n_out).uniform_(-bound, bound))
+        b = nn.Parameter(torch.empty(k, n_out).uniform_(-bound, bound))
+        return w, b
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        """(B, in) → (B, K, out)."""
+        b, n_in = features.shape
+        h = features @ self.w1.permute(1, 0, 2).reshape(n_in, -1)          # (B, K·hidden), one matmul
+        h = F.relu(h.reshape(b, self.k, self.hidden) + self.b1)
+        h = F.relu(torch.baddbmm(self.b2[:, None], h.transpose(0, 1), self.w2))  # (K, B, hidden)
+        out = torch.baddbmm(self.b3[:, None], h, self.w3)                  # (K, B, out)
+        return out.transpose(0, 1)
+
+
+class LoopedMLP(nn.Module):
+    """The same K heads as separate nn.Linear stacks run in a Python loop (for speed comparisons only)."""
+
+    def __init__(self, k: int, n_in: int, n_out: int, hidden: int = 128):
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                                 nn.Linear(hidden, n_out)) for _ in range(k))
+        for h in self.heads:
+            nn.init.zeros_(h[-1].weight)
+            nn.init.zeros_(h[-1].bias)
+
+    def forward(self, features):
+        return torch.stack([h(features) for h in self.heads], dim=1)

@@ -1,0 +1,219 @@
+"""DTI K-means / DTI GMM: losses, batched heads, the curriculum, reassignment, results and predict."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ticlust
+from ticlust.data import InputError
+from ticlust.methods import dti
+from ticlust.methods.dti_net import BatchedMLP, LoopedMLP
+
+FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def shapes(n=64, s=16, seed=0):
+    """Rings and bars at random positions (labels 0 / 1), values in [0, 1]."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:s, 0:s]
+    imgs, labels = [], []
+    for i in range(n):
+        cy, cx = rng.uniform(s / 2 - 2, s / 2 + 2, 2)
+        if i % 2 == 0:
+            img = np.clip(1 - np.abs(np.hypot(yy - cy, xx - cx) - s * 0.22), 0, 1)
+        else:
+            img = ((np.abs(yy - cy) < 1.2) & (np.abs(xx - cx) < s * 0.28)).astype(float)
+        imgs.append(img)
+        labels.append(i % 2)
+    return np.stack(imgs).astype(np.float32), np.array(labels)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return shapes()
+
+
+def test_dti_kmeans_result_fields(tiny):
+    x, _ = tiny
+    r = ticlust.fit(x, method="dti-kmeans", k=4, seed=0, **FAST)
+    assert r.labels.shape == (64,) and r.scores.shape == (64, 4)
+    assert np.array_equal(r.labels, r.scores.argmin(1))
+    assert r.prototypes.shape == (4, 16, 16)
+    assert r.aligned.shape == (64, 16, 16) and r.aligned_kind == "prototype-on-item"
+    assert r.grids.shape == (64, 10, 10, 2)
+    assert r.params["affine"].shape == (64, 2, 3) and r.params["morpho"].shape == (64, 50)
+    assert r.params["tps"].shape == (64, 16, 2)
+    assert np.isfinite(r.history).all() and len(r.history) == r.timing["epochs"] + 1
+    # the aligned prototype's distance to its item is the item's score
+    d = ((r.aligned - x / x.max()) ** 2).mean((1, 2))
+    assert np.allclose(d, r.scores[np.arange(64), r.labels], atol=1e-5)
+
+
+def test_same_seed_same_result_and_input_untouched(tiny):
+    x, _ = tiny
+    before = x.copy()
+    a = ticlust.fit(x, method="dti-kmeans", k=3, seed=5, **FAST)
+    b = ticlust.fit(x, method="dti-kmeans", k=3, seed=5, **FAST)
+    assert np.array_equal(a.labels, b.labels) and np.allclose(a.prototypes, b.prototypes)
+    assert np.array_equal(x, before)
+
+
+def test_predict_and_save_load_round_trip(tiny, tmp_path):
+    x, _ = tiny
+    r = ticlust.fit(x, method="dti-gmm", k=3, seed=1, **FAST)
+    assert r.responsibilities.shape == (64, 3) and np.allclose(r.responsibilities.sum(1), 1, atol=1e-5)
+    assert r.extras["variances"].min() >= 0.25 ** 2 - 1e-7
+    path = r.save(tmp_path / "dti.npz")
+    back = ticlust.load_result(path)
+    p = back.predict(x)
+    assert np.array_equal(p.labels, r.labels)
+    assert np.allclose(p.scores, r.scores, rtol=1e-4, atol=1e-3)
+    assert p.aligned.shape == r.aligned.shape
+    with pytest.raises(InputError):
+        back.predict(np.zeros((3, 20, 20), np.float32) + np.arange(20, dtype=np.float32))
+
+
+def test_colour_images_use_colour_modules():
+    rng = np.random.default_rng(0)
+    x = rng.random((24, 12, 12, 3)).astype(np.float32)
+    r = ticlust.fit(x, method="dti-kmeans", k=2, seed=0, **FAST)
+    assert set(r.params) == {"color", "affine", "tps"} and r.params["color"].shape == (24, 6)
+    assert r.prototypes.shape == (2, 12, 12, 3) and r.aligned.shape == (24, 12, 12, 3)
+
+
+def test_input_errors(tiny):
+    x, _ = tiny
+    with pytest.raises(InputError):
+        ticlust.fit(np.random.rand(20, 30), method="dti-kmeans", k=2)
+    with pytest.raises(InputError):
+        ticlust.fit(x, method="dti-kmeans", k=2, transforms="auto,affine")
+    with pytest.raises(InputError):
+        ticlust.fit(x, method="dti-kmeans", k=2, transforms="shear")
+    with pytest.raises(InputError):
+        ticlust.fit(x, method="dti-kmeans", k=2, curriculum="milestones", milestones="5,3")
+    with pytest.raises(InputError):
+        ticlust.fit(np.random.rand(10, 6, 6), method="dti-kmeans", k=2)
+
+
+def test_model_starts_as_the_identity():
+    torch.manual_seed(0)
+    model = dti.DTIModel(3, 1, (16, 16), ("affine", "morpho", "tps"))
+    model.prototypes.data.uniform_()
+    x = torch.rand(5, 1, 16, 16)
+    params = model.predict_params(x, 3)
+    assert all(float(p.abs().max()) == 0 for p in params)
+    out = model.transform(model.prototypes[None], params, 3)
+    assert torch.allclose(out, model.prototypes[None].expand(5, -1, -1, -1, -1), atol=1e-6)
+
+
+def test_batched_heads_equal_looped_heads():
+    torch.manual_seed(0)
+    batched = BatchedMLP(4, 8, 6)
+    looped = LoopedMLP(4, 8, 6)
+    with torch.no_grad():
+        batched.w3.normal_()
+        batched.b3.normal_()
+        for k, head in enumerate(looped.heads):
+            for layer, w, b in ((head[0], batched.w1, batched.b1), (head[2], batched.w2, batched.b2), (head[4], batched.w3, batched.b3)):
+                layer.weight.copy_(w[k].T)
+                layer.bias.copy_(b[k])
+    f = torch.randn(7, 8)
+    assert torch.allclose(batched(f), looped(f), atol=1e-5)
+
+
+def test_winner_only_graph_gives_the_gradient_of_eq4():
+    """The K-means step re-runs only each item's closest prototype with a graph: same loss, same gradients."""
+    torch.manual_seed(1)
+    model = dti.DTIModel(3, 1, (12, 12), ("affine", "morpho", "tps"))
+    with torch.no_grad():
+        model.prototypes.uniform_()
+        for h in model.heads:
+            h.w3.normal_(std=0.01)
+    x = torch.rand(6, 1, 12, 12)
+    w = torch.ones(12, 12)
+    cfg = dti.DTIKMeansConfig()
+    loss, _, _ = dti._step(model, x, 3, w, False, False, cfg)
+    grads = torch.autograd.grad(loss, [model.prototypes, model.heads[0].w3, model.heads[2].w1])
+    params = model.predict_params(x, 3)
+    full = dti.sq_distances(x[:, None], model.transform(model.prototypes[None], params, 3), w).min(1).values.mean()
+    ref = torch.autograd.grad(full, [model.prototypes, model.heads[0].w3, model.heads[2].w1])
+    assert torch.allclose(loss, full, atol=1e-7)
+    for g, r in zip(grads, ref):
+        assert torch.allclose(g, r, atol=1e-6, rtol=1e-4)
+
+
+def test_gmm_loglik_matches_closed_form():
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(rng.random((2, 1, 1, 3, 3)))
+    mu = torch.from_numpy(rng.random((2, 4, 1, 3, 3)))
+    var = torch.from_numpy(rng.random((2, 4, 1, 3, 3)))
+    got = dti.gmm_loglik(x, mu, var, 0.25, torch.ones(3, 3, dtype=torch.float64)).numpy()
+    sd = np.sqrt(var.numpy() + 0.0625)
+    ref = norm.logpdf(x.numpy(), mu.numpy(), sd).reshape(2, 4, -1).sum(-1)
+    assert np.allclose(got, ref)
+
+
+def test_reassignment_copies_prototype_head_and_adam_state():
+    torch.manual_seed(0)
+    model = dti.DTIModel(3, 1, (8, 8), ("affine",))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.prototypes.data.uniform_()
+    loss = model.predict_params(torch.rand(4, 1, 8, 8), 1)[0].pow(2).sum() + model.prototypes.pow(2).sum() \
+        + model.heads[0].w3.sum() * 1.0
+    loss.backward()
+    opt.step()
+    moved = dti.reassign_tiny_clusters(model, opt, np.array([50, 2, 48]), 0.2, 1e-3, torch.Generator().manual_seed(0))
+    assert moved == [(1, 0)]
+    h = model.heads[0]
+    assert torch.equal(h.w1[1], h.w1[0]) and torch.equal(h.w3[1], h.w3[0])
+    assert torch.equal(opt.state[h.w1]["exp_avg"][1], opt.state[h.w1]["exp_avg"][0])
+    assert torch.equal(opt.state[model.prototypes]["exp_avg_sq"][1], opt.state[model.prototypes]["exp_avg_sq"][0])
+    diff = (model.prototypes[1] - model.prototypes[0]).detach()
+    assert 0 < float(diff.abs().max()) < 0.01
+    assert dti.reassign_tiny_clusters(model, opt, np.array([34, 33, 33]), 0.2, 1e-3, torch.Generator()) == []
+
+
+def test_plateau_curriculum():
+    cfg = dti.DTIKMeansConfig(patience=2, plateau_tol=0.01, min_stage_epochs=3, final_epochs=2, max_epochs=100)
+    cur = dti.Curriculum(cfg, 2)
+    losses = [1.0, 0.9, 0.8, 0.8, 0.8, 0.8,   # windows of 2: no gain by epoch 6 → module 1
+              0.7, 0.69, 0.7, 0.7,             # module 2 at epoch 10 (noise within 1 %)
+              0.7, 0.7, 0.7, 0.7,              # lr drop at epoch 14
+              0.6, 0.6]                        # two final epochs → done
+    changes = {}
+    for e, loss in enumerate(losses, 1):
+        c = cur.update(e, loss)
+        if c:
+            changes[e] = c
+        if cur.done:
+            break
+    assert changes == {6: "module", 10: "module", 14: "lr"} and cur.done and e == 16
+
+
+def test_milestone_curriculum():
+    cfg = dti.DTIKMeansConfig(curriculum="milestones", milestones=(2, 4, 6), max_epochs=8)
+    cur = dti.Curriculum(cfg, 2)
+    out = [cur.update(e, 1.0) for e in range(1, 9)]
+    assert out == [None, "module", None, "module", None, "lr", None, None] and cur.done
+
+
+@pytest.mark.slow
+def test_dti_beats_pixel_kmeans_on_translated_shapes():
+    """Two shapes at random positions: DTI with affine alignment separates them; clustering is the point."""
+    x, labels = shapes(64)
+    pixel = ticlust.fit(x, method="kmeans", k=2, seed=0)
+    r = ticlust.fit(x, method="dti-kmeans", k=2, seed=0, transforms="affine", curriculum="milestones",
+                    milestones=(1, 18), max_epochs=19, batch_size=16, threads=1, encoder_width=0.25)
+    acc = ticlust.evaluate(labels, r.labels)["acc"]
+    assert acc >= 0.9 > ticlust.evaluate(labels, pixel.labels)["acc"], acc
