@@ -70,8 +70,21 @@ def main():
                    stages=r.timing["stages"], load=(load0 + os.getloadavg()[0]) / 2,
                    s_epoch=float(np.diff(np.r_[0, ends])[-10:].mean()))
         rows.append(row)
-        np.save(Path(__file__).resolve().parent / "results" / f"dti_mnist1k_prototypes_seed{seed}{args.tag}.npy", r.prototypes)
+        save_montage(r.prototypes, Path(__file__).resolve().parent / "results" / f"dti_mnist1k_prototypes_seed{seed}{args.tag}.png")
         print(row, flush=True)
+        write_table(rows, args, params)
+
+
+def save_montage(prototypes, path):
+    from PIL import Image
+
+    strip = np.concatenate([np.clip(p, 0, 1) for p in prototypes], axis=1)
+    img = Image.fromarray((strip * 255).astype(np.uint8))
+    img.resize((img.width * 3, img.height * 3), Image.NEAREST).save(path)
+
+
+def write_table(rows, args, params):
+    """The Markdown table so far (rewritten after every seed, so an interrupted run leaves a record)."""
     accs = np.array([r["acc"] for r in rows])
     best = min(rows, key=lambda r: r["loss"])
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024

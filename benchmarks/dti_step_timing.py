@@ -26,7 +26,7 @@ from ticlust.methods.dti_net import LoopedMLP
 
 def looped_step(model, loops, xb, active, weights):
     """The authors' structure: per prototype k, its own heads and its own warp calls."""
-    feats = model.encoder(xb)
+    feats = model.encoder(xb) if active else None
     dists = []
     for k in range(model.k):
         params = [loops[m].heads[k](feats) for m in range(active)]
@@ -97,7 +97,7 @@ def main():
         f"B = {args.batch}, K = {args.k}, {args.size}×{args.size} grey, modules identity → affine → morphology → TPS, "
         f"device {args.device}, {args.threads} torch threads, {platform.processor() or platform.machine()}; "
         f"load average at start {load:.1f} (the machine is shared: wall times are inflated by contention, "
-        "CPU time = process CPU seconds per step); peak RSS {peak:.0f} MiB.",
+        f"CPU time = process CPU seconds per step); peak RSS {peak:.0f} MiB.",
         "",
         "| active modules | looped heads + warps: wall s (CPU s) | batched, full graph: wall s (CPU s) | batched + winner-only graph (default): wall s (CPU s) | speed-up looped → default (wall) |",
         "| --- | --- | --- | --- | --- |",

@@ -21,7 +21,7 @@ from torch import nn
 
 from ..data import InputError, Stack, check_same_size, from_nchw, to_nchw
 from ..result import ClusteringResult
-from ..transforms import TransformSequence
+from ..transforms import TransformSequence, lattice_pixels
 from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 
@@ -425,8 +425,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights,
 
 
 def model_lattice(size, lattice, n, device):
-    from ..transforms import lattice_pixels
-
+    """The undeformed display lattice, for sequences without spatial modules."""
     return lattice_pixels(size, lattice, device).expand(n, *lattice, 2)
 
 
