@@ -13,12 +13,7 @@ from ticlust.methods.dti_net import BatchedMLP, LoopedMLP
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def shapes(n=64, s=16, seed=0):
@@ -217,3 +212,15 @@ def test_dti_beats_pixel_kmeans_on_translated_shapes():
                     milestones=(1, 18), max_epochs=19, batch_size=16, threads=1, encoder_width=0.25)
     acc = ticlust.evaluate(labels, r.labels)["acc"]
     assert acc >= 0.9 > ticlust.evaluate(labels, pixel.labels)["acc"], acc
+
+
+def test_inspector_alignment_matches_the_fit(tiny):
+    """Every prototype aligned onto one image, as the napari inspector shows it, agrees with the fit."""
+    from ticlust.api import align_one
+
+    x, _ = tiny
+    r = ticlust.fit(x, method="dti-kmeans", k=4, seed=0, **FAST)
+    aligned, scores = align_one(r, x[3], device="cpu")
+    assert aligned.shape == (4, 16, 16)
+    np.testing.assert_allclose(scores, r.scores[3], rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(aligned[r.labels[3]], r.aligned[3], atol=1e-5)

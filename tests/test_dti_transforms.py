@@ -6,13 +6,7 @@ import torch
 from ticlust import transforms as T
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread avoids thread-pool overhead on a shared machine (restored after)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def blob_images(n=3, h=16, w=20, c=1, seed=0):

@@ -236,3 +236,26 @@ def test_st_kmeans_shows_aligned_stack_and_warp_grid(make_napari_viewer, qtbot):
     np.testing.assert_allclose(grid.data[0][:, 1:], widget.result.grids[6, 0, :, ::-1], atol=1e-4)
     qtbot.waitUntil(lambda: "glyphs inspector" in viewer.layers and widget._inspecting is None, timeout=60_000)
     assert viewer.layers["glyphs inspector"].data.shape == (32, 4 * 34 - 2)
+
+
+def test_dti_shows_aligned_prototypes_grid_and_inspector(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    images = samples.glyphs()[0][0][:64]
+    viewer.add_image(images, name="glyphs")
+    widget = TiclustWidget(viewer)
+    widget.method.value = "dti-kmeans"
+    widget.input.value = "glyphs"
+    widget.k.value = 4
+    for name, value in [("max_epochs", 2), ("min_stage_epochs", 1), ("patience", 1), ("final_epochs", 1),
+                        ("batch_size", 32)]:
+        widget.params[name].value = value
+    run_to_end(qtbot, widget, timeout=120_000)
+    result = widget.result
+    aligned = viewer.layers["glyphs aligned"]
+    assert aligned.data.shape == (64, 32, 32) and aligned.metadata["aligned_kind"] == "prototype-on-item"
+    viewer.dims.current_step = (9, 0, 0)
+    grid = viewer.layers["glyphs warp grid"]
+    assert all(np.all(path[:, 0] == 9) for path in grid.data)
+    qtbot.waitUntil(lambda: widget._inspecting is None, timeout=30_000)
+    labels = viewer.layers["glyphs inspector frames"].features["label"]
+    assert list(labels) == [f"{k}: {s:.3g}" for k, s in enumerate(result.scores[9])]

@@ -375,6 +375,20 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
 
 
 @torch.no_grad()
+def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
+    """Every prototype transformed onto every image of a batch: (per-module params, (B, K, C, H, W), scores (B, K)).
+
+    Scores are squared distances (K-means) or negative joint log-likelihoods (GMM): lower is closer.
+    """
+    params = model.predict_params(xb, active, autocast)
+    recon = model.transform(model.prototypes[None], params, active)
+    if gmm:
+        var = model.transform(model.variances[None], params, active, spatial_only=True)
+        joint = gmm_loglik(xb[:, None], recon, var, cfg.sigma_min, weights) + torch.log_softmax(model.eta, 0)
+        return params, recon, -joint
+    return params, recon, sq_distances(xb[:, None], recon, weights)
+
+
 def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights, autocast, gmm, batch_size=256):
     """Scores, labels, aligned prototypes, per-module parameters and display grids for every item."""
     model.eval()
@@ -385,20 +399,14 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights,
     resp = []
     for _, batch in stack.batches(batch_size):
         xb = to_nchw(torch.from_numpy(batch).to(device))
-        params = model.predict_params(xb, active, autocast)
-        recon = model.transform(model.prototypes[None], params, active)
+        params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg)
+        labels = score.argmin(1)
+        scores.append(score)
         if gmm:
-            var = model.transform(model.variances[None], params, active, spatial_only=True)
-            joint = gmm_loglik(xb[:, None], recon, var, cfg.sigma_min, weights) + torch.log_softmax(model.eta, 0)
-            labels = joint.argmax(1)
-            scores.append(-joint)
-            resp.append(torch.softmax(joint, 1))
-            loss_terms.append(-torch.logsumexp(joint, 1) / xb[0].numel())
+            resp.append(torch.softmax(-score, 1))
+            loss_terms.append(-torch.logsumexp(-score, 1) / xb[0].numel())
         else:
-            d = sq_distances(xb[:, None], recon, weights)
-            labels = d.argmin(1)
-            scores.append(d)
-            loss_terms.append(d.min(1).values)
+            loss_terms.append(score.min(1).values)
         rows = torch.arange(len(labels), device=labels.device)
         aligned.append(from_nchw(recon[rows, labels], channels_last))
         chosen = [p[rows, labels] for p in params]
@@ -453,26 +461,42 @@ def rebuild(result: ClusteringResult, device) -> tuple[DTIModel, object]:
     return model.to(device), cfg
 
 
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
-    """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
+def _inference_setup(result: ClusteringResult, stack: Stack, device: torch.device):
+    """The trained model of a result, checked against new images, with what inference needs."""
     model, cfg = rebuild(result, device)
     check_same_size(stack, int(np.prod(result.prototypes.shape[1:])))
     if stack.item_shape != tuple(result.prototypes.shape[1:]):
         raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {tuple(result.prototypes.shape[1:])}: give images of the same size.")
-    gmm = result.method == "dti-gmm"
     h, w = model.size
     weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
+    autocast = bool(cfg.mixed_precision and device.type == "cuda")
+    return model, cfg, weights, autocast, result.method == "dti-gmm"
+
+
+def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
+    """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
+    model, cfg, weights, autocast, gmm = _inference_setup(result, stack, device)
     modules = model.sequence.names
-    out = _infer(model, stack, device, cfg, modules, len(modules), weights,
-                 bool(cfg.mixed_precision and device.type == "cuda"), gmm, batch_size)
+    out = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm, batch_size)
     out.extras.pop("_final_loss")
     out.method, out.config, out.state = result.method, result.config, result.state
     return out
 
 
+def align(result: ClusteringResult, stack: Stack, device: torch.device):
+    """For the alignment inspector: every prototype transformed onto one image, and the image's scores."""
+    model, cfg, weights, autocast, gmm = _inference_setup(result, stack, device)
+    model.eval()
+    xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
+    with torch.no_grad():
+        _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, gmm, cfg)
+    channels_last = stack.channels > 1 and len(stack.item_shape) == 3
+    return from_nchw(recon[0].float(), channels_last).cpu().numpy(), scores[0].float().cpu().numpy()
+
+
 SPEC_KMEANS = register(MethodSpec(name="dti-kmeans", title="DTI K-means (deep transformation-invariant)",
-                                  config=DTIKMeansConfig, run=run_kmeans, predict=predict, inputs=("images",),
+                                  config=DTIKMeansConfig, run=run_kmeans, predict=predict, align=align, inputs=("images",),
                                   paper="003 Monnier et al. 2020, Deep Transformation-Invariant Clustering"))
 SPEC_GMM = register(MethodSpec(name="dti-gmm", title="DTI GMM (deep transformation-invariant)",
-                               config=DTIGMMConfig, run=run_gmm, predict=predict, inputs=("images",),
+                               config=DTIGMMConfig, run=run_gmm, predict=predict, align=align, inputs=("images",),
                                paper="003 Monnier et al. 2020, Deep Transformation-Invariant Clustering"))
