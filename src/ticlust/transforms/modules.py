@@ -7,6 +7,8 @@ applies modules in order, fusing consecutive spatial modules into ONE sampling g
 """
 from __future__ import annotations
 
+import abc
+
 import torch
 
 from . import core
@@ -14,7 +16,7 @@ from . import core
 MODULE_NAMES = ("identity", "color", "affine", "projective", "tps", "morpho")
 
 
-class Module:
+class Module(abc.ABC):
     """A parametric transformation; zero parameters are the identity."""
 
     name = "module"
@@ -25,8 +27,9 @@ class Module:
         self.channels = channels
 
     @property
+    @abc.abstractmethod
     def n_params(self) -> int:
-        raise NotImplementedError
+        """How many parameters one instance of this transformation takes."""
 
     def zeros(self, *batch, device=None, dtype=torch.float32) -> torch.Tensor:
         return torch.zeros(*batch, self.n_params, device=device, dtype=dtype)
