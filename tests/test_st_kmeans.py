@@ -248,3 +248,10 @@ def test_warps_stay_within_bounds(glyphs):
     assert svs.min() >= 1 / 1.2 - 1e-4 and svs.max() <= 1.2 + 1e-4
     assert np.abs(r.params["affine"][:, :, 2]).max() <= 0.2 + 1e-5
     assert np.abs(r.params["displacements"]).max() <= 0.25 + 1e-5
+
+
+def test_scale_bound_defaults_differ_by_method():
+    """ST K-means defaults to the looser scale bound measured better on MNIST; AI K-means keeps 1.5."""
+    from ticlust.methods.st_kmeans import AIKMeansConfig, STKMeansConfig
+
+    assert STKMeansConfig().max_scale == 2.0 and AIKMeansConfig().max_scale == 1.5
