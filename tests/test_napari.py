@@ -214,17 +214,23 @@ def test_rgb_stack_and_gmm(make_napari_viewer, qtbot):
     assert viewer.layers["rgb inspector"].data.shape == (12, 2 * 14 - 2, 3)
 
 
-def test_st_kmeans_shows_aligned_stack_and_warp_grid(make_napari_viewer, qtbot):
+def fitted_on_glyphs(make_napari_viewer, qtbot, method, n, **params):
+    """A viewer with the first n glyphs and the widget after a K=4 run of ``method`` with ``params``."""
     viewer = make_napari_viewer()
-    images = samples.glyphs()[0][0][:40]
-    viewer.add_image(images, name="glyphs")
+    viewer.add_image(samples.glyphs()[0][0][:n], name="glyphs")
     widget = TiclustWidget(viewer)
-    widget.method.value = "st-kmeans"
+    widget.method.value = method
     widget.input.value = "glyphs"
     widget.k.value = 4
-    for name, value in [("max_iter", 2), ("steps", 5), ("affine_steps", 5), ("predict_steps", 5), ("landmarks", 3)]:
+    for name, value in params.items():
         widget.params[name].value = value
     run_to_end(qtbot, widget, timeout=120_000)
+    return viewer, widget
+
+
+def test_st_kmeans_shows_aligned_stack_and_warp_grid(make_napari_viewer, qtbot):
+    viewer, widget = fitted_on_glyphs(make_napari_viewer, qtbot, "st-kmeans", 40, max_iter=2, steps=5,
+                                      affine_steps=5, predict_steps=5, landmarks=3)
     assert widget.result is not None
     aligned = viewer.layers["glyphs aligned"]
     assert aligned.data.shape == (40, 32, 32) and aligned.metadata["aligned_kind"] == "item-on-prototype"
@@ -239,17 +245,8 @@ def test_st_kmeans_shows_aligned_stack_and_warp_grid(make_napari_viewer, qtbot):
 
 
 def test_dti_shows_aligned_prototypes_grid_and_inspector(make_napari_viewer, qtbot):
-    viewer = make_napari_viewer()
-    images = samples.glyphs()[0][0][:64]
-    viewer.add_image(images, name="glyphs")
-    widget = TiclustWidget(viewer)
-    widget.method.value = "dti-kmeans"
-    widget.input.value = "glyphs"
-    widget.k.value = 4
-    for name, value in [("max_epochs", 2), ("min_stage_epochs", 1), ("patience", 1), ("final_epochs", 1),
-                        ("batch_size", 32)]:
-        widget.params[name].value = value
-    run_to_end(qtbot, widget, timeout=120_000)
+    viewer, widget = fitted_on_glyphs(make_napari_viewer, qtbot, "dti-kmeans", 64, max_epochs=2, min_stage_epochs=1,
+                                      patience=1, final_epochs=1, batch_size=32)
     result = widget.result
     aligned = viewer.layers["glyphs aligned"]
     assert aligned.data.shape == (64, 32, 32) and aligned.metadata["aligned_kind"] == "prototype-on-item"
