@@ -14,13 +14,10 @@ from sklearn.mixture import GaussianMixture
 
 import ticlust
 from ticlust.metrics import evaluate
+from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve().parent
 
-
-def data_dir(arg):
-    candidates = [Path(arg)] if arg else [HERE.parents[1] / "shared" / "datasets", HERE.parents[2] / "shared" / "datasets"]
-    return next(p for p in candidates if p.exists())
 
 
 def main():

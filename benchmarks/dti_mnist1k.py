@@ -25,16 +25,10 @@ import torch  # noqa: E402
 import ticlust  # noqa: E402
 from ticlust.data import random_subset  # noqa: E402
 from ticlust.metrics import evaluate, hungarian_accuracy  # noqa: E402
+from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 PAPER = {"dti-kmeans": (79.8, 90.5), "dti-gmm": (80.8, 87.1)}  # Table 2, MNIST-1k: avg / minLoss ACC (%)
 
-
-def data_dir(given: str | None) -> Path:
-    here = Path(__file__).resolve()
-    for cand in ([Path(given)] if given else []) + [here.parents[2] / "shared" / "datasets", here.parents[3] / "shared" / "datasets"]:
-        if (cand / "mnist.npz").is_file():
-            return cand
-    raise SystemExit("mnist.npz not found: pass --data-dir")
 
 
 def main():

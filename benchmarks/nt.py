@@ -26,17 +26,10 @@ import torch  # noqa: E402
 import ticlust  # noqa: E402
 from ticlust.methods import nt  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
+from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 PAPER = {"coil20": {"ca": 89.2, "nmi": 91.2, "t": 46, "kappa": 16, "mu": ".2e-5", "knn_nt": 97.1, "knn_od": 94.0}}
 
-
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    for cand in (HERE.parents[2] / "shared" / "datasets", HERE.parents[3] / "shared" / "datasets"):
-        if cand.is_dir():
-            return cand
-    raise SystemExit("Could not find shared/datasets: pass --data-dir.")
 
 
 def load(name: str, root: Path, subsample: int | None, seed: int):

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve()
 
@@ -31,14 +32,6 @@ TABLE5 = [("(1) Scat + POC + U-SPEC", dict(), 0.965, 0.913, 182),
           ("(5) Scat + POC + k-means", dict(clustering="kmeans"), 0.838, 0.718, 173),
           ("(6) Scat + k-means", dict(clustering="kmeans", poc=0), 0.601, 0.538, 187)]
 
-
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    for cand in (HERE.parents[2] / "shared" / "datasets", HERE.parents[3] / "shared" / "datasets", Path("/work/shared/datasets")):
-        if cand.is_dir():
-            return cand
-    raise SystemExit("No datasets folder found: pass --data-dir.")
 
 
 def load(name: str, root: Path):

@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import ticlust  # noqa: E402
 from ticlust.landmarks import simulate_shapes  # noqa: E402
+from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 PAPER = {"isotropic": (0.96, 0.85, 0.88, 0.96), "heteroscedastic": (0.54, 0.84, 1.00, 0.43),
          "anisotropic": (0.51, 0.79, 1.00, 0.44)}
@@ -46,14 +47,6 @@ READINGS = {
               "stress: the large sd tripled (39 / 1.3) in the heteroscedastic and anisotropic cases (isotropic stays 13)"),
 }
 
-
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    for base in (HERE.parents[2], HERE.parents[3]):
-        if (base / "shared" / "datasets").is_dir():
-            return base / "shared" / "datasets"
-    raise SystemExit("No shared/datasets folder found beside the repository: pass --data-dir.")
 
 
 def fit_ari(x, y, k, device, seed, **kw):

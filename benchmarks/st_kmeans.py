@@ -27,18 +27,11 @@ import torch  # noqa: E402
 import ticlust  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
 from ticlust.warped_digits import nonrigid_digits, rigid_digits  # noqa: E402
+from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve().parent
 METHODS = ("kmeans", "ai-kmeans", "st-kmeans")
 
-
-def data_dir(arg: str | None) -> Path:
-    if arg:
-        return Path(arg)
-    for cand in (HERE.parents[1] / "shared" / "datasets", HERE.parents[2] / "shared" / "datasets"):
-        if cand.is_dir():
-            return cand
-    raise SystemExit("no shared/datasets folder found: pass --data-dir")
 
 
 def load_avg() -> str:
