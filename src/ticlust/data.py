@@ -71,9 +71,6 @@ class Stack:
         x = torch.from_numpy(self.numpy()).to(device)
         return x.reshape(self.n, -1) if flat else x
 
-    def fits_in_memory(self, budget_bytes: float = 4e9) -> bool:
-        return self.n * self.dim * 4 <= budget_bytes
-
     def subset(self, index) -> "Stack":
         """The items at ``index`` (read now), keeping this stack's normalisation."""
         return Stack(np.asarray(self.source[np.asarray(index)]), self.lo, self.hi)

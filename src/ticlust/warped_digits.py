@@ -8,7 +8,6 @@ and are the keyword defaults below. Everything is seeded and napari-free.
 """
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import torch

@@ -257,7 +257,6 @@ def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray,
 
 def run(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
     rng = seed_everything(seed)
-    n = landmarks.shape[0]
     if cfg.align:
         fit = procrustes_align(landmarks)
         aligned, consensus = fit.aligned, fit.consensus
