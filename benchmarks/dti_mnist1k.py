@@ -64,7 +64,7 @@ def main():
                    stages=r.timing["stages"], load=(load0 + os.getloadavg()[0]) / 2,
                    s_epoch=float(np.diff(np.r_[0, ends])[-10:].mean()))
         rows.append(row)
-        save_montage(r.prototypes, Path(__file__).resolve().parent / "results" / f"dti_mnist1k_prototypes_seed{seed}{args.tag}.png")
+        save_montage(r.prototypes, Path(__file__).resolve().parent / "results" / f"dti_mnist1k_prototypes_{args.method}_seed{seed}{args.tag}.png")
         print(row, flush=True)
         write_table(rows, args, params)
 

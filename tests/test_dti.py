@@ -159,6 +159,19 @@ def test_gmm_loglik_matches_closed_form():
     assert np.allclose(got, ref)
 
 
+@pytest.mark.parametrize("init", ["k-means++", "random"])
+def test_initial_prototypes_are_distinct_images_of_the_stack(init):
+    # two tight groups of 50 images: k-means++ must start one prototype in each; both inits pick real images
+    rng = np.random.default_rng(0)
+    x = torch.from_numpy(np.concatenate([rng.normal(0, 0.01, (50, 1, 8, 8)), rng.normal(1, 0.01, (50, 1, 8, 8))])).float()
+    for seed in range(5):
+        protos = dti.initial_prototypes(x, 2, init, np.random.default_rng(seed))
+        assert protos.shape == (2, 1, 8, 8)
+        assert all(any(torch.equal(p, item) for item in x) for p in protos)
+        if init == "k-means++":
+            assert sorted(float(p.mean() > 0.5) for p in protos) == [0.0, 1.0]
+
+
 def test_reassignment_copies_prototype_head_and_adam_state():
     torch.manual_seed(0)
     model = dti.DTIModel(3, 1, (8, 8), ("affine",))

@@ -24,6 +24,7 @@ from ..result import ClusteringResult
 from ..transforms import TransformSequence, lattice_pixels
 from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
+from .kmeans import kmeans_plus_plus
 
 MODULE_CHOICES = ("auto", "color", "affine", "projective", "tps", "morpho")
 
@@ -38,6 +39,8 @@ class DTIKMeansConfig:
                             choices=("plateau", "milestones"))
     milestones: tuple = param((), "Epochs at which each next module is added and, last, the learning rate drops "
                               "(curriculum = milestones; e.g. 100,500,700,1000)", gui=False)
+    init: str = param("k-means++", "First prototypes: images picked by k-means++ seeding (spread out; ours) or random images (the paper)",
+                      choices=("random", "k-means++"))
     max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1)
     patience: int = param(4, "Plateau: window (epochs); the stage ends when the mean loss of the last window improves on the window before by less than plateau_tol", low=1)
     plateau_tol: float = param(0.01, "Plateau: smallest relative improvement between windows that counts as progress", low=0.0)
@@ -244,6 +247,13 @@ def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, thres
     return moved
 
 
+def initial_prototypes(x_all: torch.Tensor, k: int, init: str, rng: np.random.Generator) -> torch.Tensor:
+    """K images of the stack: k-means++ seeding (spread out, so no two start on the same pattern) or uniform (the paper)."""
+    if init == "k-means++":
+        return kmeans_plus_plus(x_all.flatten(1), k, rng).view(k, *x_all.shape[1:])
+    return x_all[torch.from_numpy(rng.choice(len(x_all), size=k, replace=False)).to(x_all.device)]
+
+
 def auto_batch_size(n: int) -> int:
     """128 (the paper's batch) unless the set is small: then N/32 (at least 16), so an epoch has ≥ 32 steps."""
     return int(min(128, max(16, n // 32)))
@@ -271,7 +281,7 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     model = DTIModel(cfg.k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
                      gmm, getattr(cfg, "init_variance", 0.5)).to(device)
     with torch.no_grad():
-        model.prototypes.copy_(x_all[torch.from_numpy(rng.choice(n, size=cfg.k, replace=False)).to(device)])
+        model.prototypes.copy_(initial_prototypes(x_all, cfg.k, cfg.init, rng))
     if device.type == "cpu":
         model.encoder.to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
