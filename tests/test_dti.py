@@ -1,5 +1,4 @@
 """DTI K-means / DTI GMM: losses, batched heads, the curriculum, reassignment, results and predict."""
-import math
 
 import numpy as np
 import pytest

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gui
 @pytest.fixture
 def viewer_widget(make_napari_viewer):
     viewer = make_napari_viewer()
-    images, labels = samples.digits()[0][0][:300], None
+    images = samples.digits()[0][0][:300]
     viewer.add_image(images, name="digits")
     widget = TiclustWidget(viewer)
     viewer.window.add_dock_widget(widget, name="ticlust")

@@ -8,7 +8,7 @@ import ticlust
 from ticlust.data import InputError, as_stack, glyphs_sample
 from ticlust.methods.base import seed_everything
 from ticlust.methods.kmeans import kmeans_plus_plus
-from ticlust.methods.st_kmeans import Aligner, _centroid_update, _take, adam, gaussian_lowpass, select_model
+from ticlust.methods.st_kmeans import Aligner, _centroid_update, adam, gaussian_lowpass, select_model
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
 from ticlust.warped_digits import nonrigid_digits, rigid_digits
