@@ -6,7 +6,9 @@ import torch
 
 import ticlust
 from ticlust.data import InputError
+from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
+from ticlust.methods.base import own_and_runner_up
 from ticlust.methods.dti_net import BatchedMLP, LoopedMLP
 
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
@@ -135,7 +137,7 @@ def test_winner_only_graph_gives_the_gradient_of_eq4():
     x = torch.rand(6, 1, 12, 12)
     w = torch.ones(12, 12)
     cfg = dti.DTIKMeansConfig()
-    loss, _, _ = dti._step(model, x, 3, w, False, False, cfg)
+    loss, _, _, _ = dti._step(model, x, 3, w, False, False, cfg)
     grads = torch.autograd.grad(loss, [model.prototypes, model.heads[0].w3, model.heads[2].w1])
     params = model.predict_params(x, 3)
     full = dti.sq_distances(x[:, None], model.transform(model.prototypes[None], params, 3), w).min(1).values.mean()
@@ -189,6 +191,64 @@ def test_reassignment_copies_prototype_head_and_adam_state():
     diff = (model.prototypes[1] - model.prototypes[0]).detach()
     assert 0 < float(diff.abs().max()) < 0.01
     assert dti.reassign_tiny_clusters(model, opt, np.array([34, 33, 33]), 0.2, 1e-3, torch.Generator()) == []
+
+
+def test_split_moves_the_cheapest_prototype_onto_the_worst_cluster():
+    torch.manual_seed(0)
+    model = dti.DTIModel(3, 1, (8, 8), ("affine",))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model.prototypes.data.uniform_()
+    counts = np.array([40, 20, 40])
+    removal = np.array([5.0, 0.4, 4.0])     # prototype 1's members fit another prototype almost as well (median 4)
+    distortion = np.array([1.0, 0.2, 3.0])  # cluster 2 fits worst
+    gen = torch.Generator().manual_seed(0)
+    assert dti.split_redundant_cluster(model, opt, removal, distortion, counts, 0.05, 1e-3, gen) is None  # 0.4 ≥ 0.05·4
+    assert dti.split_redundant_cluster(model, opt, removal, distortion, counts, 0.0, 1e-3, gen) is None  # off
+    # the pair of the previous move is still separating: not dropped (then 2 costs 4 ≥ 0.5·4)
+    assert dti.split_redundant_cluster(model, opt, removal, distortion, counts, 0.5, 1e-3, gen, keep=(1, 0)) is None
+    before = model.prototypes.detach().clone()
+    assert dti.split_redundant_cluster(model, opt, removal, distortion, counts, 0.5, 1e-3, gen) == (1, 2)
+    after = model.prototypes.detach()
+    assert torch.equal(after[0], before[0]) and torch.equal(after[2], before[2])
+    assert 0 < float((after[1] - before[2]).abs().max()) < 0.01
+    assert torch.equal(model.heads[0].w1[1], model.heads[0].w1[2])
+    # an empty cluster is skipped (the tiny-cluster rule re-seeds it): dropping 2 costs 4 ≥ 0.5·median(5, 4)
+    assert dti.split_redundant_cluster(model, opt, removal, distortion, np.array([40, 0, 40]), 0.5, 1e-3, gen) is None
+
+
+def test_own_and_runner_up_costs():
+    d = torch.tensor([[0.1, 0.5, 0.3], [0.9, 0.2, 0.4]])
+    own, runner_up, index = own_and_runner_up(d, torch.tensor([0, 2]))
+    assert torch.allclose(own, torch.tensor([0.1, 0.4])) and torch.allclose(runner_up, torch.tensor([0.3, 0.2]))
+    assert index.tolist() == [2, 1]
+
+
+def test_split_move_frees_a_prototype_that_started_on_a_taken_pattern(monkeypatch):
+    """K-means' classic trap: two prototypes start on the rings, one between the pluses and the bars.
+
+    No affine map turns a ring into a disk or a bar into a plus, so without the move pluses and bars
+    stay merged; before the second module the move drops one ring prototype and splits them."""
+    s, n = 16, 128
+    rng = np.random.default_rng(0)
+    yy, xx = np.mgrid[0:s, 0:s]
+    imgs = []
+    for i in range(n):
+        cy, cx = rng.uniform(-0.5, 0.5, 2) + s / 2
+        r = np.hypot(yy - cy, xx - cx)
+        bar = (np.abs(yy - cy) < 1.5) & (np.abs(xx - cx) < s * 0.35)
+        column = (np.abs(xx - cx) < 1.5) & (np.abs(yy - cy) < s * 0.35)
+        img = [np.clip(1 - np.abs(r - s * 0.3), 0, 1), r < s * 0.2, bar | column, bar][i % 4]
+        imgs.append(img)
+    x, y = np.stack(imgs).astype(np.float32), np.arange(n) % 4
+    monkeypatch.setattr(dti, "initial_prototypes", lambda x_all, k, init, rng:
+                        torch.cat([x_all[[0, 4, 1]], (x_all[[2]] + x_all[[3]]) / 2]))
+    opts = dict(k=4, seed=0, transforms=("color", "affine"), max_epochs=40, min_stage_epochs=4, patience=2,
+                final_epochs=2, batch_size=16, threads=1)
+    off = ticlust.fit(x, method="dti-kmeans", split_ratio=0.0, **opts)
+    on = ticlust.fit(x, method="dti-kmeans", **opts)
+    assert len(off.extras["splits"]) == 0 and len(on.extras["splits"]) == 1
+    assert hungarian_accuracy(y, off.labels) <= 0.75
+    assert hungarian_accuracy(y, on.labels) == 1.0
 
 
 def test_plateau_curriculum():

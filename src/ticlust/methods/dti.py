@@ -6,7 +6,8 @@ morphology, thin-plate spline). DTI K-means minimises Eq. 4, Σ_i min_k ||x_i �
 DTI GMM minimises the expected negative log-likelihood of Eq. 5 with the batch EM of Algorithm 1
 (π = softmax(η), variances warped by the spatial modules only, plus σ_min²). Modules are added one
 at a time (curriculum) when the loss plateaus, after an identity-only start; tiny clusters
-(< 20% of N/K) are re-seeded from the largest one, Adam moments included. See docs/dti.md.
+(< 20% of N/K) are re-seeded from the largest one, Adam moments included; before each new module a
+redundant prototype is moved onto the worst-fitted cluster (ours, ``split_ratio``). See docs/dti.md.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from torch import nn
 from ..data import InputError, Stack, check_same_size, from_nchw, to_nchw
 from ..result import ClusteringResult
 from ..transforms import TransformSequence, lattice_pixels
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from .base import Done, MethodSpec, Progress, Snapshot, config_dict, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .kmeans import kmeans_plus_plus
 
@@ -51,6 +52,9 @@ class DTIKMeansConfig:
     batch_size: int = param(0, "Items per training batch (0: 128, or N/32 if smaller, at least 16: small sets get enough steps per epoch)", low=0)
     empty_threshold: float = param(0.2, "Re-seed clusters holding less than this fraction of N/K items", low=0.0, high=1.0)
     reassign_noise: float = param(1e-3, "Std of the noise added to a re-seeded prototype", low=0.0)
+    split_ratio: float = param(0.3, "Before each new module (from the second on), a prototype whose removal costs less than this "
+                               "fraction of the median prototype's becomes a copy of the worst-fitted cluster; 0: off (the paper)",
+                               low=0.0, high=1.0)
     encoder: str = param("auto", "Encoder: ResNet-20 below 64 px, ResNet-18 otherwise ('auto')", choices=("auto", "resnet20", "resnet18"))
     encoder_width: float = param(1.0, "Channel multiplier of the encoder", low=0.125, high=4.0, gui=False)
     tps_grid: int = param(4, "Thin-plate spline control grid (g×g points)", low=2, high=10)
@@ -211,14 +215,29 @@ class Curriculum:
         return "lr"
 
 
+def copy_cluster(model: DTIModel, optimizer, i: int, j: int, noise: float, generator: torch.Generator) -> None:
+    """Make cluster i a copy of cluster j: prototype (plus Gaussian noise), every head's weights and
+    their Adam moments (and, for the GMM, the variances; the mixing weight is split between the two)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.startswith("encoder."):
+                continue
+            if name == "eta":
+                p[i] = p[j] = p[j] - math.log(2.0)
+            else:
+                p[i] = p[j]
+                if name == "prototypes" and noise > 0:
+                    p[i] += noise * torch.randn(p[i].shape, generator=generator, device="cpu").to(p.device)
+            state = optimizer.state.get(p, {})
+            for key in ("exp_avg", "exp_avg_sq"):
+                if key in state:
+                    state[key][i] = state[key][j]
+
+
 def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, threshold: float, noise: float,
                            generator: torch.Generator) -> list[tuple[int, int]]:
-    """Re-seed clusters with fewer than ``threshold``·N/K items from the currently largest cluster.
-
-    Copies the prototype (plus Gaussian noise), every head's weights and their Adam moments (and,
-    for the GMM, the variances; the mixing weight is split between the two). Returns (tiny, source)
-    pairs.
-    """
+    """Re-seed clusters with fewer than ``threshold``·N/K items from the currently largest cluster
+    (the paper's rule, with ``copy_cluster``). Returns (tiny, source) pairs."""
     counts = counts.astype(np.float64).copy()
     limit = threshold * counts.sum() / model.k
     moved = []
@@ -228,23 +247,37 @@ def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, thres
         j = int(np.argmax(counts))
         if j == i:
             break
-        with torch.no_grad():
-            for name, p in model.named_parameters():
-                if name.startswith("encoder."):
-                    continue
-                if name == "eta":
-                    p[i] = p[j] = p[j] - math.log(2.0)
-                else:
-                    p[i] = p[j]
-                    if name == "prototypes" and noise > 0:
-                        p[i] += noise * torch.randn(p[i].shape, generator=generator, device="cpu").to(p.device)
-                state = optimizer.state.get(p, {})
-                for key in ("exp_avg", "exp_avg_sq"):
-                    if key in state:
-                        state[key][i] = state[key][j]
+        copy_cluster(model, optimizer, int(i), j, noise, generator)
         counts[i] = counts[j] = counts[j] / 2
         moved.append((int(i), j))
     return moved
+
+
+def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, distortion: np.ndarray, counts: np.ndarray,
+                            ratio: float, noise: float, generator: torch.Generator, keep=()) -> tuple[int, int] | None:
+    """Swap move for two prototypes on one pattern (ours; the paper's < 20 % rule cannot see it).
+
+    ``removal[k]``: how much the distortion would grow if prototype k were dropped (its members going
+    to their runner-up); ``distortion[k]``: its members' total distortion. When the cheapest
+    prototype to drop costs less than ``ratio`` times the median prototype's cost, it becomes a copy
+    of the worst-fitted cluster (``copy_cluster``), which then splits as a re-seeded empty cluster
+    does. Prototypes in ``keep`` (the pair of the previous move, still separating) are not dropped.
+    Returns (moved, source) or None.
+    """
+    live = counts > 0                       # empty clusters are the tiny-cluster rule's
+    if ratio <= 0 or live.sum() < 2:
+        return None
+    removal = np.where(live, removal, np.inf)
+    median = np.median(removal[live])
+    removal[list(keep)] = np.inf
+    a = int(np.argmin(removal))
+    if not removal[a] < ratio * median:
+        return None
+    worst = distortion.astype(np.float64).copy()
+    worst[a] = -np.inf
+    j = int(np.argmax(worst))
+    copy_cluster(model, optimizer, a, j, noise, generator)
+    return a, j
 
 
 def initial_prototypes(x_all: torch.Tensor, k: int, init: str, rng: np.random.Generator) -> torch.Tensor:
@@ -292,25 +325,29 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     batch_size = cfg.batch_size or auto_batch_size(n)
     steps_per_epoch = math.ceil(n / batch_size)
     total = cfg.max_epochs * steps_per_epoch
-    history, stage_log, reassigned, epoch_end, epoch_labels = [], [], [], [], []
+    history, stage_log, reassigned, splits, epoch_end, epoch_labels = [], [], [], [], [], []
     step, start = 0, time.perf_counter()
     epoch = 0
     model.train()
     while not curriculum.done:
         epoch += 1
         counts = np.zeros(cfg.k, dtype=np.int64)
+        removal, distortion = np.zeros(cfg.k), np.zeros(cfg.k)
         labels_now = np.zeros(n, dtype=np.int16) if cfg.record_labels else None
         loss_sum = 0.0
         for idx in _batches(n, batch_size, gen):
             xb = x_all[idx.to(device)]
             if device.type == "cpu":
                 xb = xb.contiguous(memory_format=torch.channels_last)
-            loss, assigned, report = _step(model, xb, curriculum.active, weights, autocast, gmm, cfg)
+            loss, assigned, report, dist = _step(model, xb, curriculum.active, weights, autocast, gmm, cfg)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
+            own, runner_up, _ = own_and_runner_up(dist, assigned)
             assigned = assigned.cpu().numpy()
             counts += np.bincount(assigned, minlength=cfg.k)
+            removal += np.bincount(assigned, (runner_up - own).cpu().double().numpy(), minlength=cfg.k)
+            distortion += np.bincount(assigned, own.cpu().double().numpy(), minlength=cfg.k)
             if labels_now is not None:
                 labels_now[idx.numpy()] = assigned
             loss_sum += report * len(idx)
@@ -324,6 +361,13 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
         moved = reassign_tiny_clusters(model, optimizer, counts, cfg.empty_threshold, cfg.reassign_noise, gen)
         reassigned.extend((epoch, i, j) for i, j in moved)
         change = curriculum.update(epoch, epoch_loss)
+        # before each new module from the second on: the stage that just ended had a module in (in
+        # pixel space every prototype is cheap to drop) and the next stage lets a moved pair separate
+        if change == "module" and curriculum.active >= 2 and not moved:
+            split = split_redundant_cluster(model, optimizer, removal, distortion, counts, cfg.split_ratio,
+                                            cfg.reassign_noise, gen, keep=splits[-1][1:] if splits else ())
+            if split:
+                splits.append((epoch, *split))
         if change == "lr":
             for group in optimizer.param_groups:
                 group["lr"] = cfg.lr / 10
@@ -339,6 +383,7 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     result.timing = {"train_s": train_s, "epochs": epoch, "steps": step, "batch_size": batch_size,
                      "stages": [[e, round(t, 2), what] for e, t, what in stage_log]}
     result.extras["reassignments"] = np.asarray(reassigned, dtype=np.int64).reshape(-1, 3)
+    result.extras["splits"] = np.asarray(splits, dtype=np.int64).reshape(-1, 3)
     result.extras["epoch_end_s"] = np.asarray(epoch_end)
     if cfg.record_labels:
         result.extras["epoch_labels"] = np.stack(epoch_labels)
@@ -355,7 +400,8 @@ def _protos_numpy(model, channels_last):
 
 
 def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
-    """One batch: the loss to back-propagate, each item's cluster and the loss value to report.
+    """One batch: the loss to back-propagate, each item's cluster, the loss value to report and the
+    (B, K) squared distances to every transformed prototype (GMM: mean), without a graph.
 
     K-means: Eq. 4's gradient only involves each item's closest transformed prototype, so all B×K
     transforms are computed without a graph and only the B winners are re-done with one (the same
@@ -372,7 +418,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
         chosen = [p[rows, best] for p in params]
         recon = model.transform(model.prototypes[best], chosen, active)
         loss = ((xb - recon) ** 2 * weights).flatten(1).mean(1).mean()
-        return loss, best, float(loss.detach())
+        return loss, best, float(loss.detach()), d
     means = model.transform(protos, params, active)
     var = model.transform(model.variances[None], params, active, spatial_only=True)
     log_pi = torch.log_softmax(model.eta, 0)
@@ -381,7 +427,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     d = xb[0].numel()
     loss = -(gamma * joint).sum(1).mean() / d
     nll = float(-torch.logsumexp(joint.detach(), 1).mean()) / d
-    return loss, joint.detach().argmax(1), nll
+    return loss, joint.detach().argmax(1), nll, sq_distances(x, means.detach(), weights)
 
 
 @torch.no_grad()

@@ -28,7 +28,7 @@ from ..data import InputError, Stack, check_same_size, from_nchw, to_nchw
 from ..result import ClusteringResult
 from ..transforms import (affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels,
                           tps_basis, warp)
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from .base import Done, MethodSpec, Progress, Snapshot, config_dict, own_and_runner_up, param, register, seed_everything
 from .kmeans import kmeans_plus_plus
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
@@ -353,9 +353,8 @@ def _reseed(x, mu, theta, nu, losses, labels) -> bool:
     k = mu.shape[0]
     if k < 2:
         return False
-    best = losses.gather(1, labels[:, None])[:, 0]
-    others = losses.scatter(1, labels[:, None], float("inf")).min(1)
-    loss_of = torch.zeros(k, device=x.device, dtype=losses.dtype).index_add_(0, labels, others.values - best)
+    best, runner_up, runner_up_index = own_and_runner_up(losses, labels)
+    loss_of = torch.zeros(k, device=x.device, dtype=losses.dtype).index_add_(0, labels, runner_up - best)
     counts = torch.bincount(labels, minlength=k)
     loss_of[counts == 0] = float("inf")            # empty clusters are restarted by the centroid update
     a = int(loss_of.argmin())
@@ -364,7 +363,7 @@ def _reseed(x, mu, theta, nu, losses, labels) -> bool:
     if not float(loss_of[a]) < float(outside[far]):
         return False
     members = labels == a
-    labels[members] = others.indices[members]
+    labels[members] = runner_up_index[members]
     labels[far] = a
     mu[a] = x[far]
     theta[:, a] = 0
