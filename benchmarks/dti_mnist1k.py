@@ -61,7 +61,7 @@ def main():
         row = dict(seed=seed, acc=scores["acc"], nmi=scores["nmi"], ari=scores["ari"], loss=r.final_loss,
                    epochs=r.timing["epochs"], wall=wall, cpu=cpu, train=r.timing["train_s"],
                    t88=None if hit is None else float(ends[hit]), e88=None if hit is None else hit + 1,
-                   stages=r.timing["stages"], load=(load0 + os.getloadavg()[0]) / 2,
+                   stages=r.timing["stages"], splits=r.extras["splits"].tolist(), load=(load0 + os.getloadavg()[0]) / 2,
                    s_epoch=float(np.diff(np.r_[0, ends])[-10:].mean()))
         rows.append(row)
         save_montage(r.prototypes, Path(__file__).resolve().parent / "results" / f"dti_mnist1k_prototypes_{args.method}_seed{seed}{args.tag}.png")
@@ -91,14 +91,15 @@ def write_table(rows, args, params):
         "The machine is shared with other jobs: the load average is given per run; wall times are inflated "
         "by contention, CPU time is the process's own CPU seconds.",
         "",
-        "| seed | ACC | NMI | ARI | final loss | epochs | wall s | CPU s | s/epoch (last 10) | first epoch with ACC ≥ 0.88 (train s) | curriculum (epoch, s, event) | load avg |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| seed | ACC | NMI | ARI | final loss | epochs | wall s | CPU s | s/epoch (last 10) | first epoch with ACC ≥ 0.88 (train s) | curriculum (epoch, s, event) | split moves (epoch: moved ← source) | load avg |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         t88 = "never" if r["t88"] is None else f"{r['e88']} ({r['t88']:.0f} s)"
         stages = "; ".join(f"{e}, {t:.0f}, {w}" for e, t, w in r["stages"])
+        splits = "; ".join(f"{e}: {a} ← {j}" for e, a, j in r["splits"]) or "none"
         lines.append(f"| {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['loss']:.5f} | {r['epochs']} | "
-                     f"{r['wall']:.0f} | {r['cpu']:.0f} | {r['s_epoch']:.2f} | {t88} | {stages} | {r['load']:.1f} |")
+                     f"{r['wall']:.0f} | {r['cpu']:.0f} | {r['s_epoch']:.2f} | {t88} | {stages} | {splits} | {r['load']:.1f} |")
     lines += [
         "",
         "| | ACC avg (std) | ACC minLoss |",
