@@ -238,7 +238,7 @@ def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, thres
                            generator: torch.Generator) -> list[tuple[int, int]]:
     """Re-seed clusters with fewer than ``threshold``·N/K items from the currently largest cluster
     (the paper's rule, with ``copy_cluster``). Returns (tiny, source) pairs."""
-    counts = counts.astype(np.float64).copy()
+    counts = counts.astype(np.float64)  # a copy: the caller's counts stay as they are
     limit = threshold * counts.sum() / model.k
     moved = []
     for i in np.argsort(counts):
@@ -273,7 +273,7 @@ def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, dis
     a = int(np.argmin(removal))
     if not removal[a] < ratio * median:
         return None
-    worst = distortion.astype(np.float64).copy()
+    worst = distortion.astype(np.float64)  # a copy (astype copies)
     worst[a] = -np.inf
     j = int(np.argmax(worst))
     copy_cluster(model, optimizer, a, j, noise, generator)
