@@ -24,6 +24,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 import torch  # noqa: E402
 
 import ticlust  # noqa: E402
+from ticlust.evaluation import knn_evaluate  # noqa: E402
 from ticlust.methods import nt  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
 from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
@@ -98,7 +99,7 @@ def main() -> None:
         perm = rng.permutation(len(x))
         tr, te = perm[: len(x) * 4 // 5], perm[len(x) * 4 // 5:]
         t0 = time.perf_counter()
-        out = nt.knn_evaluate(x[tr], y[tr], x[te], y[te], k=20, n_neighbors=1, device=args.device, seed=args.seed,
+        out = knn_evaluate(x[tr], y[tr], x[te], y[te], k=20, n_neighbors=1, device=args.device, seed=args.seed,
                               **params)
         knn = {"acc_nt": out["acc_nt"], "acc_raw": out["acc_raw"], "wall": time.perf_counter() - t0,
                "n_train": len(tr), "n_test": len(te)}

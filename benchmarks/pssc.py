@@ -58,7 +58,7 @@ def one(args) -> None:
     import ticlust
 
     x, y = load(args.dataset, data_dir(args.data_dir))
-    params = json.loads(args.params)
+    params = {"cache_dir": args.cache_dir, **json.loads(args.params)}
     start = time.perf_counter()
     r = ticlust.fit(x, method="pssc", k=int(len(np.unique(y))), device=args.device, seed=args.seed, **params)
     wall = time.perf_counter() - start
@@ -77,17 +77,19 @@ def knn_child(args) -> None:
     torch.set_num_threads(args.threads)
     import ticlust
     from ticlust.methods import pssc
+    from ticlust.methods.base import drain
     from ticlust.methods.kmeans import lloyd, random_init
 
     x, y = load("mnist-test", data_dir(args.data_dir))
-    r = ticlust.fit(x, method="pssc", k=10, device=args.device, clustering="kmeans", restarts=1, kmeans_iter=1)
-    stack = ticlust.data.as_stack(x)
+    r = ticlust.fit(x, method="pssc", k=10, device=args.device, clustering="kmeans", restarts=1, kmeans_iter=1,
+                    cache_dir=args.cache_dir)
+    stack = ticlust.validation.as_stack(x)
     cfg = pssc.PSSCConfig()
-    feats = np.load(pssc.cache_dir() / f"{pssc.feature_key(stack, cfg)}.npy")
-    scales = r.state["path_scales"]
+    feats = np.load(Path(args.cache_dir) / f"{pssc.feature_key(stack, cfg)}.npy")
+    scales = r.state.path_scales
     feats = (feats.reshape(len(feats), len(scales), -1) / scales[None, :, None]).reshape(len(feats), -1)
     dev = torch.device(args.device if args.device != "auto" else "cpu")
-    z = pssc.project(feats, torch.from_numpy(r.state["mean"]).double(), torch.from_numpy(r.state["basis"]).double(), dev)
+    z = drain(pssc.project_steps(feats, torch.from_numpy(r.state.mean).double(), torch.from_numpy(r.state.basis).double(), dev))
     rng = np.random.default_rng(0)
     cand = z[torch.from_numpy(rng.choice(len(z), 9000, replace=False))]
     reps = cand[:1000].clone()
@@ -137,7 +139,6 @@ def main() -> None:
     ap.add_argument("--params", default="{}",
                     help='JSON of pssc parameters for every run, e.g. \'{"representatives": 2000, "candidates": 18000}\'')
     args = ap.parse_args()
-    os.environ["TICLUST_CACHE_DIR"] = args.cache_dir
     if args.one:
         return one(args)
     if args.knn_child:
@@ -163,7 +164,7 @@ def main() -> None:
             if name not in args.runs:
                 continue
             for seed in args.seeds:
-                r = child(["--one", "--dataset", name, "--seed", str(seed), "--params", json.dumps({**extra, "cache": False}), *common])
+                r = child(["--one", "--dataset", name, "--seed", str(seed), "--params", json.dumps({**extra, "cache_dir": ""}), *common])
                 t = r["timing"]
                 uspec = t.get("clustering_s", 0) - t.get("kmeans_s", 0)
                 pa, pn, _ = PAPER[name]

@@ -54,7 +54,7 @@ def fit_eval(name, method, x, y, x_test, y_test, device, seed, params):
            "train": {k: round(v, 4) for k, v in evaluate(y, r.labels).items()}}
     if x_test is not None:
         t1 = time.perf_counter()
-        p = r.predict(x_test, device=device)
+        p = ticlust.predict(r, x_test, device=device)
         row["predict_s"] = round(time.perf_counter() - t1, 1)
         row["test"] = {k: round(v, 4) for k, v in evaluate(y_test, p.labels).items()}
     row["peak_rss_mib"] = round(peak_mib())

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ticlust
-from ticlust.data import InputError
+from ticlust.errors import InputError
 from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
 from ticlust.methods.base import own_and_runner_up
@@ -70,12 +70,12 @@ def test_predict_and_save_load_round_trip(tiny, tmp_path):
     assert r.extras["variances"].min() >= 0.25 ** 2 - 1e-7
     path = r.save(tmp_path / "dti.npz")
     back = ticlust.load_result(path)
-    p = back.predict(x)
+    p = ticlust.predict(back, x)
     assert np.array_equal(p.labels, r.labels)
     assert np.allclose(p.scores, r.scores, rtol=1e-4, atol=1e-3)
     assert p.aligned.shape == r.aligned.shape
     with pytest.raises(InputError):
-        back.predict(np.zeros((3, 20, 20), np.float32) + np.arange(20, dtype=np.float32))
+        ticlust.predict(back, np.zeros((3, 20, 20), np.float32) + np.arange(20, dtype=np.float32))
 
 
 def test_colour_images_use_colour_modules():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import ticlust
-from ticlust.data import glyphs_sample
+from ticlust.samples import glyphs_sample
 from ticlust.landmarks import sample_landmarks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -23,7 +23,7 @@ CASES = {
     "gmm": {"max_iter": 10},
     "ai-kmeans": {k: v for k, v in ST_FAST.items() if k != "landmarks"},
     "st-kmeans": ST_FAST,
-    "pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2, cache=False),
+    "pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2),
     "dti-kmeans": DTI_FAST,
     "dti-gmm": DTI_FAST,
     "nt": dict(max_iter=2, m=256),

@@ -161,8 +161,8 @@ def test_result_fields_predict_and_determinism():
     assert np.allclose(r3.covariances[..., 0, 0], r3.covariances[0, 0, 0, 0])
     # predict: new poses of the same shapes land in the same clusters
     moved = np.stack([_similar(s, 0.7, 1.5, np.array([3.0, 4.0])) for s in x[:20]])
-    assert np.array_equal(r1.predict(moved, device="cpu").labels, r1.labels[:20])
-    assert np.array_equal(r3.predict(x, device="cpu").labels, r3.labels)
+    assert np.array_equal(ticlust.predict(r1, moved, device="cpu").labels, r1.labels[:20])
+    assert np.array_equal(ticlust.predict(r3, x, device="cpu").labels, r3.labels)
 
 
 def test_degenerate_inputs_give_finite_scores():
@@ -180,7 +180,7 @@ def test_result_round_trips_through_npz(tmp_path):
     x, _ = sample_landmarks(seed=0, n=40)
     r = ticlust.fit(x, "shape-kmeans", k=2, device="cpu", distance="wasserstein", combine="l2")
     back = ticlust.load_result(r.save(tmp_path / "shapes.npz"))
-    assert np.array_equal(back.predict(x, device="cpu").labels, r.predict(x, device="cpu").labels)
+    assert np.array_equal(ticlust.predict(back, x, device="cpu").labels, ticlust.predict(r, x, device="cpu").labels)
 
 
 def test_parameters_are_validated():
@@ -198,7 +198,7 @@ def test_parameters_are_validated():
         ticlust.fit(bad, "shape-kmeans", k=2)
     r = ticlust.fit(x, "shape-kmeans", k=2, device="cpu")
     with pytest.raises(InputError, match="landmarks"):
-        r.predict(x[:, :5], device="cpu")
+        ticlust.predict(r, x[:, :5], device="cpu")
 
 
 # ---- simulation ---------------------------------------------------------------------------------------

@@ -5,10 +5,13 @@ import pytest
 import torch
 
 import ticlust
-from ticlust.data import InputError, as_stack, glyphs_sample
+from ticlust.errors import InputError
+from ticlust.samples import glyphs_sample
+from ticlust.validation import as_stack
 from ticlust.methods.base import seed_everything
 from ticlust.methods.kmeans import kmeans_plus_plus
-from ticlust.methods.st_kmeans import Aligner, _centroid_update, adam, gaussian_lowpass, select_model
+from ticlust.evaluation import select_model
+from ticlust.methods.st_kmeans import Aligner, _centroid_update, adam, gaussian_lowpass
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
 from ticlust.warped_digits import nonrigid_digits, rigid_digits
@@ -124,14 +127,14 @@ def test_st_result_fields_predict_and_save(glyphs, tmp_path):
     n = len(x)
     assert r.params["displacements"].shape == (n, 9, 2) and r.params["landmarks"].shape == (n, 9, 2)
     assert r.scores.shape == (n, 4) and np.array_equal(r.labels, r.scores.argmin(1))
-    p = r.predict(x[:10], device="cpu")
+    p = ticlust.predict(r, x[:10], device="cpu")
     assert np.allclose(p.prototypes, r.prototypes)            # centroids stay fixed
     assert p.labels.shape == (10,) and p.aligned.shape == (10, 16, 16)
     assert np.mean(p.labels == r.labels[:10]) >= 0.8          # training items land where they were
     path = r.save(tmp_path / "st.npz")
     back = load_result(path)
     assert np.array_equal(back.labels, r.labels) and back.aligned_kind == "item-on-prototype"
-    assert np.array_equal(back.predict(x[:10], device="cpu").labels, p.labels)
+    assert np.array_equal(ticlust.predict(back, x[:10], device="cpu").labels, p.labels)
 
 
 def test_minibatch_mode_runs(glyphs):
@@ -171,7 +174,7 @@ def test_bad_input():
         ticlust.fit(x, "st-kmeans", k=2, device="cpu", landmarks=9)
     r = ticlust.fit(x, "ai-kmeans", k=2, device="cpu", steps=1, affine_steps=1, max_iter=1)
     with pytest.raises(InputError):
-        r.predict(np.random.rand(3, 12, 12), device="cpu")
+        ticlust.predict(r, np.random.rand(3, 12, 12), device="cpu")
     before = x.copy()
     ticlust.fit(x, "ai-kmeans", k=2, device="cpu", steps=1, affine_steps=1, max_iter=1)
     assert np.array_equal(before, x)                          # input untouched

@@ -2,7 +2,9 @@
 __version__ = "0.1.0"
 
 from .api import fit, predict, run  # noqa: E402
-from .data import InputError, read_input, sample  # noqa: E402
+from .errors import InputError  # noqa: E402
+from .readers import read_input  # noqa: E402
+from .samples import sample  # noqa: E402
 from .methods import available_methods, get_method  # noqa: E402
 from .metrics import evaluate  # noqa: E402
 from .result import ClusteringResult, load_result  # noqa: E402

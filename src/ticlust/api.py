@@ -7,30 +7,33 @@ from typing import Iterator
 
 import numpy as np
 
-from .data import InputError, Stack, as_landmarks, as_stack, check_k
 from .device import describe, resolve_device
+from .errors import InputError
 from .methods import Done, Progress, get_method
-from .methods.base import Event, MethodSpec
+from .methods.base import Event, Method, best_of, drain
 from .result import ClusteringResult
+from .stack import Stack
+from .validation import as_landmarks, as_stack, check_batch_size, check_k
 
 
-def prepare(data, spec: MethodSpec, to_predict: bool = False):
+def prepare(data, method: Method, to_predict: bool = False):
     """Validate input for a method: a landmark array or an image/vector Stack."""
-    if spec.inputs == ("landmarks",):
-        return as_landmarks(data)
-    return as_stack(data, allow_vectors="vectors" in spec.inputs, to_predict=to_predict)
+    if method.inputs == ("landmarks",):
+        return as_landmarks(data, to_predict=to_predict)
+    return as_stack(data, allow_vectors="vectors" in method.inputs, to_predict=to_predict)
 
 
 def item_count(items) -> int:
     return items.n if isinstance(items, Stack) else int(items.shape[0])
 
 
-def run(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: int = 0, runs: int = 1,
+def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
         **params) -> Iterator[Event]:
     """Train ``method`` on ``data``, yielding Progress / Snapshot events and finally Done(result).
 
-    With ``runs`` > 1, trains with seeds seed, seed+1, ... and keeps the run with the lowest final
-    loss (the papers' "minLoss"); every run's loss is kept in ``result.run_losses``.
+    ``k`` defaults to the method's own default. With ``runs`` > 1, trains with seeds seed, seed+1, ...
+    and keeps the run with the lowest final loss (the papers' "minLoss"); every run's loss is kept in
+    ``result.run_losses``.
     """
     spec = get_method(method)
     if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
@@ -38,53 +41,53 @@ def run(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: i
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise InputError(f"seed = {seed!r} must be a whole number.")
     items = prepare(data, spec)
-    k = check_k(k, item_count(items))
+    k = check_k(spec.default_k if k is None else k, item_count(items))
     cfg = spec.make_config(k, **params)
     dev = resolve_device(device)
     start = time.perf_counter()
-    best: ClusteringResult | None = None
-    losses: list[float] = []
-    for r in range(runs):
-        for event in spec.run(items, cfg, dev, int(seed) + r):
-            if isinstance(event, Done):
-                losses.append(event.result.final_loss)
-                if best is None or losses[-1] < best.final_loss:
-                    best = event.result
-                continue
-            if isinstance(event, Progress):
-                fraction = (r + event.step / max(event.total, 1)) / runs
-                elapsed = time.perf_counter() - start
-                event.step, event.total = r * event.total + event.step, runs * event.total
-                event.eta = elapsed * (1 - fraction) / fraction if fraction > 0 else None
-                if runs > 1:
-                    event.stage = f"run {r + 1}/{runs}: {event.stage}"
-            yield event
+    candidates = [lambda r=r: spec.run(items, cfg, dev, int(seed) + r) for r in range(runs)]
+    best, results = yield from with_eta(best_of(candidates, lambda i, n: f"run {i + 1}/{n}"), start)
     best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
     if isinstance(items, Stack):  # new items are later scaled like the training stack
         best.config["input_range"] = [items.lo, items.hi]
-    best.run_losses = losses
+    best.run_losses = [r.final_loss for r in results]
     best.timing = {**best.timing, "total_s": time.perf_counter() - start}
     best.device = describe(dev)
     best.versions = versions()
     yield Done(best)
 
 
-def fit(data, method: str = "kmeans", k: int = 10, device: str = "auto", seed: int = 0, runs: int = 1,
+def with_eta(events, start: float):
+    """Pass events through, filling in each Progress' ETA from the time spent so far."""
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(event, Progress):
+            fraction = event.step / max(event.total, 1)
+            event.eta = (time.perf_counter() - start) * (1 - fraction) / fraction if fraction > 0 else None
+        yield event
+
+
+def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
         progress: bool | None = None, **params) -> ClusteringResult:
     """Cluster ``data`` and return a :class:`ClusteringResult`.
 
     ``data``: an N×H×W or N×H×W×3 image stack (NumPy, memory-mapped or dask), N×D vectors where the
-    method allows, or (n, L, 2) landmarks for shape methods. ``params`` are the method's own
-    parameters (``ticlust methods`` lists them). ``progress`` shows a terminal bar (default: when
-    standard error is a terminal).
+    method allows, or (n, L, 2) landmarks for shape methods. ``k`` defaults to the method's default;
+    ``params`` are the method's own parameters (``ticlust methods`` lists them). ``progress`` shows a
+    terminal bar (default: when standard error is a terminal).
     """
     bar = TerminalProgress() if (progress if progress is not None else sys.stderr.isatty()) else None
-    for event in run(data, method=method, k=k, device=device, seed=seed, runs=runs, **params):
-        if isinstance(event, Progress) and bar is not None:
+    events = run(data, method=method, k=k, device=device, seed=seed, runs=runs, **params)
+    if bar is None:
+        return drain(events)
+    for event in events:
+        if isinstance(event, Progress):
             bar.update(event)
         elif isinstance(event, Done):
-            if bar is not None:
-                bar.close()
+            bar.close()
             return event.result
     raise RuntimeError("the method finished without a result")  # a method must end with Done
 
@@ -93,10 +96,11 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
     """Assign new items with a fitted result's prototypes (and transforms)."""
     spec = get_method(result.method)
     items = fitted_scale(prepare(data, spec, to_predict=True), result)
+    if batch_size is not None:
+        batch_size = check_batch_size(batch_size)
     dev = resolve_device(device)
     start = time.perf_counter()
-    extra = {} if batch_size is None else {"batch_size": batch_size}
-    out = spec.predict(result, items, dev, **extra)
+    out = spec.predict(result, items, dev, batch_size)
     out.timing = {"total_s": time.perf_counter() - start}
     out.device = describe(dev)
     out.versions = versions()

@@ -7,7 +7,10 @@ import warnings
 
 import numpy as np
 
-from .data import SAMPLES, InputError, random_subset, read_input, sample
+from .errors import InputError
+from .readers import read_input
+from .samples import SAMPLES, sample
+from .validation import random_subset
 from .methods import available_methods, get_method
 from .methods.base import param_infos
 

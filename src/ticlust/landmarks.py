@@ -13,7 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .data import InputError, as_landmarks
+from .errors import InputError
+
+# ---- two bundled 8-landmark mean shapes (our own, arbitrary units ~ a skull section of radius 100) -----
+
+from .validation import as_landmarks
 
 # ---- two bundled 8-landmark mean shapes (our own, arbitrary units ~ a skull section of radius 100) -----
 #: A rounded "skull" outline: 8 landmarks going round anticlockwise.

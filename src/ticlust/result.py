@@ -12,8 +12,47 @@ import numpy as np
 # Optional arrays stored under their own name in the .npz file.
 _OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids")
 # Dictionaries of arrays stored as "<prefix>__<key>" entries.
-_ARRAY_DICTS = ("params", "extras", "state")
+_ARRAY_DICTS = ("params", "extras")
 _META_FIELDS = ("method", "aligned_kind", "history", "run_losses", "timing", "device", "versions")
+
+# Each registered method's fitted-state class, by method name (filled by methods.base.register), so
+# that a saved state is read back as the same typed dataclass.
+STATE_TYPES: dict[str, type] = {}
+
+
+@dataclass
+class FittedState:
+    """Base of each method's fitted state: the arrays (and dicts of arrays) ``predict`` needs.
+
+    Fields hold NumPy arrays or scalars, dicts of arrays (a network's weights), or None (not fitted by
+    this variant, left out of the file); they are saved as ``state__<field>`` /
+    ``state__<field>__<key>`` entries and read back into the same class.
+    """
+
+    def to_arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if isinstance(value, dict):
+                out.update({f"state__{f.name}__{key}": np.asarray(v) for key, v in value.items()})
+            else:
+                out[f"state__{f.name}"] = np.asarray(value)
+        return out
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> "FittedState":
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            if f"state__{f.name}" in arrays:
+                values[f.name] = arrays[f"state__{f.name}"]
+            else:
+                prefix = f"state__{f.name}__"
+                entries = {k[len(prefix):]: v for k, v in arrays.items() if k.startswith(prefix)}
+                if entries:
+                    values[f.name] = entries
+        return cls(**values)
 
 
 @dataclass
@@ -25,7 +64,8 @@ class ClusteringResult:
     says which way round ("prototype-on-item" or "item-on-prototype"). ``grids`` are the warps
     as sampling grids (N, gh, gw, 2) of (x, y) pixel coordinates. ``params`` holds per-item
     method parameters (affine matrices, TPS displacements, ...), ``extras`` other outputs
-    (embeddings, representatives, ...), and ``state`` what ``predict`` needs.
+    (embeddings, representatives, ...), and ``state`` the method's typed fitted state (what
+    ``predict`` needs).
     """
 
     labels: np.ndarray
@@ -42,7 +82,7 @@ class ClusteringResult:
     grids: np.ndarray | None = None
     params: dict = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
-    state: dict = field(default_factory=dict)
+    state: FittedState | None = None
     run_losses: list = field(default_factory=list)
     timing: dict = field(default_factory=dict)
     device: str = "cpu"
@@ -62,12 +102,6 @@ class ClusteringResult:
 
     def cluster_sizes(self) -> np.ndarray:
         return np.bincount(self.labels, minlength=self.k)
-
-    def predict(self, data, device: str = "auto", batch_size: int | None = None) -> "ClusteringResult":
-        """Assign new items with the fitted prototypes (and transforms); returns a result for them."""
-        from .api import predict
-
-        return predict(self, data, device=device, batch_size=batch_size)
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
@@ -89,6 +123,8 @@ class ClusteringResult:
         for prefix in _ARRAY_DICTS:
             for key, value in getattr(self, prefix).items():
                 arrays[f"{prefix}__{key}"] = np.asarray(value)
+        if self.state is not None:
+            arrays.update(self.state.to_arrays())
         path.parent.mkdir(parents=True, exist_ok=True)
         np.savez_compressed(path, **arrays)
         return path
@@ -143,6 +179,9 @@ def load_result(path: str | Path) -> ClusteringResult:
             kwargs[name] = contents.pop(name)
     for prefix in _ARRAY_DICTS:
         kwargs[prefix] = {k.split("__", 1)[1]: v for k, v in contents.items() if k.startswith(prefix + "__")}
+    state_type = STATE_TYPES.get(meta.get("method", ""))
+    if state_type is not None:
+        kwargs["state"] = state_type.from_arrays({k: v for k, v in contents.items() if k.startswith("state__")})
     known = {f.name for f in fields(ClusteringResult)}
     return ClusteringResult(**{k: v for k, v in kwargs.items() if k in known})
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .data import InputError
+from .errors import InputError
 
 
 def random_affines(rng: np.random.Generator, n: int, rotation: float = 30.0, scale: tuple[float, float] = (0.8, 1.2),

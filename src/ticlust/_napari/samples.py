@@ -1,7 +1,7 @@
 """Sample data for File > Open Sample > ticlust (made on the fly, no download)."""
 from __future__ import annotations
 
-from ..data import sample
+from ..samples import sample
 
 
 def digits():

@@ -12,7 +12,7 @@ from napari.qt.threading import create_worker
 from napari.utils.notifications import show_error, show_info
 
 from .. import api
-from ..data import InputError
+from ..errors import InputError
 from ..device import DEVICE_CHOICES
 from ..methods import Done, Progress, Snapshot, available_methods, get_method
 from ..methods.base import param_infos

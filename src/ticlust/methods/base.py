@@ -1,9 +1,9 @@
 """What every method shares: config parameters, training events, and the method registry (GUIDE §2).
 
-A method is a config dataclass plus a ``run(data, cfg, device, seed)`` generator that yields
-:class:`Progress` and :class:`Snapshot` events and finally a :class:`Done` carrying the result,
-and a ``predict(result, data, device)`` that assigns new items. ``register`` makes it known to
-``ticlust.fit``, the CLI and the napari widget, which build everything else from the spec.
+A method is a :class:`Method` subclass: a config dataclass, a fitted-state dataclass, a ``train``
+generator that yields :class:`Progress` and :class:`Snapshot` events and returns its result, and a
+``predict`` that assigns new items. ``register`` makes it known to ``ticlust.fit``, the CLI and the
+napari widget, which build everything else from it.
 """
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from ..data import InputError
+from ..errors import InputError
+from ..result import STATE_TYPES, ClusteringResult, FittedState
 
 
 # ---- events --------------------------------------------------------------------------------------
@@ -123,39 +124,123 @@ def coerce(info: ParamInfo, value):
     return value
 
 
-# ---- registry ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class MethodSpec:
-    """Everything the front ends need to know about a method."""
+# ---- the fitted-method contract ------------------------------------------------------------------
+class Method:
+    """A clustering method, shared like scikit-learn's ``_BaseKMeans`` is between its variants.
 
-    name: str
-    title: str
-    config: type
-    run: Callable[..., Iterator[Event]]
-    predict: Callable[..., Any]
+    A subclass sets the class attributes and writes its maths: ``train`` (a generator of Progress /
+    Snapshot events that *returns* its ClusteringResult, made with :meth:`result`) and ``predict``
+    (new items → a result), and ``align`` if it aligns prototypes onto images. The base owns the rest:
+    the registered name, the config ⇄ result round trip, the typed fitted state, result assembly,
+    draining a generator and keeping the best of several runs.
+    """
+
+    name: str = ""
+    title: str = ""
+    config: type = object          # the config dataclass; its first field is ``k``
+    state: type = object           # the fitted-state dataclass (a result.FittedState) ``predict`` reads
     inputs: tuple[str, ...] = ("images",)   # any of "images", "vectors", "landmarks"
     paper: str = ""
-    # align(result, one-item Stack, device) -> (every prototype aligned onto the item (K, ...), scores (K,));
-    # for methods that align; the inspector falls back to the plain prototypes without it.
-    align: Callable[..., Any] | None = None
+    align: Callable[..., Any] | None = None  # align(result, one-item Stack, device) -> ((K, ...), (K,))
 
-    def make_config(self, k: int, **params):
+    # ---- config ----------------------------------------------------------------------------------
+    @property
+    def default_k(self) -> int:
+        return int(next(f for f in dataclasses.fields(self.config) if f.name == "k").default)
+
+    def make_config(self, k: int | None = None, **params):
+        """The config from user parameters (strings allowed), each checked against its limits."""
         infos = {p.name: p for p in param_infos(self.config)}
         unknown = sorted(set(params) - set(infos))
         if unknown:
             raise InputError(f"Method {self.name} has no parameter {unknown[0]!r}: its parameters are {', '.join(infos) or 'none'}.")
-        return self.config(k=k, **{name: coerce(infos[name], value) for name, value in params.items()})
+        return self.config(k=self.default_k if k is None else k,
+                           **{name: coerce(infos[name], value) for name, value in params.items()})
+
+    def config_of(self, result: ClusteringResult):
+        """The config a result was fitted with (lists read back from JSON become tuples)."""
+        names = {f.name for f in dataclasses.fields(self.config)}
+        return self.config(**{key: (tuple(v) if isinstance(v, list) else v)
+                              for key, v in result.config.items() if key in names})
+
+    # ---- training --------------------------------------------------------------------------------
+    def train(self, items, cfg, device: torch.device, seed: int):
+        """The method's maths: yield Progress / Snapshot events, return the result (see ``result``)."""
+        raise NotImplementedError
+
+    def run(self, items, cfg, device: torch.device, seed: int) -> Iterator[Event]:
+        """One training run as events, ending with Done(result)."""
+        result = yield from self.train(items, cfg, device, seed)
+        yield Done(result)
+
+    def result(self, cfg, state, **fields) -> ClusteringResult:
+        """A result of this method: its name, its config and its fitted state filled in."""
+        return ClusteringResult(method=self.name, config=config_dict(cfg), state=state, **fields)
+
+    def predicted(self, fitted: ClusteringResult, **fields) -> ClusteringResult:
+        """A result for new items that keeps the fitted prototypes, config and state."""
+        return ClusteringResult(method=fitted.method, config=fitted.config, state=fitted.state,
+                                **{"prototypes": fitted.prototypes, **fields})
+
+    def predict(self, result: ClusteringResult, items, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        raise NotImplementedError
 
 
-_REGISTRY: dict[str, MethodSpec] = {}
+def drain(events):
+    """Run a generator to its end without a front end; returns its return value or its Done result."""
+    done = None
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value if stop.value is not None else done
+        if isinstance(event, Done):
+            done = event.result
 
 
-def register(spec: MethodSpec) -> MethodSpec:
-    _REGISTRY[spec.name] = spec
-    return spec
+def best_of(candidates, label: Callable[[int, int], str]):
+    """Train several candidate runs one after another and return the lowest final loss.
+
+    ``candidates`` is a list of zero-argument callables each making a run's event generator (ending in
+    Done). Their Progress events are rescaled onto one overall bar and their stage prefixed with
+    ``label(i, n)``; Snapshots pass through. Returns (best result, every run's result in order).
+    """
+    n = len(candidates)
+    results: list[ClusteringResult] = []
+    for i, make in enumerate(candidates):
+        for event in make():
+            if isinstance(event, Done):
+                results.append(event.result)
+            elif isinstance(event, Progress) and n > 1:
+                yield Progress(i * event.total + event.step, n * event.total, event.loss,
+                               f"{label(i, n)}: {event.stage}")
+            else:
+                yield event
+    best = results[0]
+    for result in results[1:]:
+        if result.final_loss < best.final_loss:
+            best = result
+    return best, results
 
 
-def get_method(name: str) -> MethodSpec:
+_REGISTRY: dict[str, Method] = {}
+
+
+def register(method: Method) -> Method:
+    """Make a method known to ``ticlust.fit``, the CLI and the widget (and its state loadable)."""
+    _REGISTRY[method.name] = method
+    if isinstance(method.state, type) and issubclass(method.state, FittedState):
+        STATE_TYPES[method.name] = method.state
+    return method
+
+
+def unregister(name: str) -> None:
+    """Forget a registered method (tests that register a toy method clean up with this)."""
+    _REGISTRY.pop(name, None)
+    STATE_TYPES.pop(name, None)
+
+
+def get_method(name: str) -> Method:
     if name not in _REGISTRY:
         raise InputError(f"Unknown method {name!r}: choose one of {', '.join(_REGISTRY)}.")
     return _REGISTRY[name]

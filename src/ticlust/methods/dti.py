@@ -19,11 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-
-from ..data import InputError, Stack, check_same_size, from_nchw, to_nchw
-from ..result import ClusteringResult
+from ..errors import InputError
+from ..stack import Stack, from_nchw, to_nchw
+from ..validation import check_same_size
+from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, own_and_runner_up, param, register, seed_everything
+from .base import Method, Progress, Snapshot, config_dict, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .kmeans import kmeans_plus_plus
 
@@ -63,6 +64,8 @@ class DTIKMeansConfig:
     gaussian_sigma: float = param(7.0, "Std (pixels) of the Gaussian pixel weights", low=0.1)
     mixed_precision: bool = param(True, "bfloat16 autocast for the network on CUDA (never on the CPU)")
     grid_lattice: int = param(10, "Display warp grid: points per side", low=2, high=64, gui=False)
+    infer_batch_size: int = param(256, "Images per batch when aligning every image after training or assigning new ones",
+                                  low=1, gui=False)
     threads: int = param(0, "CPU threads for torch (0: leave as is)", low=0, gui=False)
     record_labels: bool = param(False, "Keep every epoch's training assignments in extras['epoch_labels'] (for benchmarks)", gui=False)
 
@@ -97,7 +100,7 @@ class DTIModel(nn.Module):
 
     def __init__(self, k: int, channels: int, size: tuple[int, int], modules: tuple[str, ...], encoder: str = "auto",
                  width: float = 1.0, tps_grid: int = 4, morpho_kernel: int = 7, gmm: bool = False,
-                 init_variance: float = 0.5):
+                 init_variance: float | None = None):
         super().__init__()
         self.k, self.channels, self.size = k, channels, tuple(size)
         self.sequence = TransformSequence(modules, size, channels, tps_grid, morpho_kernel)
@@ -303,8 +306,6 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     h, w = stack.item_shape[:2]
     if min(h, w) < 8:
         raise InputError(f"The images are {h}×{w} pixels: DTI clustering needs at least 8×8.")
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
     rng = seed_everything(seed)
     gen = torch.Generator().manual_seed(seed)
     channels_last = stack.channels > 1 and len(stack.item_shape) == 3
@@ -312,7 +313,7 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     n, c = x_all.shape[0], x_all.shape[1]
     modules = resolve_modules(cfg, c, (h, w))
     model = DTIModel(cfg.k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
-                     gmm, getattr(cfg, "init_variance", 0.5)).to(device)
+                     gmm, cfg.init_variance if gmm else None).to(device)
     with torch.no_grad():
         model.prototypes.copy_(initial_prototypes(x_all, cfg.k, cfg.init, rng))
     if device.type == "cpu":
@@ -376,9 +377,9 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
         yield Snapshot(_protos_numpy(model, channels_last))
     train_s = time.perf_counter() - start
     yield Progress(total, total, history[-1] if history else float("nan"), "Aligning every image")
-    result = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm, batch_size=max(batch_size, 256))
-    result.history = history + [result.extras.pop("_final_loss")]
-    result.method = "dti-gmm" if gmm else "dti-kmeans"
+    result, final_loss = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm,
+                                batch_size=max(batch_size, cfg.infer_batch_size))
+    result.history = history + [final_loss]
     result.config = config_dict(cfg)
     result.timing = {"train_s": train_s, "epochs": epoch, "steps": step, "batch_size": batch_size,
                      "stages": [[e, round(t, 2), what] for e, t, what in stage_log]}
@@ -387,7 +388,7 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     result.extras["epoch_end_s"] = np.asarray(epoch_end)
     if cfg.record_labels:
         result.extras["epoch_labels"] = np.stack(epoch_labels)
-    yield Done(result)
+    return result
 
 
 def _stage_name(modules, curriculum):
@@ -445,8 +446,9 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     return params, recon, sq_distances(xb[:, None], recon, weights)
 
 
-def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights, autocast, gmm, batch_size=256):
-    """Scores, labels, aligned prototypes, per-module parameters and display grids for every item."""
+def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights, autocast, gmm, batch_size: int):
+    """A result with scores, labels, aligned prototypes, per-module parameters, display grids and the
+    fitted state for every item, and the mean loss over the items."""
     model.eval()
     channels_last = stack.channels > 1 and len(stack.item_shape) == 3
     lattice = (cfg.grid_lattice, cfg.grid_lattice)
@@ -472,20 +474,19 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights,
                      if any(mod.spatial for mod in model.sequence.modules[:active])
                      else model_lattice(model.size, lattice, len(labels), device))
     scores = torch.cat(scores).cpu().numpy()
+    state = DTIState(np.asarray(modules), {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
     result = ClusteringResult(
         labels=scores.argmin(1), scores=scores, prototypes=_protos_numpy(model, channels_last),
-        method="", config={}, aligned=torch.cat(aligned).cpu().numpy(), aligned_kind="prototype-on-item",
-        grids=torch.cat(grids).cpu().numpy(),
-        params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()},
-        state={"modules": np.asarray(modules), **{f"model.{k}": v.detach().cpu().numpy() for k, v in model.state_dict().items()}})
-    result.extras["_final_loss"] = float(torch.cat(loss_terms).mean())
+        method=DTI_GMM.name if gmm else DTI_KMEANS.name, config={}, state=state,
+        aligned=torch.cat(aligned).cpu().numpy(), aligned_kind="prototype-on-item", grids=torch.cat(grids).cpu().numpy(),
+        params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()})
     if gmm:
         result.responsibilities = torch.cat(resp).cpu().numpy()
         var = (model.variances.abs() + cfg.sigma_min ** 2).detach()
         result.extras["variances"] = from_nchw(var, channels_last).cpu().numpy()
         result.extras["weights"] = torch.softmax(model.eta, 0).detach().cpu().numpy()
     model.train()
-    return result
+    return result, float(torch.cat(loss_terms).mean())
 
 
 def model_lattice(size, lattice, n, device):
@@ -493,66 +494,71 @@ def model_lattice(size, lattice, n, device):
     return lattice_pixels(size, lattice, device).expand(n, *lattice, 2)
 
 
-def run_kmeans(stack: Stack, cfg: DTIKMeansConfig, device: torch.device, seed: int):
-    yield from _train(stack, cfg, device, seed, gmm=False)
+@dataclass
+class DTIState(FittedState):
+    modules: np.ndarray   # the transformation modules, in order
+    model: dict           # the trained network's and prototypes' weights (torch state_dict as arrays)
 
 
-def run_gmm(stack: Stack, cfg: DTIGMMConfig, device: torch.device, seed: int):
-    yield from _train(stack, cfg, device, seed, gmm=True)
+class DTIKMeans(Method):
+    name, title = "dti-kmeans", "DTI K-means (deep transformation-invariant)"
+    config, state, inputs = DTIKMeansConfig, DTIState, ("images",)
+    paper = "Monnier et al. 2020, Deep Transformation-Invariant Clustering"
+    gmm = False   # DTI GMM (Eq. 5) instead of K-means (Eq. 4)
+
+    def train(self, stack: Stack, cfg, device: torch.device, seed: int):
+        before = torch.get_num_threads()
+        try:   # the thread count is the process's: set it for this run only
+            if cfg.threads:
+                torch.set_num_threads(cfg.threads)
+            return (yield from _train(stack, cfg, device, seed, self.gmm))
+        finally:
+            torch.set_num_threads(before)
+
+    def rebuild(self, result: ClusteringResult, device) -> tuple[DTIModel, object]:
+        """The trained model of a DTI result (from its saved state), and its config."""
+        cfg = self.config_of(result)
+        modules = tuple(str(m) for m in np.asarray(result.state.modules).reshape(-1))
+        k, c, h, w = np.asarray(result.state.model["prototypes"]).shape
+        model = DTIModel(k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
+                         self.gmm, cfg.init_variance if self.gmm else None)
+        model.load_state_dict({key: torch.from_numpy(np.asarray(v)) for key, v in result.state.model.items()})
+        return model.to(device), cfg
+
+    def _inference_setup(self, result: ClusteringResult, stack: Stack, device: torch.device):
+        """The trained model of a result, checked against new images, with what inference needs."""
+        model, cfg = self.rebuild(result, device)
+        check_same_size(stack, int(np.prod(result.prototypes.shape[1:])))
+        if stack.item_shape != tuple(result.prototypes.shape[1:]):
+            raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {tuple(result.prototypes.shape[1:])}: give images of the same size.")
+        h, w = model.size
+        weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
+        autocast = bool(cfg.mixed_precision and device.type == "cuda")
+        return model, cfg, weights, autocast
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
+        model, cfg, weights, autocast = self._inference_setup(result, stack, device)
+        modules = model.sequence.names
+        out, _ = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, self.gmm,
+                        batch_size or cfg.infer_batch_size)
+        out.config, out.state = result.config, result.state
+        return out
+
+    def align(self, result: ClusteringResult, stack: Stack, device: torch.device):
+        """For the alignment inspector: every prototype transformed onto one image, and the image's scores."""
+        model, cfg, weights, autocast = self._inference_setup(result, stack, device)
+        model.eval()
+        xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
+        with torch.no_grad():
+            _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, self.gmm, cfg)
+        channels_last = stack.channels > 1 and len(stack.item_shape) == 3
+        return from_nchw(recon[0].float(), channels_last).cpu().numpy(), scores[0].float().cpu().numpy()
 
 
-def rebuild(result: ClusteringResult, device) -> tuple[DTIModel, object]:
-    """The trained model of a DTI result (from its saved state)."""
-    gmm = result.method == "dti-gmm"
-    cls = DTIGMMConfig if gmm else DTIKMeansConfig
-    known = {f for f in cls.__dataclass_fields__}
-    cfg = cls(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in result.config.items() if k in known})
-    modules = tuple(str(m) for m in np.asarray(result.state["modules"]).reshape(-1))
-    protos = np.asarray(result.state["model.prototypes"])
-    k, c, h, w = protos.shape
-    model = DTIModel(k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel, gmm,
-                     getattr(cfg, "init_variance", 0.5))
-    model.load_state_dict({key[len("model."):]: torch.from_numpy(np.asarray(v)) for key, v in result.state.items()
-                           if key.startswith("model.")})
-    return model.to(device), cfg
+class DTIGMM(DTIKMeans):
+    name, title, config, gmm = "dti-gmm", "DTI GMM (deep transformation-invariant)", DTIGMMConfig, True
 
 
-def _inference_setup(result: ClusteringResult, stack: Stack, device: torch.device):
-    """The trained model of a result, checked against new images, with what inference needs."""
-    model, cfg = rebuild(result, device)
-    check_same_size(stack, int(np.prod(result.prototypes.shape[1:])))
-    if stack.item_shape != tuple(result.prototypes.shape[1:]):
-        raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {tuple(result.prototypes.shape[1:])}: give images of the same size.")
-    h, w = model.size
-    weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
-    autocast = bool(cfg.mixed_precision and device.type == "cuda")
-    return model, cfg, weights, autocast, result.method == "dti-gmm"
-
-
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
-    """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
-    model, cfg, weights, autocast, gmm = _inference_setup(result, stack, device)
-    modules = model.sequence.names
-    out = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm, batch_size)
-    out.extras.pop("_final_loss")
-    out.method, out.config, out.state = result.method, result.config, result.state
-    return out
-
-
-def align(result: ClusteringResult, stack: Stack, device: torch.device):
-    """For the alignment inspector: every prototype transformed onto one image, and the image's scores."""
-    model, cfg, weights, autocast, gmm = _inference_setup(result, stack, device)
-    model.eval()
-    xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
-    with torch.no_grad():
-        _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, gmm, cfg)
-    channels_last = stack.channels > 1 and len(stack.item_shape) == 3
-    return from_nchw(recon[0].float(), channels_last).cpu().numpy(), scores[0].float().cpu().numpy()
-
-
-SPEC_KMEANS = register(MethodSpec(name="dti-kmeans", title="DTI K-means (deep transformation-invariant)",
-                                  config=DTIKMeansConfig, run=run_kmeans, predict=predict, align=align, inputs=("images",),
-                                  paper="003 Monnier et al. 2020, Deep Transformation-Invariant Clustering"))
-SPEC_GMM = register(MethodSpec(name="dti-gmm", title="DTI GMM (deep transformation-invariant)",
-                               config=DTIGMMConfig, run=run_gmm, predict=predict, align=align, inputs=("images",),
-                               paper="003 Monnier et al. 2020, Deep Transformation-Invariant Clustering"))
+DTI_KMEANS = register(DTIKMeans())
+DTI_GMM = register(DTIGMM())

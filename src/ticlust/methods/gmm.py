@@ -4,12 +4,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from ..data import Stack, check_same_size
+from ..stack import Stack
+from ..validation import check_same_size
 from ..device import with_oom_retry
-from ..result import ClusteringResult
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from ..result import ClusteringResult, FittedState
+from .base import Method, Progress, Snapshot, param, register, seed_everything
 from .kmeans import kmeans_plus_plus, lloyd
 
 
@@ -61,38 +63,47 @@ def em(x: torch.Tensor, resp: torch.Tensor, max_iter: int, tol: float, variance_
         previous = nll
 
 
-def run(stack: Stack, cfg: GMMConfig, device: torch.device, seed: int):
-    rng = seed_everything(seed)
-    x = stack.tensor(device, flat=True)
-    centers = kmeans_plus_plus(x, cfg.k, rng)
-    for it, inertia, centers, labels in lloyd(x, centers, cfg.kmeans_iter, batch_size=cfg.batch_size):
-        yield Progress(it, cfg.kmeans_iter + cfg.max_iter, inertia / stack.n, "K-means start")
-    resp = torch.nn.functional.one_hot(labels, cfg.k).to(x.dtype)
-    history = []
-    for it, nll, log_weights, means, variances, loglik in em(x, resp, cfg.max_iter, cfg.tol, cfg.variance_floor, cfg.batch_size):
-        history.append(nll)
-        yield Progress(cfg.kmeans_iter + it, cfg.kmeans_iter + cfg.max_iter, nll, "EM iterations")
-        yield Snapshot(means.reshape(cfg.k, *stack.item_shape).cpu().numpy())
-    resp = torch.softmax(loglik, 1)
-    shape = (cfg.k, *stack.item_shape)
-    yield Done(ClusteringResult(
-        labels=loglik.argmax(1).cpu().numpy(), scores=(-loglik).cpu().numpy(), responsibilities=resp.cpu().numpy(),
-        prototypes=means.reshape(shape).cpu().numpy(), method="gmm", config=config_dict(cfg), history=history,
-        extras={"variances": variances.reshape(shape).cpu().numpy(), "weights": torch.exp(log_weights).cpu().numpy()},
-        state={"means": means.cpu().numpy(), "variances": variances.cpu().numpy(), "log_weights": log_weights.cpu().numpy()}))
+@dataclass
+class GMMState(FittedState):
+    means: np.ndarray        # (K, D)
+    variances: np.ndarray    # (K, D), floored
+    log_weights: np.ndarray  # (K,)
 
 
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 8192) -> ClusteringResult:
-    """Most probable fitted component for each new item, streaming the items in batches."""
-    means, variances, log_weights = (torch.from_numpy(result.state[k]).to(device) for k in ("means", "variances", "log_weights"))
-    check_same_size(stack, means.shape[1])
-    loglik = with_oom_retry(lambda bs: torch.cat([
-        component_log_likelihoods(torch.from_numpy(b).to(device).reshape(len(b), -1), means, variances, log_weights)
-        for _, b in stack.batches(bs)]), batch_size)
-    return ClusteringResult(labels=loglik.argmax(1).cpu().numpy(), scores=(-loglik).cpu().numpy(),
-                            responsibilities=torch.softmax(loglik, 1).cpu().numpy(), prototypes=result.prototypes,
-                            method=result.method, config=result.config, state=result.state)
+class GMM(Method):
+    name, title, paper = "gmm", "Gaussian mixture (diagonal, pixels)", "baseline"
+    config, state, inputs = GMMConfig, GMMState, ("images", "vectors")
+
+    def train(self, stack: Stack, cfg: GMMConfig, device: torch.device, seed: int):
+        rng = seed_everything(seed)
+        x = stack.tensor(device, flat=True)
+        centers = kmeans_plus_plus(x, cfg.k, rng)
+        for it, inertia, centers, labels in lloyd(x, centers, cfg.kmeans_iter, batch_size=cfg.batch_size):
+            yield Progress(it, cfg.kmeans_iter + cfg.max_iter, inertia / stack.n, "K-means start")
+        resp = torch.nn.functional.one_hot(labels, cfg.k).to(x.dtype)
+        history = []
+        for it, nll, log_weights, means, variances, loglik in em(x, resp, cfg.max_iter, cfg.tol, cfg.variance_floor, cfg.batch_size):
+            history.append(nll)
+            yield Progress(cfg.kmeans_iter + it, cfg.kmeans_iter + cfg.max_iter, nll, "EM iterations")
+            yield Snapshot(means.reshape(cfg.k, *stack.item_shape).cpu().numpy())
+        shape = (cfg.k, *stack.item_shape)
+        state = GMMState(means.cpu().numpy(), variances.cpu().numpy(), log_weights.cpu().numpy())
+        return self.result(
+            cfg, state, labels=loglik.argmax(1).cpu().numpy(), scores=(-loglik).cpu().numpy(),
+            responsibilities=torch.softmax(loglik, 1).cpu().numpy(), prototypes=means.reshape(shape).cpu().numpy(),
+            history=history, extras={"variances": variances.reshape(shape).cpu().numpy(),
+                                     "weights": torch.exp(log_weights).cpu().numpy()})
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """Most probable fitted component for each new item, streaming the items in batches."""
+        state = result.state
+        means, variances, log_weights = (torch.from_numpy(a).to(device) for a in (state.means, state.variances, state.log_weights))
+        check_same_size(stack, means.shape[1])
+        loglik = with_oom_retry(lambda bs: torch.cat([
+            component_log_likelihoods(torch.from_numpy(b).to(device).reshape(len(b), -1), means, variances, log_weights)
+            for _, b in stack.batches(bs)]), batch_size or self.config_of(result).batch_size)
+        return self.predicted(result, labels=loglik.argmax(1).cpu().numpy(), scores=(-loglik).cpu().numpy(),
+                              responsibilities=torch.softmax(loglik, 1).cpu().numpy())
 
 
-SPEC = register(MethodSpec(name="gmm", title="Gaussian mixture (diagonal, pixels)", config=GMMConfig, run=run,
-                           predict=predict, inputs=("images", "vectors"), paper="baseline"))
+register(GMM())

@@ -12,10 +12,11 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from ..data import Stack, check_same_size
+from ..stack import Stack
+from ..validation import check_same_size
 from ..device import with_oom_retry
-from ..result import ClusteringResult
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from ..result import ClusteringResult, FittedState
+from .base import Method, Progress, Snapshot, param, register, seed_everything
 
 
 @dataclass
@@ -104,32 +105,37 @@ def lloyd(x: torch.Tensor, centers: torch.Tensor, max_iter: int = 300, tol: floa
             break
 
 
-def run(stack: Stack, cfg: KMeansConfig, device: torch.device, seed: int):
-    rng = seed_everything(seed)
-    x = stack.tensor(device, flat=True)
-    centers = kmeans_plus_plus(x, cfg.k, rng) if cfg.init == "k-means++" else random_init(x, cfg.k, rng)
-    history = []
-    for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, cfg.batch_size):
-        history.append(inertia / stack.n)
-        yield Progress(it, cfg.max_iter, history[-1], "Lloyd iterations")
-        yield Snapshot(centers.reshape(cfg.k, *stack.item_shape).cpu().numpy())
-    d2, labels = assign(x, centers, cfg.batch_size)
-    history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
-    protos = centers.reshape(cfg.k, *stack.item_shape).cpu().numpy()
-    yield Done(ClusteringResult(labels=labels.cpu().numpy(), scores=d2.cpu().numpy(), prototypes=protos,
-                                method="kmeans", config=config_dict(cfg), history=history,
-                                state={"centers": centers.cpu().numpy()}))
+@dataclass
+class KMeansState(FittedState):
+    centers: np.ndarray   # (K, D) flat centroids
 
 
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 8192) -> ClusteringResult:
-    """Nearest fitted centroid for each new item, streaming the items in batches."""
-    centers = torch.from_numpy(result.state["centers"]).to(device)
-    check_same_size(stack, centers.shape[1])
-    d2 = with_oom_retry(lambda bs: torch.cat([squared_distances(torch.from_numpy(b).to(device).reshape(len(b), -1), centers)
-                                              for _, b in stack.batches(bs)]), batch_size)
-    return ClusteringResult(labels=d2.argmin(1).cpu().numpy(), scores=d2.cpu().numpy(), prototypes=result.prototypes,
-                            method=result.method, config=result.config, state=result.state)
+class KMeans(Method):
+    name, title, paper = "kmeans", "K-means (pixels)", "baseline"
+    config, state, inputs = KMeansConfig, KMeansState, ("images", "vectors")
+
+    def train(self, stack: Stack, cfg: KMeansConfig, device: torch.device, seed: int):
+        rng = seed_everything(seed)
+        x = stack.tensor(device, flat=True)
+        centers = kmeans_plus_plus(x, cfg.k, rng) if cfg.init == "k-means++" else random_init(x, cfg.k, rng)
+        history = []
+        for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, cfg.batch_size):
+            history.append(inertia / stack.n)
+            yield Progress(it, cfg.max_iter, history[-1], "Lloyd iterations")
+            yield Snapshot(centers.reshape(cfg.k, *stack.item_shape).cpu().numpy())
+        d2, labels = assign(x, centers, cfg.batch_size)
+        history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
+        return self.result(cfg, KMeansState(centers.cpu().numpy()), labels=labels.cpu().numpy(), scores=d2.cpu().numpy(),
+                           prototypes=centers.reshape(cfg.k, *stack.item_shape).cpu().numpy(), history=history)
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """Nearest fitted centroid for each new item, streaming the items in batches."""
+        centers = torch.from_numpy(result.state.centers).to(device)
+        check_same_size(stack, centers.shape[1])
+        d2 = with_oom_retry(lambda bs: torch.cat([squared_distances(torch.from_numpy(b).to(device).reshape(len(b), -1), centers)
+                                                  for _, b in stack.batches(bs)]),
+                            batch_size or self.config_of(result).batch_size)
+        return self.predicted(result, labels=d2.argmin(1).cpu().numpy(), scores=d2.cpu().numpy())
 
 
-SPEC = register(MethodSpec(name="kmeans", title="K-means (pixels)", config=KMeansConfig, run=run, predict=predict,
-                           inputs=("images", "vectors"), paper="baseline"))
+register(KMeans())

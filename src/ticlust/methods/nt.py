@@ -20,10 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..data import InputError, Stack, check_same_size
-from ..result import ClusteringResult
+from ..errors import InputError
+from ..stack import SCAN_BATCH, Stack
+from ..validation import check_same_size
+from ..result import ClusteringResult, FittedState
+from .base import Method, Progress, Snapshot, param, register, seed_everything
 from .kmeans import kmeans_plus_plus, lloyd
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
 
 _EPS = 1e-6          # added to rho(y, nu) in every ratio so that an empty support intersection stays finite
 _PAPER_M = 2100      # the paper's transform dimension, used with 20x25 = 500-pixel COIL images
@@ -492,7 +494,8 @@ def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
 
 
 # ---- the method ----------------------------------------------------------------------------------
-def run(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
+def fit_nt(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
+    """Alternate the three stages of Sec. 4.2 (assignment, tau/nu, online A) for ``max_iter`` iterations."""
     rng = seed_everything(seed)
     if cfg.c_s < 1:
         raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
@@ -545,16 +548,14 @@ def run(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
     best = scores.gather(1, c1[:, None])[:, 0]
     threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
     rejected = (best > threshold).cpu().numpy() if cfg.reject_quantile > 0 else None
-    state = {"a": a.cpu().numpy(), "tau": tau.cpu().numpy(), "nu": nu.cpu().numpy(),
-             "reject_threshold": np.array(threshold)}
-    yield Done(ClusteringResult(
-        labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=cluster_means(stack, c1, cfg.k),
-        method="nt", config=config_dict(cfg), history=history, rejected=rejected,
+    state = NTState(a.cpu().numpy(), tau.cpu().numpy(), nu.cpu().numpy(), np.array(threshold))
+    return NT_METHOD.result(
+        cfg, state, labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=cluster_means(stack, c1, cfg.k),
+        history=history, rejected=rejected,
         params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()},
         extras={"condition_number": np.array(condition_number(a)), "mutual_coherence": np.array(coherence(a)),
                 "m": np.array(m_dim)},
-        state=state,
-        timing={"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}))
+        timing={"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))})
 
 
 def kmeans_start(x, q, tau, nu, cfg, rng):
@@ -578,55 +579,41 @@ def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
     return (sums / counts[:, None]).reshape(k, *stack.item_shape).cpu().numpy()
 
 
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
-    """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
-    a = torch.from_numpy(result.state["a"]).to(device)
-    check_same_size(stack, a.shape[1])
-    tau = torch.from_numpy(result.state["tau"]).to(device)
-    nu = torch.from_numpy(result.state["nu"]).to(device)
-    known = {f for f in NTConfig.__dataclass_fields__}
-    cfg = NTConfig(**{k_: v for k_, v in result.config.items() if k_ in known})
-    cfg.batch_size = batch_size
-    outs = []
-    for _, b in stack.batches(4096):
-        q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
-        outs.append(assign_all(q, tau, nu, cfg))
-    c1, c2, y, scores = (torch.cat(t) for t in zip(*outs))
-    threshold = float(result.state.get("reject_threshold", np.array(math.inf)))
-    best = scores.gather(1, c1[:, None])[:, 0]
-    rejected = (best > threshold).cpu().numpy() if math.isfinite(threshold) else None
-    return ClusteringResult(labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=result.prototypes,
-                            method=result.method, config=result.config, state=result.state, rejected=rejected,
-                            params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()})
+@dataclass
+class NTState(FittedState):
+    a: np.ndarray                  # (M, N) the learned linear map
+    tau: np.ndarray                # (K, M) cluster vectors
+    nu: np.ndarray                 # (C_s, M) similarity vectors
+    reject_threshold: np.ndarray   # best-score threshold above which an item is rejected (inf: none)
 
 
-def knn_evaluate(train, train_labels, test, test_labels, k: int, n_neighbors: int = 1, device: str = "auto",
-                 seed: int = 0, **params) -> dict:
-    """Table 5: fit NT on ``train``, represent ``test``, and k-NN accuracy on NT representations vs raw data.
+class NT(Method):
+    name, title = "nt", "Nonlinear-transform clustering (min-max assignment)"
+    config, state, inputs = NTConfig, NTState, ("images", "vectors")
+    paper = "Kostadinov et al., Clustering with Jointly Learned Nonlinear Transforms"
 
-    Returns {"acc_nt", "acc_raw", "fit": the training result}. k-NN (scikit-learn, Euclidean) searches the test
-    items among the training items; the raw baseline uses the same standardised pixels.
-    """
-    from sklearn.neighbors import KNeighborsClassifier
+    def train(self, stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
+        return (yield from fit_nt(stack, cfg, device, seed))
 
-    from ..api import fit
-    from ..data import as_stack
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
+        state = result.state
+        a = torch.from_numpy(state.a).to(device)
+        check_same_size(stack, a.shape[1])
+        tau, nu = torch.from_numpy(state.tau).to(device), torch.from_numpy(state.nu).to(device)
+        cfg = self.config_of(result)
+        if batch_size is not None:
+            cfg.batch_size = batch_size
+        outs = []
+        for _, b in stack.batches(SCAN_BATCH):
+            q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
+            outs.append(assign_all(q, tau, nu, cfg))
+        c1, c2, y, scores = (torch.cat(t) for t in zip(*outs))
+        threshold = float(state.reject_threshold)
+        best = scores.gather(1, c1[:, None])[:, 0]
+        rejected = (best > threshold).cpu().numpy() if math.isfinite(threshold) else None
+        return self.predicted(result, labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), rejected=rejected,
+                              params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()})
 
-    train_labels, test_labels = np.asarray(train_labels).ravel(), np.asarray(test_labels).ravel()
-    if len(train_labels) != len(train) or len(test_labels) != len(test):
-        raise InputError("Give one label per item for both the training and the test split.")
-    if not isinstance(n_neighbors, (int, np.integer)) or not 1 <= n_neighbors <= len(train_labels):
-        raise InputError(f"n_neighbors = {n_neighbors!r} must be a whole number between 1 and the training size.")
-    res = fit(train, method="nt", k=k, device=device, seed=seed, progress=False, **params)
-    rep_test = res.predict(test, device=device).params["representation"]
-    rep_train = res.params["representation"]
-    knn = KNeighborsClassifier(n_neighbors=n_neighbors).fit(rep_train, train_labels)
-    acc_nt = float((knn.predict(rep_test) == test_labels).mean())
-    tr = standardise(torch.from_numpy(as_stack(train, allow_vectors=True).numpy().reshape(len(train), -1))).numpy()
-    te = standardise(torch.from_numpy(as_stack(test, allow_vectors=True).numpy().reshape(len(test), -1))).numpy()
-    acc_raw = float((KNeighborsClassifier(n_neighbors=n_neighbors).fit(tr, train_labels).predict(te) == test_labels).mean())
-    return {"acc_nt": acc_nt, "acc_raw": acc_raw, "fit": res}
 
-
-SPEC = register(MethodSpec(name="nt", title="Nonlinear-transform clustering (min-max assignment)", config=NTConfig,
-                           run=run, predict=predict, inputs=("images", "vectors"), paper="004"))
+NT_METHOD = register(NT())

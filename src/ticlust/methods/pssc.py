@@ -25,10 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..data import InputError, Stack
-from ..result import ClusteringResult
+from ..errors import InputError
+from ..stack import Stack
+from ..result import ClusteringResult, FittedState
 from ..scattering import FastScattering2D, kymatio_scattering, n_paths
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
 from .kmeans import kmeans_plus_plus, lloyd, random_init, squared_distances
 
 CACHE_VERSION = "pssc-scattering-v1"
@@ -61,7 +62,9 @@ class PSSCConfig:
     scattering_backend: str = param("fast", "Scattering code: batched re-implementation on kymatio's filters, or kymatio itself",
                                     choices=("fast", "kymatio"), gui=False)
     batch_size: int = param(64, "Images per scattering batch", low=1, gui=False)
-    cache: bool = param(True, "Cache scattering features on disk (TICLUST_CACHE_DIR, default ~/.cache/ticlust)")
+    predict_batch_size: int = param(256, "Images per batch when assigning new images", low=1, gui=False)
+    cache_dir: str = param("", "Folder for a disk cache of the scattering features, reused by later runs on the same "
+                           "images (empty: no cache)", gui=False)
 
 
 # ---- stage 1: features ---------------------------------------------------------------------------
@@ -100,10 +103,6 @@ class Scatterer:
         return s.reshape(batch.shape[0], self.dim)
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("TICLUST_CACHE_DIR") or Path.home() / ".cache" / "ticlust")
-
-
 def feature_key(stack: Stack, cfg: PSSCConfig, batch_size: int = 4096) -> str:
     """Content hash of the normalised input and every parameter the scattering features depend on."""
     h = hashlib.blake2b(digest_size=20)
@@ -116,9 +115,9 @@ def feature_key(stack: Stack, cfg: PSSCConfig, batch_size: int = 4096) -> str:
 def scattering_features(stack: Stack, cfg: PSSCConfig, device: torch.device, timing: dict):
     """Generator: yields Progress while scattering; returns the (N, F) float32 features (cached on disk)."""
     path = None
-    if cfg.cache:
+    if cfg.cache_dir:
         start = time.perf_counter()
-        path = cache_dir() / f"{feature_key(stack, cfg)}.npy"
+        path = Path(cfg.cache_dir) / f"{feature_key(stack, cfg)}.npy"
         timing["hash_s"] = time.perf_counter() - start
         if path.is_file():
             try:
@@ -158,15 +157,6 @@ def path_scales(feats: np.ndarray, groups: int, spatial: int) -> np.ndarray:
 
 
 # ---- stage 2: PCA + POC --------------------------------------------------------------------------
-def drain(gen):
-    """Run a stage generator to the end, discarding its Progress events; returns its value."""
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
-
-
 def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
     """Generator (yields Progress per chunk): mean (F,) and covariance (F, F), both float64, from float32 rows."""
     n, f = x.shape
@@ -182,11 +172,6 @@ def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
         cov += (xc.T @ xc).double()
         yield Progress(i + 1, steps, stage="PCA covariance")
     return mean, cov / n
-
-
-def covariance(x: np.ndarray, device: torch.device, chunk: int = 2048) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean (F,) and covariance (F, F), float64."""
-    return drain(covariance_steps(x, device, chunk))
 
 
 def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Generator, power: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -218,11 +203,6 @@ def project_steps(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device
         out.append((torch.as_tensor(x[s:s + chunk], device=device) - m32) @ b32)
         yield Progress(i + 1, steps, stage="PCA/POC projection")
     return torch.cat(out)
-
-
-def project(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096) -> torch.Tensor:
-    """(x - mean) @ basis in chunks, float32 on ``device``."""
-    return drain(project_steps(x, mean, basis, device, chunk))
 
 
 # ---- stage 3: U-SPEC -----------------------------------------------------------------------------
@@ -330,13 +310,14 @@ def uspec_sizes(n: int, cfg: PSSCConfig) -> tuple[int, int, int]:
     return p_cand, p, min(cfg.neighbours, p)
 
 
-def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
+def fit_pssc(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
+    """Scattering features → PCA + POC → U-SPEC (or k-means) → k-means restarts on the embedding."""
     check_config(cfg, stack)
     rng = seed_everything(seed)
     timing: dict = {}
     t0 = time.perf_counter()
     # 1. features
-    state: dict = {"item_shape": np.asarray(stack.item_shape)}
+    state = PSSCState(item_shape=np.asarray(stack.item_shape))
     if cfg.features == "scattering":
         feats = yield from scattering_features(stack, cfg, device, timing)
         if cfg.path_norm:
@@ -345,7 +326,7 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
             if not feats.flags.writeable:
                 feats = np.array(feats)
             feats.reshape(stack.n, len(scales), -1)[...] /= scales[None, :, None]     # in place: no second copy
-            state["path_scales"] = scales
+            state.path_scales = scales
     else:
         feats = stack.numpy().reshape(stack.n, -1)
     timing["features_s"] = time.perf_counter() - t0
@@ -359,7 +340,7 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
     eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
     basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
     z = yield from project_steps(feats, mean, basis, device)
-    state.update(mean=mean.float().cpu().numpy(), basis=basis.float().cpu().numpy())
+    state.mean, state.basis = mean.float().cpu().numpy(), basis.float().cpu().numpy()
     timing["pca_s"] = time.perf_counter() - t1
     del cov
     yield Progress(3, 4, stage="clustering")
@@ -387,7 +368,7 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
         space, w, eig = transfer_cut(aff, idx, p, cfg.k)
         timing["transfer_cut_s"] = time.perf_counter() - t4
         rep_items = nearest_exact(reps, z, 1)[1][:, 0]
-        state.update(representatives=reps.cpu().numpy(), sigma=np.float64(sigma), transfer=w.cpu().numpy())
+        state.representatives, state.sigma, state.transfer = reps.cpu().numpy(), np.float64(sigma), w.cpu().numpy()
         extras.update(embedding=space.cpu().numpy(), representatives=reps.cpu().numpy(),
                       representative_items=rep_items.cpu().numpy(), transfer_eigenvalues=eig.cpu().numpy())
         params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
@@ -406,11 +387,10 @@ def run(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
     protos = cluster_means(stack, labels_np, cfg.k)
     medoid_index = medoids(scores.cpu().numpy(), labels_np, cfg.k)
     extras.update(medoids=np.stack([stack.batch(int(i), int(i) + 1)[0] for i in medoid_index]), medoid_index=medoid_index)
-    state.update(centers=centers.cpu().numpy())
+    state.centers = centers.cpu().numpy()
     timing["clustering_s"] = time.perf_counter() - t2
-    yield Done(ClusteringResult(labels=labels_np, scores=scores.cpu().numpy(), prototypes=protos, method="pssc",
-                                config=config_dict(cfg), history=history, params=params, extras=extras, state=state,
-                                timing=timing))
+    return PSSC_METHOD.result(cfg, state, labels=labels_np, scores=scores.cpu().numpy(), prototypes=protos,
+                              history=history, params=params, extras=extras, timing=timing)
 
 
 def cluster_means(stack: Stack, labels: np.ndarray, k: int, batch_size: int = 4096) -> np.ndarray:
@@ -432,40 +412,57 @@ def medoids(scores: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
     return out
 
 
-def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int = 256) -> ClusteringResult:
-    """Assign new images: features → stored PCA/POC projection → (U-SPEC) nearest representatives →
-    transfer-cut embedding extension D_X⁻¹ A w → nearest embedding centre (the fitted k-means centres)."""
-    cfg = PSSCConfig(**{k: v for k, v in result.config.items() if k in PSSCConfig.__dataclass_fields__})
-    fitted = tuple(int(s) for s in result.state["item_shape"])
-    if stack.item_shape != fitted:
-        raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {fitted}: give images of the same size.")
-    mean = torch.from_numpy(result.state["mean"]).to(device)
-    basis = torch.from_numpy(result.state["basis"]).to(device)
-    op = Scatterer(stack.item_shape, cfg, device) if cfg.features == "scattering" else None
-    scales = result.state.get("path_scales")
-    zs = []
-    for _, b in stack.batches(batch_size):
-        f = op(b) if op is not None else torch.as_tensor(b, device=device).reshape(len(b), -1)
-        if scales is not None:
-            f = (f.reshape(len(b), len(scales), -1) / torch.from_numpy(scales).to(device)[None, :, None]).reshape(len(b), -1)
-        zs.append((f.to(device) - mean) @ basis)
-    z = torch.cat(zs)
-    centers = torch.from_numpy(result.state["centers"]).to(device)
-    extras, params = {}, {}
-    if cfg.clustering == "uspec":
-        reps = torch.from_numpy(result.state["representatives"]).to(device)
-        kn = int(result.params["nearest_representatives"].shape[1])
-        dist, idx = nearest_exact(z, reps, kn)
-        aff = affinities(dist, float(result.state["sigma"]))
-        space = extend_embedding(aff, idx, torch.from_numpy(result.state["transfer"]).to(device))
-        extras["embedding"] = space.cpu().numpy()
-        params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
-    else:
-        space = z
-    scores = torch.cdist(space, centers.to(space.dtype))
-    return ClusteringResult(labels=scores.argmin(1).cpu().numpy(), scores=scores.cpu().numpy(), prototypes=result.prototypes,
-                            method=result.method, config=result.config, params=params, extras=extras, state=result.state)
+@dataclass
+class PSSCState(FittedState):
+    item_shape: np.ndarray                    # the fitted item shape (new images must match)
+    mean: np.ndarray | None = None            # (F,) feature mean of the PCA
+    basis: np.ndarray | None = None           # (F, d - poc) PCA basis after POC
+    centers: np.ndarray | None = None         # (K, E) k-means centres in the final embedding
+    path_scales: np.ndarray | None = None     # per scattering path divisor (path_norm)
+    representatives: np.ndarray | None = None  # U-SPEC representatives (p, d - poc)
+    sigma: np.ndarray | None = None           # U-SPEC kernel width
+    transfer: np.ndarray | None = None        # U-SPEC transfer-cut eigenvectors (p, K)
 
 
-SPEC = register(MethodSpec(name="pssc", title="PSSC: scattering + POC + U-SPEC spectral clustering", config=PSSCConfig,
-                           run=run, predict=predict, inputs=("images",), paper="001"))
+class PSSC(Method):
+    name, title = "pssc", "PSSC: scattering + POC + U-SPEC spectral clustering"
+    config, state, inputs = PSSCConfig, PSSCState, ("images",)
+    paper = "Villar-Corrales & Morgenshtern, Scattering Transform Based Image Clustering"
+
+    def train(self, stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
+        return (yield from fit_pssc(stack, cfg, device, seed))
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """Assign new images: features → stored PCA/POC projection → (U-SPEC) nearest representatives →
+        transfer-cut embedding extension D_X⁻¹ A w → nearest embedding centre (the fitted k-means centres)."""
+        cfg, state = self.config_of(result), result.state
+        fitted = tuple(int(s) for s in state.item_shape)
+        if stack.item_shape != fitted:
+            raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {fitted}: give images of the same size.")
+        mean, basis = torch.from_numpy(state.mean).to(device), torch.from_numpy(state.basis).to(device)
+        op = Scatterer(stack.item_shape, cfg, device) if cfg.features == "scattering" else None
+        scales = state.path_scales
+        zs = []
+        for _, b in stack.batches(batch_size or cfg.predict_batch_size):
+            f = op(b) if op is not None else torch.as_tensor(b, device=device).reshape(len(b), -1)
+            if scales is not None:
+                f = (f.reshape(len(b), len(scales), -1) / torch.from_numpy(scales).to(device)[None, :, None]).reshape(len(b), -1)
+            zs.append((f.to(device) - mean) @ basis)
+        z = torch.cat(zs)
+        centers = torch.from_numpy(state.centers).to(device)
+        extras, params = {}, {}
+        if cfg.clustering == "uspec":
+            reps = torch.from_numpy(state.representatives).to(device)
+            dist, idx = nearest_exact(z, reps, min(cfg.neighbours, len(reps)))
+            aff = affinities(dist, float(state.sigma))
+            space = extend_embedding(aff, idx, torch.from_numpy(state.transfer).to(device))
+            extras["embedding"] = space.cpu().numpy()
+            params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
+        else:
+            space = z
+        scores = torch.cdist(space, centers.to(space.dtype))
+        return self.predicted(result, labels=scores.argmin(1).cpu().numpy(), scores=scores.cpu().numpy(),
+                              params=params, extras=extras)
+
+
+PSSC_METHOD = register(PSSC())

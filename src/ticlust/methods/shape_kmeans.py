@@ -19,10 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..data import InputError
+from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
-from ..result import ClusteringResult
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, param, register, seed_everything
+from ..result import ClusteringResult, FittedState
+from .base import Method, Progress, Snapshot, param, register, seed_everything
 from .kmeans import kmeans_plus_plus, squared_distances
 
 DISTANCES = ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein")
@@ -51,6 +51,7 @@ class ShapeKMeansConfig:
     align: bool = param(True, "Generalised Procrustes alignment first (off: the shapes are already registered)")
     variance_floor: float = param(1e-3, "Smallest variance, relative to the mean landmark variance (keeps tiny clusters finite)",
                                   low=1e-12, gui=False)
+    batch_size: int = param(4096, "Shapes per batch when assigning new shapes", low=1, gui=False)
 
 
 # ---- distances between Gaussians (torch, broadcasting) ---------------------------------------------
@@ -255,7 +256,8 @@ def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray,
     return labels[best], history, totals
 
 
-def run(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
+def fit_shapes(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
+    """Procrustes registration, then shape K-means from several starts (Type II warm-started by Type I)."""
     rng = seed_everything(seed)
     if cfg.align:
         fit = procrustes_align(landmarks)
@@ -277,15 +279,12 @@ def run(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, see
     means, sds, dist, _ = _final(cfg, x, labels[None])
     sd = sds[0].cpu().numpy()
     protos = means[0].cpu().numpy() + offset
-    result = ClusteringResult(
-        labels=labels.cpu().numpy().astype(np.int64), scores=dist[0].cpu().numpy(), prototypes=protos,
-        covariances=_diag_cov(sd ** 2), aligned=aligned, aligned_kind="procrustes",
-        method="shape-kmeans", config=config_dict(cfg), history=history,
+    return SHAPE_KMEANS.result(
+        cfg, ShapeState(protos, sd, consensus), labels=labels.cpu().numpy().astype(np.int64),
+        scores=dist[0].cpu().numpy(), prototypes=protos, covariances=_diag_cov(sd ** 2), aligned=aligned,
+        aligned_kind="procrustes", history=history,
         extras={"start_totals": totals.cpu().numpy(), "consensus": consensus},
-        state={"centres": protos, "sds": sd, "consensus": consensus, "align": np.array(cfg.align)})
-    if cfg.align:
-        result.params = {"procrustes_matrix": fit.matrix, "procrustes_offset": fit.offset}
-    yield Done(result)
+        params={"procrustes_matrix": fit.matrix, "procrustes_offset": fit.offset} if cfg.align else {})
 
 
 def _diag_cov(var: np.ndarray) -> np.ndarray:
@@ -295,29 +294,37 @@ def _diag_cov(var: np.ndarray) -> np.ndarray:
     return cov
 
 
-def predict(result: ClusteringResult, landmarks: np.ndarray, device: torch.device, batch_size: int = 4096) -> ClusteringResult:
-    """Align new shapes to the fitted consensus and assign each to the nearest cluster centre.
-
-    A new shape belongs to no cluster yet, so (in Type II) it is compared with each centre using that
-    centre's own variances: the distance it would have as a member of that cluster.
-    """
-    cfg = ShapeKMeansConfig(**{k: v for k, v in result.config.items() if k in ShapeKMeansConfig.__dataclass_fields__})
-    centres = result.state["centres"]
-    if landmarks.shape[1] != centres.shape[1]:
-        raise InputError(f"The new shapes have {landmarks.shape[1]} landmarks but the result was fitted on {centres.shape[1]}: give shapes with the same landmarks.")
-    aligned = align_to(landmarks, result.state["consensus"])[0] if bool(result.state["align"]) else landmarks.copy()
-    c = torch.as_tensor(centres, dtype=torch.float64, device=device)
-    sd = torch.as_tensor(result.state["sds"], dtype=torch.float64, device=device)
-    scores = []
-    for i in range(0, aligned.shape[0], batch_size):
-        xb = torch.as_tensor(aligned[i:i + batch_size], dtype=torch.float64, device=device)
-        scores.append(shape_distances(cfg.distance, cfg.combine, xb, sd.unsqueeze(0), c, sd))
-    scores = torch.cat(scores).cpu().numpy()
-    return ClusteringResult(labels=scores.argmin(1).astype(np.int64), scores=scores, prototypes=result.prototypes,
-                            covariances=result.covariances, aligned=aligned, aligned_kind="procrustes",
-                            method=result.method, config=result.config, state=result.state)
+@dataclass
+class ShapeState(FittedState):
+    centres: np.ndarray     # (K, L, 2) cluster mean shapes, in the registered frame
+    sds: np.ndarray         # (K, L, 2) per-landmark standard deviations
+    consensus: np.ndarray   # (L, 2) the Procrustes consensus new shapes are registered onto
 
 
-SPEC = register(MethodSpec(name="shape-kmeans", title="Shape K-means (Fisher–Rao / Wasserstein landmarks)",
-                           config=ShapeKMeansConfig, run=run, predict=predict, inputs=("landmarks",),
-                           paper="Gattone et al. 2018, Entropy 20(9):647"))
+class ShapeKMeans(Method):
+    name, title = "shape-kmeans", "Shape K-means (Fisher–Rao / Wasserstein landmarks)"
+    config, state, inputs, paper = ShapeKMeansConfig, ShapeState, ("landmarks",), "Gattone et al. 2018, Entropy 20(9):647"
+
+    def train(self, landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
+        return (yield from fit_shapes(landmarks, cfg, device, seed))
+
+    def predict(self, result: ClusteringResult, landmarks: np.ndarray, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """Align new shapes to the fitted consensus and assign each to the nearest cluster centre.
+
+        A new shape belongs to no cluster yet, so (in Type II) it is compared with each centre using that
+        centre's own variances: the distance it would have as a member of that cluster.
+        """
+        cfg, state = self.config_of(result), result.state
+        if landmarks.shape[1] != state.centres.shape[1]:
+            raise InputError(f"The new shapes have {landmarks.shape[1]} landmarks but the result was fitted on {state.centres.shape[1]}: give shapes with the same landmarks.")
+        aligned = align_to(landmarks, state.consensus)[0] if cfg.align else landmarks.copy()
+        c = torch.as_tensor(state.centres, dtype=torch.float64, device=device)
+        sd = torch.as_tensor(state.sds, dtype=torch.float64, device=device)
+        batch_size = batch_size or cfg.batch_size
+        scores = torch.cat([shape_distances(cfg.distance, cfg.combine, torch.as_tensor(aligned[i:i + batch_size], dtype=torch.float64, device=device),
+                                            sd.unsqueeze(0), c, sd) for i in range(0, aligned.shape[0], batch_size)]).cpu().numpy()
+        return self.predicted(result, labels=scores.argmin(1).astype(np.int64), scores=scores,
+                              covariances=result.covariances, aligned=aligned, aligned_kind="procrustes")
+
+
+SHAPE_KMEANS = register(ShapeKMeans())

@@ -24,11 +24,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..data import InputError, Stack, check_same_size, from_nchw, to_nchw
-from ..result import ClusteringResult
+from ..errors import InputError
+from ..stack import Stack, from_nchw, to_nchw
+from ..validation import check_same_size
+from ..result import ClusteringResult, FittedState
 from ..transforms import (affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels,
                           tps_basis, warp)
-from .base import Done, MethodSpec, Progress, Snapshot, config_dict, own_and_runner_up, param, register, seed_everything
+from .base import Method, Progress, Snapshot, best_of, drain, own_and_runner_up, param, register, seed_everything
 from .kmeans import kmeans_plus_plus
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
@@ -296,15 +298,6 @@ class Aligner:
 
 
 # ---- shared pieces of the training loop ----------------------------------------------------------
-def _landmarks(cfg) -> int | None:
-    return getattr(cfg, "landmarks", None)
-
-
-def _aligner(cfg, size, device) -> Aligner:
-    return Aligner(size, _landmarks(cfg), cfg.lowpass, cfg.padding, device, cfg.max_scale, cfg.max_shift,
-                   getattr(cfg, "max_displacement", math.inf))
-
-
 def _chunks(n: int, size: int):
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
@@ -388,7 +381,7 @@ def _align_all(aligner, x, x_low, mu, theta, nu, cfg, steps_a, steps_b, ticker):
     return losses
 
 
-def _result(method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, history, extras, chunk, timing):
+def _result(method: Method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, history, extras, chunk, timing):
     protos = from_nchw(mu, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy()
     warped = _warp_assigned(aligner, x, theta, nu, labels, chunk)
     th, v = _take(theta, labels), _take(nu, labels)
@@ -396,12 +389,12 @@ def _result(method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, histo
     if v is not None:
         params["displacements"] = v.cpu().numpy()
         params["landmarks"] = aligner.target_landmarks(th, v).cpu().numpy()
-    return ClusteringResult(
-        labels=labels.cpu().numpy(), scores=losses.cpu().numpy(), prototypes=protos, method=method,
-        config=config_dict(cfg), history=history,
+    return method.result(
+        cfg, STState(mu.cpu().numpy()), labels=labels.cpu().numpy(), scores=losses.cpu().numpy(), prototypes=protos,
+        history=history,
         aligned=from_nchw(warped, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy(),
         aligned_kind="item-on-prototype", grids=aligner.display_grids(th, v).cpu().numpy(), params=params,
-        extras=extras, state={"centers": mu.cpu().numpy()}, timing=timing)
+        extras=extras, timing=timing)
 
 
 def _check_images(stack: Stack, name: str) -> None:
@@ -410,7 +403,7 @@ def _check_images(stack: Stack, name: str) -> None:
 
 
 # ---- training ------------------------------------------------------------------------------------
-def _lloyd(stack: Stack, cfg, device, seed: int, method: str):
+def _lloyd(method: AIKMeans, stack: Stack, cfg, device, seed: int):
     """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes."""
     start = time.perf_counter()
     rng = seed_everything(seed)
@@ -418,7 +411,7 @@ def _lloyd(stack: Stack, cfg, device, seed: int, method: str):
     size = tuple(x.shape[-2:])
     mu = kmeans_plus_plus(x.reshape(x.shape[0], -1), cfg.k, rng).reshape(cfg.k, *x.shape[1:])
     init = mu.clone()
-    aligner = _aligner(cfg, size, device)
+    aligner = method.aligner(cfg, size, device)
     x_low = aligner.lowpass(x)
     n_chunks = len(_chunks(stack.n, cfg.chunk))
     if cfg.mode == "minibatch":
@@ -520,145 +513,94 @@ def _scatter_state(glob, state, idx, n):
     return glob
 
 
-def _sweep(stack, cfg, device, seed, method, landmarks=LANDMARK_GRID, lrs=LR_GRID):
-    """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept."""
-    grid_l = tuple(landmarks) if _landmarks(cfg) is not None else (None,)
-    rows, best = [], None
-    total = len(grid_l) * len(lrs)
-    for g in grid_l:
-        for lr in lrs:
-            sub = dataclasses.replace(cfg, lr=lr, select=False, **({} if g is None else {"landmarks": g}))
-            result = None
-            for event in _run_one(stack, sub, device, seed, method):
-                if isinstance(event, Done):
-                    result = event.result
-                elif isinstance(event, Progress):
-                    done = len(rows) + event.step / max(event.total, 1)
-                    yield Progress(int(done * 1000), total * 1000, event.loss,
-                                   f"selection {len(rows) + 1}/{total}: {event.stage}")
-                else:
-                    yield event
-            rows.append({"landmarks": 0 if g is None else g, "lr": lr, "distortion": result.final_loss,
-                         "iterations": result.timing.get("iterations", 0), "fit_s": result.timing.get("fit_s", 0.0)})
-            if best is None or result.final_loss < best.final_loss:
-                best = result
-    best.extras.update({f"selection_{key}": np.array([r[key] for r in rows]) for key in rows[0]})
-    best.config = {**best.config, "select": True}
-    return best, rows
-
-
-def _run_one(stack, cfg, device, seed, method):
-    result = yield from _lloyd(stack, cfg, device, seed, method)
-    yield Done(result)
-
-
-def _validate(stack: Stack, cfg, method: str) -> None:
-    _check_images(stack, method)
-    if min(stack.item_shape[:2]) < 8:
-        raise InputError(f"{method} needs images of at least 8×8 pixels to warp; these are {stack.item_shape[0]}×{stack.item_shape[1]}.")
-
-
-def _make_run(method: str):
-    def run(stack: Stack, cfg, device: torch.device, seed: int):
-        _validate(stack, cfg, method)
-        if cfg.select:
-            best, _ = yield from _sweep(stack, cfg, device, seed, method)
-            yield Done(best)
-        else:
-            yield from _run_one(stack, cfg, device, seed, method)
-    run.__doc__ = f"Train {method} (generator of Progress / Snapshot events, then Done(result))."
-    return run
-
-
-def select_model(data, method: str = "st-kmeans", k: int = 10, device: str = "auto", seed: int = 0,
-                 landmarks=LANDMARK_GRID, lrs=LR_GRID, **params):
-    """Model selection of Sec. 4.2 / Fig. 5: sweep landmarks {3², …, 8²} (ST only) × the paper's learning
-    rates, keep the run with the lowest distortion (Eq. 2). Returns (best result, table of every run:
-    landmarks, lr, distortion, iterations, fit_s). Other grids can be given for quick looks."""
-    from ..api import prepare
-    from ..data import check_k
-    from ..device import resolve_device
-    from .base import get_method
-
-    spec = get_method(method)
-    if spec.name not in ("st-kmeans", "ai-kmeans"):
-        raise InputError(f"Model selection is for st-kmeans and ai-kmeans, not {method!r}.")
-    stack = prepare(data, spec)
-    cfg = spec.make_config(check_k(k, stack.n), **params)
-    _validate(stack, cfg, method)
-    if not len(lrs) or (spec.name == "st-kmeans" and not len(landmarks)):
-        raise InputError("The model-selection grids are empty: give at least one learning rate and landmark grid.")
-    bad = [g for g in landmarks if not 3 <= int(g) <= 8] if spec.name == "st-kmeans" else []
-    if bad:
-        raise InputError(f"Landmark grid side {bad[0]} is out of range: choose sides between 3 and 8.")
-    gen = _sweep(stack, cfg, resolve_device(device), seed, method, landmarks, lrs)
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        return stop.value
-
-
 # ---- prediction ----------------------------------------------------------------------------------
-def _config_from(result: ClusteringResult, cls):
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{key: (tuple(v) if isinstance(v, list) else v) for key, v in result.config.items() if key in names})
+@dataclass
+class STState(FittedState):
+    centers: np.ndarray   # (K, C, H, W) centroids
 
 
-def _align_new(method: str, cls, result: ClusteringResult, stack: Stack, device: torch.device,
-               batch_size: int | None = None):
-    """Optimise the alignments of new images onto the fixed centroids: (cfg, aligner, x, mu, theta, nu, losses)."""
-    _check_images(stack, method)
-    cfg = _config_from(result, cls)
-    if batch_size is not None:
-        cfg = dataclasses.replace(cfg, chunk=int(batch_size))
-    mu = torch.from_numpy(np.asarray(result.state["centers"], dtype=np.float32)).to(device)
-    check_same_size(stack, int(np.prod(mu.shape[1:])))
-    x = to_nchw(stack.tensor(device))
-    if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
-        raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
-    aligner = _aligner(cfg, tuple(x.shape[-2:]), device)
-    theta, nu = aligner.zeros(stack.n, mu.shape[0])
-    gen = _align_all(aligner, x, aligner.lowpass(x), mu, theta, nu, cfg,
-                     cfg.predict_steps if cfg.affine_steps else 0, cfg.predict_steps, None)
-    try:
-        while True:
-            next(gen)
-    except StopIteration as stop:
-        losses = stop.value
-    return cfg, aligner, x, mu, theta, nu, losses
+class AIKMeans(Method):
+    """Affine-invariant K-means; :class:`STKMeans` adds the thin-plate spline (a variant by subclass)."""
 
+    name, title = "ai-kmeans", "Affine-invariant K-means"
+    config, state, inputs = AIKMeansConfig, STState, ("images",)
+    paper = "Cosentino et al., Spatial Transformer K-Means"
 
-def _make_predict(method: str, cls):
-    def predict(result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+    def landmarks(self, cfg) -> int | None:
+        """Side of the TPS landmark grid, or None: affine only."""
+        return None
+
+    def aligner(self, cfg, size, device) -> Aligner:
+        return Aligner(size, self.landmarks(cfg), cfg.lowpass, cfg.padding, device, cfg.max_scale, cfg.max_shift,
+                       math.inf if self.landmarks(cfg) is None else cfg.max_displacement)
+
+    def validate(self, stack: Stack) -> None:
+        _check_images(stack, self.name)
+        if min(stack.item_shape[:2]) < 8:
+            raise InputError(f"{self.name} needs images of at least 8×8 pixels to warp; these are {stack.item_shape[0]}×{stack.item_shape[1]}.")
+
+    def train(self, stack: Stack, cfg, device: torch.device, seed: int):
+        self.validate(stack)
+        if cfg.select:
+            best, _ = yield from self.sweep(stack, cfg, device, seed)
+            return best
+        return (yield from _lloyd(self, stack, cfg, device, seed))
+
+    def sweep(self, stack, cfg, device, seed, landmarks=LANDMARK_GRID, lrs=LR_GRID):
+        """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept.
+        Returns (best result, table of every run: landmarks, lr, distortion, iterations, fit_s)."""
+        grid = [(g, lr) for g in (tuple(landmarks) if self.landmarks(cfg) is not None else (None,)) for lr in lrs]
+        subs = [dataclasses.replace(cfg, lr=lr, select=False, **({} if g is None else {"landmarks": g})) for g, lr in grid]
+        best, results = yield from best_of([lambda sub=sub: self.run(stack, sub, device, seed) for sub in subs],
+                                           lambda i, n: f"selection {i + 1}/{n}")
+        rows = [{"landmarks": 0 if g is None else g, "lr": lr, "distortion": r.final_loss,
+                 "iterations": r.timing.get("iterations", 0), "fit_s": r.timing.get("fit_s", 0.0)}
+                for (g, lr), r in zip(grid, results)]
+        best.extras.update({f"selection_{key}": np.array([r[key] for r in rows]) for key in rows[0]})
+        best.config = {**best.config, "select": True}
+        return best, rows
+
+    def align_new(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None):
+        """Optimise the alignments of new images onto the fixed centroids: (cfg, aligner, x, mu, theta, nu, losses)."""
+        _check_images(stack, self.name)
+        cfg = self.config_of(result)
+        if batch_size is not None:
+            cfg = dataclasses.replace(cfg, chunk=int(batch_size))
+        mu = torch.from_numpy(np.asarray(result.state.centers, dtype=np.float32)).to(device)
+        check_same_size(stack, int(np.prod(mu.shape[1:])))
+        x = to_nchw(stack.tensor(device))
+        if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
+            raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
+        aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
+        theta, nu = aligner.zeros(stack.n, mu.shape[0])
+        losses = drain(_align_all(aligner, x, aligner.lowpass(x), mu, theta, nu, cfg,
+                                  cfg.predict_steps if cfg.affine_steps else 0, cfg.predict_steps, None))
+        return cfg, aligner, x, mu, theta, nu, losses
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Assign new images with the centroids fixed: only their alignments are optimised."""
         start = time.perf_counter()
-        cfg, aligner, x, mu, theta, nu, losses = _align_new(method, cls, result, stack, device, batch_size)
+        cfg, aligner, x, mu, theta, nu, losses = self.align_new(result, stack, device, batch_size)
         labels = losses.argmin(1)
-        out = _result(method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, [], {}, cfg.chunk,
+        out = _result(self, cfg, aligner, stack, x, mu, theta, nu, losses, labels, [], {}, cfg.chunk,
                       {"fit_s": time.perf_counter() - start})
-        out.config = result.config
-        out.prototypes = result.prototypes
-        out.state = result.state
+        out.config, out.prototypes, out.state = result.config, result.prototypes, result.state
         return out
-    return predict
 
-
-def _make_align(method: str, cls):
-    def align(result: ClusteringResult, stack: Stack, device: torch.device):
+    def align(self, result: ClusteringResult, stack: Stack, device: torch.device):
         """For the alignment inspector: one image warped onto every centroid, and its distance to each."""
-        _, aligner, x, _, theta, nu, losses = _align_new(method, cls, result, stack, device)
+        _, aligner, x, _, theta, nu, losses = self.align_new(result, stack, device)
         with torch.no_grad():
             warped = aligner.warp_pairs(x[:1], theta[:1], None if nu is None else nu[:1])[0]
         return from_nchw(warped, stack.channels > 1).cpu().numpy(), losses[0].cpu().numpy()
-    return align
 
 
-SPEC = register(MethodSpec(name="st-kmeans", title="Spatial Transformer K-means (TPS)", config=STKMeansConfig,
-                           run=_make_run("st-kmeans"), predict=_make_predict("st-kmeans", STKMeansConfig),
-                           align=_make_align("st-kmeans", STKMeansConfig),
-                           inputs=("images",), paper="000"))
-AI_SPEC = register(MethodSpec(name="ai-kmeans", title="Affine-invariant K-means", config=AIKMeansConfig,
-                              run=_make_run("ai-kmeans"), predict=_make_predict("ai-kmeans", AIKMeansConfig),
-                              align=_make_align("ai-kmeans", AIKMeansConfig),
-                              inputs=("images",), paper="000"))
+class STKMeans(AIKMeans):
+    name, title, config = "st-kmeans", "Spatial Transformer K-means (TPS)", STKMeansConfig
+
+    def landmarks(self, cfg) -> int | None:
+        return cfg.landmarks
+
+
+ST_KMEANS = register(STKMeans())
+AI_KMEANS = register(AIKMeans())

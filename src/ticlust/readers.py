@@ -1,0 +1,72 @@
+"""Reading stacks and landmark sets from files and folders (.npz, .npy, .tif, image folders, .csv, .tps)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .landmarks import read_landmarks
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
+
+
+def read_input(path: str | Path, key: str | None = None, labels_key: str | None = None):
+    """Read a stack (or landmark set) and optional labels from a file or folder.
+
+    Supports .npz (array by ``key``, default the first), .npy (memory-mapped), .tif/.tiff stacks,
+    folders of images, and landmark files (.csv with shape_id, landmark, x, y columns; tpsDig .tps).
+    Returns ``(array, labels or None)``; the array may be lazy.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise InputError(f"There is no file or folder at {path}: check the path.")
+    labels = None
+    try:
+        if path.is_dir():
+            array = _read_folder(path)
+        elif path.suffix == ".npz":
+            npz = np.load(path, allow_pickle=False, mmap_mode="r")
+            names = list(npz.files)
+            if key is None:
+                key = names[0]
+            if key not in names:
+                raise InputError(f"{path.name} has no array {key!r}: choose the array name (key) from {', '.join(names)}.")
+            array = npz[key]
+            if labels_key is not None:
+                if labels_key not in names:
+                    raise InputError(f"{path.name} has no array {labels_key!r}: choose the labels' array name from {', '.join(names)}.")
+                labels = np.asarray(npz[labels_key])
+        elif path.suffix.lower() in (".csv", ".tps"):
+            array = read_landmarks(path)[0]
+        elif path.suffix == ".npy":
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        elif path.suffix.lower() in (".tif", ".tiff"):
+            import tifffile
+
+            try:
+                array = tifffile.memmap(path, mode="r")
+            except Exception:  # compressed or tiled TIFFs cannot be memory-mapped
+                array = tifffile.imread(path)
+        else:
+            raise InputError(f"{path.name} has an unknown type: give an .npz, .npy, .tif stack, a folder of images, or a landmark .csv/.tps file.")
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(f"Could not read {path.name} ({type(exc).__name__}: {exc}); is it a valid {path.suffix or 'image folder'}?") from None
+    if labels_key is not None and labels is None:
+        raise InputError(f"Labels by array name only work with .npz input; {path.name} has no named arrays.")
+    return array, labels
+
+
+def _read_folder(folder: Path) -> np.ndarray:
+    from PIL import Image
+
+    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise InputError(f"The folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
+    images = [np.asarray(Image.open(f)) for f in files]
+    shapes = {im.shape for im in images}
+    if len(shapes) > 1:
+        raise InputError(f"The images in {folder} differ in size ({', '.join(map(str, sorted(shapes)))}): crop or resize them to one size.")
+    return np.stack(images)

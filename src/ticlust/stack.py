@@ -1,0 +1,79 @@
+"""A validated stack of items, read lazily and normalised batch by batch (NumPy / memmap / dask)."""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import torch
+
+SCAN_BATCH = 4096  # items read at once when scanning or loading a lazy stack
+
+
+class Stack:
+    """A validated stack of N items (images H×W, RGB images H×W×3, or vectors D), read lazily.
+
+    Items are normalised to float32 in [0, 1] by the stack's global minimum and maximum, computed
+    in one streaming pass, so uint8 / uint16 / float data all land on the same scale without
+    overflow. The source array is never modified and never loaded whole unless asked for.
+    """
+
+    def __init__(self, source, lo: float, hi: float):
+        self.source = source
+        self.lo = float(lo)
+        self.hi = float(hi)
+        self._cache: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int(self.source.shape[0])
+
+    @property
+    def item_shape(self) -> tuple[int, ...]:
+        return tuple(int(s) for s in self.source.shape[1:])
+
+    @property
+    def is_image(self) -> bool:
+        return len(self.item_shape) >= 2
+
+    @property
+    def channels(self) -> int:
+        return self.item_shape[2] if len(self.item_shape) == 3 else 1
+
+    @property
+    def dim(self) -> int:
+        return int(np.prod(self.item_shape))
+
+    def batch(self, start: int, stop: int) -> np.ndarray:
+        """Items ``start:stop`` as normalised float32."""
+        if self._cache is not None:
+            return self._cache[start:stop]
+        raw = np.asarray(self.source[start:stop], dtype=np.float32)
+        return (raw - np.float32(self.lo)) / np.float32(self.hi - self.lo)
+
+    def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
+        for start in range(0, self.n, batch_size):
+            yield start, self.batch(start, min(start + batch_size, self.n))
+
+    def numpy(self) -> np.ndarray:
+        """All items as one normalised float32 array (kept for reuse)."""
+        if self._cache is None:
+            self._cache = np.concatenate([b for _, b in self.batches(SCAN_BATCH)], axis=0)
+        return self._cache
+
+    def tensor(self, device: torch.device | str = "cpu", flat: bool = False) -> torch.Tensor:
+        x = torch.from_numpy(self.numpy()).to(device)
+        return x.reshape(self.n, -1) if flat else x
+
+    def subset(self, index) -> "Stack":
+        """The items at ``index`` (read now), keeping this stack's normalisation."""
+        return Stack(np.asarray(self.source[np.asarray(index)]), self.lo, self.hi)
+
+
+def to_nchw(x: torch.Tensor) -> torch.Tensor:
+    """(B, H, W) or (B, H, W, C) images → (B, C, H, W)."""
+    return x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)
+
+
+def from_nchw(x: torch.Tensor, channels_last: bool) -> torch.Tensor:
+    """(B, C, H, W) → (B, H, W) for grey or (B, H, W, C) for colour."""
+    return x.permute(0, 2, 3, 1) if channels_last else x[:, 0]

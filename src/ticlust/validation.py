@@ -1,0 +1,114 @@
+"""Checks on what users pass in: image stacks, landmark sets, K. Each failure is one InputError sentence."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import InputError
+from .stack import SCAN_BATCH, Stack
+
+
+def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict: bool = False) -> Stack:
+    """Validate an array-like stack and wrap it; raises InputError with one clear sentence.
+
+    ``to_predict`` accepts what cannot be clustered but can be assigned: a single item, constant items.
+    """
+    if isinstance(data, Stack):
+        return data
+    if isinstance(data, (list, tuple)):
+        try:
+            data = np.stack([np.asarray(d) for d in data]) if len(data) else np.empty((0,))
+        except ValueError:
+            raise InputError(f"The {name} images differ in size: crop or resize them to one size first.") from None
+    if not hasattr(data, "shape") or not hasattr(data, "dtype"):
+        raise InputError(f"The {name} is a {type(data).__name__}, not an array: pass a NumPy, memory-mapped or dask array.")
+    shape = tuple(int(s) for s in data.shape)
+    kind = np.dtype(data.dtype).kind
+    if kind not in "biuf":
+        raise InputError(f"The {name} has dtype {data.dtype}: ticlust needs numbers (integer or floating point images).")
+    if len(shape) == 0 or shape[0] == 0 or int(np.prod(shape)) == 0:
+        raise InputError(f"The {name} is empty: give a stack of at least 2 images.")
+    ndim = len(shape)
+    if ndim == 4 and shape[-1] == 1:
+        data = data[..., 0]
+        shape, ndim = shape[:-1], 3
+    if ndim == 1 or (ndim == 2 and not allow_vectors):
+        raise InputError(f"The {name} has shape {shape}, a single image or vector: give a stack of images shaped N×H×W or N×H×W×3.")
+    if ndim == 4 and shape[-1] == 4:
+        raise InputError(f"The {name} has 4 channels (RGBA): drop the alpha channel and pass N×H×W×3.")
+    if ndim == 4 and shape[-1] != 3:
+        raise InputError(f"The {name} has shape {shape}, which looks like a stack of 3-D volumes: ticlust clusters 2-D images, so take a slice or a projection of each volume.")
+    if ndim > 4:
+        raise InputError(f"The {name} has {ndim} dimensions: give N×H×W (grey) or N×H×W×3 (RGB) images.")
+    if shape[0] < 2 and not to_predict:
+        raise InputError(f"The {name} holds a single item: give at least 2 to cluster.")
+    if ndim == 3 and shape[2] == 2:
+        raise InputError(f"The {name} has shape {shape}, which looks like landmark shapes (n, L, 2): use the shape-kmeans method for landmarks.")
+    if ndim >= 3 and min(shape[1:3]) < 4:
+        raise InputError(f"The {name}'s images are {shape[1]}×{shape[2]} pixels: they must be at least 4×4.")
+    lo, hi = np.inf, -np.inf
+    for start in range(0, shape[0], SCAN_BATCH):
+        block = np.asarray(data[start:start + SCAN_BATCH])
+        if kind == "f" and not np.isfinite(block).all():
+            bad = start + int(np.argwhere(~np.isfinite(block.reshape(block.shape[0], -1)).all(axis=1))[0, 0])
+            raise InputError(f"The {name} contains NaN or infinite values (first in item {bad}): replace or drop those items.")
+        lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+    if hi <= lo and not to_predict:
+        raise InputError(f"Every value in the {name} is {lo:g}: the images are constant, so there is nothing to cluster.")
+    return Stack(data, lo, hi if hi > lo else lo + 1.0)
+
+
+def check_k(k, n: int) -> int:
+    """K must be a whole number between 1 and the number of items."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) and not (isinstance(k, float) and k.is_integer()):
+        raise InputError(f"K = {k!r} is not a whole number: give the number of clusters as an integer.")
+    k = int(k)
+    if k < 1 or k > n:
+        raise InputError(f"K = {k} is out of range: it must be between 1 and the number of items ({n}).")
+    return k
+
+
+def check_batch_size(batch_size) -> int:
+    """A batch size must be a whole number of at least 1."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
+        raise InputError(f"batch_size = {batch_size!r} must be a whole number of at least 1.")
+    return int(batch_size)
+
+
+def check_same_size(stack: Stack, fitted_dim: int) -> None:
+    """New items must have as many values as the items a result was fitted on."""
+    if stack.dim != fitted_dim:
+        raise InputError(f"The new items have {stack.dim} values each but the result was fitted on {fitted_dim}: give items of the same size.")
+
+
+def random_subset(n: int, m: int | None, seed: int) -> np.ndarray | None:
+    """Sorted indices of a seeded random subset of m out of n items (None when m is None or ≥ n)."""
+    if m is None or m >= n:
+        return None
+    if m < 2:
+        raise InputError(f"A subset of {m} items is too small: take at least 2.")
+    return np.sort(np.random.default_rng(seed).choice(n, size=m, replace=False))
+
+
+def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.ndarray:
+    """Validate a landmark set as a float64 (n_shapes, n_landmarks, 2) array (a copy).
+
+    ``to_predict`` accepts a single shape (it can be assigned, not clustered).
+    """
+    if isinstance(data, (list, tuple)):
+        counts = {np.shape(d)[0] if np.ndim(d) == 2 else -1 for d in data}
+        if len(counts) > 1:
+            raise InputError(f"The shapes have different numbers of landmarks ({', '.join(map(str, sorted(counts)))}): every shape needs the same landmarks in the same order.")
+        data = np.asarray(data) if len(data) else np.empty((0, 0, 2))
+    arr = np.asarray(data)
+    if arr.dtype.kind not in "biuf":
+        raise InputError(f"The {name} have dtype {arr.dtype}: give numeric (x, y) coordinates.")
+    if arr.ndim != 3 or arr.shape[2] != 2:
+        raise InputError(f"The {name} have shape {arr.shape}: give an array shaped (shapes, landmarks, 2) of 2-D coordinates.")
+    if arr.shape[0] < (1 if to_predict else 2):
+        raise InputError(f"There are {arr.shape[0]} shapes: give at least {1 if to_predict else 2} to {'assign' if to_predict else 'cluster'}.")
+    if arr.shape[1] < 3:
+        raise InputError(f"Each shape has {arr.shape[1]} landmarks: at least 3 are needed to describe a shape.")
+    if not np.isfinite(arr).all():
+        bad = int(np.argwhere(~np.isfinite(arr).all(axis=(1, 2)))[0, 0])
+        raise InputError(f"The {name} contain NaN or infinite coordinates (first in shape {bad}): fix or drop those shapes.")
+    return arr.astype(np.float64, copy=True)
