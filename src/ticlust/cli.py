@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("input", nargs="?", help=".npz, .npy, .tif stack, a folder of images, or landmarks (.csv, .tps)")
     fit.add_argument("--sample", choices=sorted(SAMPLES), help="use a bundled sample instead of INPUT")
     fit.add_argument("--method", default="kmeans", help="clustering method (see `ticlust methods`)")
-    fit.add_argument("--k", type=int, default=10, help="number of clusters")
+    fit.add_argument("--k", type=int, help="number of clusters (default: the method's own, see `ticlust methods`)")
     fit.add_argument("--device", default="auto", help="auto, cpu or cuda")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--runs", type=int, default=1, help="train this many seeds and keep the lowest final loss")
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
 def _methods() -> int:
     for name in available_methods():
         spec = get_method(name)
-        print(f"{name}: {spec.title} [{', '.join(spec.inputs)}]" + (f" ({spec.paper})" if spec.paper else ""))
+        print(f"{name}: {spec.title} [{', '.join(spec.inputs)}; K = {spec.default_k} by default]" + (f" ({spec.paper})" if spec.paper else ""))
         for info in param_infos(spec.config):
             choices = f" one of {', '.join(map(str, info.choices))};" if info.choices else ""
             print(f"    {info.name} = {info.default!r}:{choices} {info.doc}")
@@ -84,11 +84,12 @@ def _fit(args) -> int:
             raise InputError(f"--set {item!r} must look like name=value.")
         name, value = item.split("=", 1)
         params[name.strip()] = value
-    print(f"ticlust: {args.method}, K={args.k}, {data.shape[0]} items from {source}", file=sys.stderr)
+    k = get_method(args.method).default_k if args.k is None else args.k
+    print(f"ticlust: {args.method}, K={k}, {data.shape[0]} items from {source}", file=sys.stderr)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
-        result = fit(data, method=args.method, k=args.k, device=args.device, seed=args.seed, runs=args.runs,
+        result = fit(data, method=args.method, k=k, device=args.device, seed=args.seed, runs=args.runs,
                      progress=not args.quiet, **params)
     out = result.save(args.output)
     if args.csv:

@@ -1,0 +1,163 @@
+"""The fitted-method contract (issue 13): one registry drives the API, CLI and widget; no import runs
+back up the package; methods stay short; defaults come from each method's config."""
+import ast
+import dataclasses
+import pathlib
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+import ticlust
+from ticlust import cli
+from ticlust.errors import InputError
+from ticlust.methods.base import Method, Progress, Snapshot, get_method, param, register, unregister
+from ticlust.result import FittedState
+from ticlust.stack import Stack
+
+SRC = pathlib.Path(ticlust.__file__).parent
+
+
+def module_name(path: pathlib.Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    """Modules of the package that a file imports, at any depth (function-level imports too)."""
+    here = module_name(path)
+    package = here if path.name == "__init__.py" else here.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            if base.startswith("ticlust"):
+                for alias in node.names:   # "from . import kmeans" names a module, not an attribute
+                    candidate = f"{base}.{alias.name}"
+                    found.add(candidate if (SRC.parent / (candidate.replace(".", "/") + ".py")).exists() else base)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("ticlust"))
+    return found - {here}
+
+
+def test_no_import_cycle_inside_the_package():
+    graph = {module_name(p): imports_of(p) for p in SRC.rglob("*.py")}
+    for name in graph:   # importing a module imports its package's __init__ first: not an edge of ours
+        graph[name] = {m for m in graph[name] if m in graph and not name.startswith(m + ".")}
+    state: dict[str, int] = {}
+    path: list[str] = []
+
+    def visit(node):
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(path[path.index(nxt):] + [nxt]))
+            if nxt not in state:
+                visit(nxt)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+
+
+def test_the_import_walker_resolves_relative_imports():
+    """The walker above resolves relative imports and ``from . import module`` (so the cycle test can fail)."""
+    pkg = SRC / "methods" / "kmeans.py"
+    assert "ticlust.methods.base" in imports_of(pkg) and "ticlust.stack" in imports_of(pkg)
+    assert "ticlust.methods.kmeans" in imports_of(SRC / "methods" / "__init__.py")
+
+
+def test_no_function_in_methods_over_60_lines():
+    long = []
+    for path in (SRC / "methods").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert not long, long
+
+
+# ---- a toy method, registered in one line ------------------------------------------------------------
+@dataclass
+class ToyConfig:
+    k: int = 3
+    shift: float = param(0.0, "Added to every score")
+
+
+@dataclass
+class ToyState(FittedState):
+    thresholds: np.ndarray
+
+
+class Toy(Method):
+    """Clusters items by their mean brightness: K equal-width bins."""
+
+    name, title, config, state, inputs = "toy-bins", "Brightness bins (test)", ToyConfig, ToyState, ("images", "vectors")
+
+    def train(self, stack: Stack, cfg: ToyConfig, device, seed: int):
+        means = stack.numpy().reshape(stack.n, -1).mean(1)
+        edges = np.linspace(means.min(), means.max(), cfg.k + 1)[1:-1]
+        yield Progress(1, 1, 0.0, "binning")
+        yield Snapshot(np.zeros((cfg.k, *stack.item_shape), np.float32))
+        return self.result(cfg, ToyState(edges), **self.scored(stack, edges, cfg), history=[0.0])
+
+    def scored(self, stack: Stack, edges: np.ndarray, cfg: ToyConfig) -> dict:
+        means = stack.numpy().reshape(stack.n, -1).mean(1)
+        labels = np.searchsorted(edges, means)
+        scores = np.abs(np.arange(cfg.k)[None] - labels[:, None]).astype(np.float32) + cfg.shift
+        return {"labels": labels, "scores": scores, "prototypes": np.zeros((cfg.k, *stack.item_shape), np.float32)}
+
+    def predict(self, result, stack, device, batch_size=None):
+        return self.predicted(result, **{k: v for k, v in self.scored(stack, result.state.thresholds,
+                                                                      self.config_of(result)).items() if k != "prototypes"})
+
+
+@pytest.fixture
+def toy():
+    register(Toy())
+    yield
+    unregister("toy-bins")
+
+
+def dark_and_bright():
+    x = np.zeros((12, 6, 6), np.float32)
+    x[6:] = 1.0
+    x[::3] += 0.1
+    return x
+
+
+def test_a_registered_toy_method_works_everywhere(toy, tmp_path, capsys):
+    x = dark_and_bright()
+    res = ticlust.fit(x, method="toy-bins", seed=0, shift=0.5)
+    assert res.method == "toy-bins" and res.k == 3 and res.config["shift"] == 0.5    # K from ToyConfig
+    saved = ticlust.load_result(res.save(tmp_path / "toy.npz"))
+    assert isinstance(saved.state, ToyState) and np.array_equal(saved.state.thresholds, res.state.thresholds)
+    assert np.array_equal(ticlust.predict(saved, x).labels, res.labels)
+    assert cli.main(["methods"]) == 0
+    assert "toy-bins: Brightness bins (test)" in capsys.readouterr().out
+    np.save(tmp_path / "x.npy", x)
+    assert cli.main(["fit", str(tmp_path / "x.npy"), "--method", "toy-bins", "--quiet", "-o", str(tmp_path / "r.npz")]) == 0
+    assert "K=3" in capsys.readouterr().err
+    assert ticlust.load_result(tmp_path / "r.npz").method == "toy-bins"
+    assert "toy-bins" in ticlust.available_methods()
+
+
+def test_k_defaults_to_each_methods_config():
+    assert get_method("nt").default_k == 20 and get_method("kmeans").default_k == 10
+    res = ticlust.fit(dark_and_bright(), method="kmeans", k=None, seed=0, max_iter=2)
+    assert res.k == 10
+    with pytest.raises(InputError, match="out of range"):
+        ticlust.fit(dark_and_bright(), method="nt")   # NTConfig.k = 20 > 12 items: the config's K was used
+
+
+def test_a_result_round_trips_its_config():
+    res = ticlust.fit(dark_and_bright(), method="kmeans", k=2, seed=0, init="random", max_iter=3)
+    cfg = get_method("kmeans").config_of(res)
+    assert dataclasses.asdict(cfg) == {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+    assert (cfg.k, cfg.init, cfg.max_iter) == (2, "random", 3)
