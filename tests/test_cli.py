@@ -65,7 +65,7 @@ def test_fit_npy_tif_and_folder(tmp_path):
 def test_error_exits_2_with_one_sentence(tmp_path):
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
     out = cli("fit", tmp_path / "bad.npz", cwd=tmp_path)
-    assert out.returncode == 2 and "Could not read bad.npz" in out.stderr and "Traceback" not in out.stderr
+    assert out.returncode == 2 and "bad.npz is not an .npz archive" in out.stderr and "Traceback" not in out.stderr
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -252,7 +252,7 @@ def test_assignments_csv(tmp_path):
 
 
 def test_load_result_errors(tmp_path):
-    with pytest.raises(FileNotFoundError, match="No result file"):
+    with pytest.raises(InputError, match="No result file"):
         ticlust.load_result(tmp_path / "missing.npz")
     np.savez(tmp_path / "plain.npz", a=np.zeros(3))
     with pytest.raises(ValueError, match="not a ticlust result"):

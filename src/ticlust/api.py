@@ -13,7 +13,7 @@ from .methods import Done, Progress, get_method
 from .methods.base import Event, Method, best_of, drain
 from .result import ClusteringResult
 from .stack import Stack
-from .validation import as_landmarks, as_stack, check_batch_size, check_k
+from .validation import as_landmarks, as_stack, check_batch_size, check_k, check_same_items, check_seed
 
 
 def prepare(data, method: Method, to_predict: bool = False):
@@ -38,8 +38,7 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     spec = get_method(method)
     if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
         raise InputError(f"runs = {runs!r} must be a whole number of at least 1.")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise InputError(f"seed = {seed!r} must be a whole number.")
+    seed = check_seed(seed)
     items = prepare(data, spec)
     k = check_k(spec.default_k if k is None else k, item_count(items))
     cfg = spec.make_config(k, **params)
@@ -96,6 +95,8 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
     """Assign new items with a fitted result's prototypes (and transforms)."""
     spec = get_method(result.method)
     items = fitted_scale(prepare(data, spec, to_predict=True), result)
+    if isinstance(items, Stack):
+        check_same_items(items, result.prototypes.shape[1:])
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
     dev = resolve_device(device)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
 import warnings
 
 import numpy as np
@@ -13,15 +15,18 @@ from .samples import SAMPLES, sample
 from .validation import random_subset
 from .methods import available_methods, get_method
 from .methods.base import param_infos
+from .result import npz_path
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="ticlust", description="Transformation-invariant clustering of image stacks and landmark shapes.")
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    sub.add_parser("methods", help="list the methods and their parameters with defaults")
+    sub.add_parser("methods", parents=[common], help="list the methods and their parameters with defaults")
 
-    fit = sub.add_parser("fit", help="cluster a stack (or landmark set) and save the result")
+    fit = sub.add_parser("fit", parents=[common], help="cluster a stack (or landmark set) and save the result")
     fit.add_argument("input", nargs="?", help=".npz, .npy, .tif stack, a folder of images, or landmarks (.csv, .tps)")
     fit.add_argument("--sample", choices=sorted(SAMPLES), help="use a bundled sample instead of INPUT")
     fit.add_argument("--method", default="kmeans", help="clustering method (see `ticlust methods`)")
@@ -37,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--csv", help="also write the assignments table here")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
 
-    gui = sub.add_parser("gui", help="open napari with ticlust docked and a sample stack loaded")
+    gui = sub.add_parser("gui", parents=[common], help="open napari with ticlust docked and a sample stack loaded")
     gui.add_argument("--sample", choices=sorted(SAMPLES), default="digits")
 
     args = parser.parse_args(argv)
@@ -50,6 +55,30 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         print(f"ticlust: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:            # `ticlust methods | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("ticlust: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:           # a bug or an environment fault: one line, the traceback on --debug
+        if args.debug:
+            raise
+        print(f"ticlust: error: {type(exc).__name__}: {exc}. This is unexpected: run again with --debug for the "
+              "traceback and report it.", file=sys.stderr)
+        return 2
+
+
+def check_writable(flag: str, path: Path) -> None:
+    """Fail before a long fit, not after it, when an output file cannot be written."""
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: cannot write there ({exc.strerror}): choose a file in a folder that exists and is writable.") from None
+    if not existed:
+        path.unlink()
 
 
 def _methods() -> int:
@@ -68,6 +97,9 @@ def _fit(args) -> int:
 
     if (args.input is None) == (args.sample is None):
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
+    for flag, target in (("-o", args.output), ("--csv", args.csv)):
+        if target is not None:
+            check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
     if args.sample:
         data, labels = sample(args.sample, seed=args.seed)
         source = f"sample {args.sample}"

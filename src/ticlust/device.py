@@ -6,6 +6,8 @@ from typing import Callable, TypeVar
 
 import torch
 
+from .errors import InputError
+
 T = TypeVar("T")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
 
@@ -18,6 +20,8 @@ def resolve_device(requested: str | torch.device | None = "auto") -> torch.devic
     """'auto' picks CUDA when present, else the CPU; an absent GPU falls back to the CPU with a notice."""
     if isinstance(requested, torch.device):
         requested = str(requested)
+    if requested is not None and not isinstance(requested, str):
+        raise InputError(f"device = {requested!r} is not a device name: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
     name = (requested or "auto").strip().lower()
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -28,7 +32,7 @@ def resolve_device(requested: str | torch.device | None = "auto") -> torch.devic
             return torch.device(name)
         warnings.warn("No CUDA GPU is available, so ticlust runs on the CPU instead.", DeviceFallbackWarning, stacklevel=2)
         return torch.device("cpu")
-    raise ValueError(f"Unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
+    raise InputError(f"Unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
 
 
 def with_oom_retry(work: Callable[[int], T], batch_size: int, min_batch_size: int = 1) -> T:

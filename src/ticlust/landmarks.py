@@ -105,6 +105,8 @@ def read_tps(path: str | Path) -> tuple[np.ndarray, list[str]]:
                 count = int(value)
             except ValueError:
                 raise InputError(f"Line {i} of {path.name} says LM={value}: the landmark count must be a whole number.") from None
+            if count < 1:
+                raise InputError(f"Line {i} of {path.name} says LM={count}: a shape needs at least one landmark.")
             block = []
             for _ in range(count):
                 parts = lines[i].split() if i < len(lines) else []

@@ -1,6 +1,7 @@
 """Reading stacks and landmark sets from files and folders (.npz, .npy, .tif, image folders, .csv, .tps)."""
 from __future__ import annotations
 
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -26,13 +27,19 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
         if path.is_dir():
             array = _read_folder(path)
         elif path.suffix == ".npz":
+            if not zipfile.is_zipfile(path):
+                raise InputError(f"{path.name} is not an .npz archive (not a zip file): save arrays with numpy.savez.")
             npz = np.load(path, allow_pickle=False, mmap_mode="r")
             names = list(npz.files)
+            if not names:
+                raise InputError(f"{path.name} holds no arrays: save the image stack into it with numpy.savez.")
             if key is None:
                 key = names[0]
             if key not in names:
                 raise InputError(f"{path.name} has no array {key!r}: choose the array name (key) from {', '.join(names)}.")
             array = npz[key]
+            if np.ndim(array) == 0:
+                raise InputError(f"{path.name}'s array {key!r} is a single number, not a stack: choose the array of images.")
             if labels_key is not None:
                 if labels_key not in names:
                     raise InputError(f"{path.name} has no array {labels_key!r}: choose the labels' array name from {', '.join(names)}.")

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from .errors import InputError
+
 # Optional arrays stored under their own name in the .npz file.
 _OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids")
 # Dictionaries of arrays stored as "<prefix>__<key>" entries.
@@ -106,9 +108,7 @@ class ClusteringResult:
     # ---- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write everything to one compressed .npz file (no pickled objects)."""
-        path = Path(path)
-        if path.suffix != ".npz":
-            path = path.with_suffix(path.suffix + ".npz") if path.suffix else path.with_suffix(".npz")
+        path = npz_path(path)
         arrays: dict[str, Any] = {
             "labels": np.asarray(self.labels),
             "scores": np.asarray(self.scores),
@@ -154,24 +154,34 @@ class ClusteringResult:
         return rows
 
 
+def npz_path(path: str | Path) -> Path:
+    """Where ``save`` writes: the path itself if it ends in .npz, else with .npz appended."""
+    path = Path(path)
+    return path if path.suffix == ".npz" else Path(f"{path}.npz")
+
+
 def load_result(path: str | Path) -> ClusteringResult:
     """Read a result written by :meth:`ClusteringResult.save`."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"No result file at {path}: check the path.")
+        raise InputError(f"No result file at {path}: check the path.")
     try:
         with np.load(path, allow_pickle=False) as npz:
             contents = {key: npz[key] for key in npz.files}
     except Exception as exc:  # corrupt or not an npz
-        raise ValueError(f"{path} is not a readable ticlust result file ({exc}).") from None
+        raise InputError(f"{path} is not a readable ticlust result file ({exc}).") from None
     if not is_result_file(contents):
-        raise ValueError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
-    meta = json.loads(str(contents.pop("meta_json")))
+        raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
+    try:
+        meta = json.loads(str(contents.pop("meta_json")))
+        config = json.loads(str(contents.pop("config_json")))
+    except json.JSONDecodeError:
+        raise InputError(f"{path} is a damaged ticlust result (its metadata is not valid JSON): save the result again.") from None
     kwargs: dict[str, Any] = {
         "labels": contents.pop("labels"),
         "scores": contents.pop("scores"),
         "prototypes": contents.pop("prototypes"),
-        "config": json.loads(str(contents.pop("config_json"))),
+        "config": config,
         **meta,
     }
     for name in _OPTIONAL_ARRAYS:

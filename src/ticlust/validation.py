@@ -6,6 +6,8 @@ import numpy as np
 from .errors import InputError
 from .stack import SCAN_BATCH, Stack
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 
 def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict: bool = False) -> Stack:
     """Validate an array-like stack and wrap it; raises InputError with one clear sentence.
@@ -14,6 +16,7 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
     """
     if isinstance(data, Stack):
         return data
+    data = from_torch(data)
     if isinstance(data, (list, tuple)):
         try:
             data = np.stack([np.asarray(d) for d in data]) if len(data) else np.empty((0,))
@@ -52,6 +55,8 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
             bad = start + int(np.argwhere(~np.isfinite(block.reshape(block.shape[0], -1)).all(axis=1))[0, 0])
             raise InputError(f"The {name} contains NaN or infinite values (first in item {bad}): replace or drop those items.")
         lo, hi = min(lo, float(block.min())), max(hi, float(block.max()))
+    if max(abs(lo), abs(hi)) > FLOAT32_MAX / 2:
+        raise InputError(f"The {name} holds values up to {max(abs(lo), abs(hi)):.3g}, beyond what float32 arithmetic can hold: rescale the data (e.g. divide by its maximum) first.")
     if hi <= lo and not to_predict:
         raise InputError(f"Every value in the {name} is {lo:g}: the images are constant, so there is nothing to cluster.")
     return Stack(data, lo, hi if hi > lo else lo + 1.0)
@@ -72,6 +77,22 @@ def check_batch_size(batch_size) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
         raise InputError(f"batch_size = {batch_size!r} must be a whole number of at least 1.")
     return int(batch_size)
+
+
+def check_seed(seed) -> int:
+    """A seed must be a whole number in [0, 2³¹ − 1] (what NumPy, torch and the widget all accept)."""
+    if isinstance(seed, np.integer):
+        seed = int(seed)
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= 2**31 - 1:
+        raise InputError(f"seed = {seed!r} must be a whole number between 0 and {2**31 - 1}.")
+    return seed
+
+
+def check_same_items(stack: Stack, fitted_shape: tuple[int, ...]) -> None:
+    """New items must have the shape of the items a result was fitted on (not only as many values)."""
+    if tuple(stack.item_shape) != tuple(fitted_shape):
+        raise InputError(f"The new items are {'×'.join(map(str, stack.item_shape))} but the result was fitted on "
+                         f"{'×'.join(map(str, fitted_shape))}: give items of the same shape.")
 
 
 def check_same_size(stack: Stack, fitted_dim: int) -> None:
@@ -99,7 +120,7 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
         if len(counts) > 1:
             raise InputError(f"The shapes have different numbers of landmarks ({', '.join(map(str, sorted(counts)))}): every shape needs the same landmarks in the same order.")
         data = np.asarray(data) if len(data) else np.empty((0, 0, 2))
-    arr = np.asarray(data)
+    arr = np.asarray(from_torch(data))
     if arr.dtype.kind not in "biuf":
         raise InputError(f"The {name} have dtype {arr.dtype}: give numeric (x, y) coordinates.")
     if arr.ndim != 3 or arr.shape[2] != 2:
@@ -111,4 +132,13 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
     if not np.isfinite(arr).all():
         bad = int(np.argwhere(~np.isfinite(arr).all(axis=(1, 2)))[0, 0])
         raise InputError(f"The {name} contain NaN or infinite coordinates (first in shape {bad}): fix or drop those shapes.")
+    if np.abs(arr).max() > FLOAT32_MAX / 2:
+        raise InputError(f"The {name} hold coordinates up to {np.abs(arr).max():.3g}, too large to compute with: rescale them (e.g. to millimetres or pixels) first.")
     return arr.astype(np.float64, copy=True)
+
+
+def from_torch(data):
+    """A torch tensor as a NumPy array (detached, on the CPU); anything else unchanged."""
+    if type(data).__module__.startswith("torch") and hasattr(data, "detach"):
+        return data.detach().cpu().numpy()
+    return data

@@ -8,6 +8,7 @@ napari widget, which build everything else from it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import random
 import typing
 from dataclasses import dataclass, field
@@ -86,41 +87,65 @@ def param_infos(config_cls) -> list[ParamInfo]:
 
 
 def coerce(info: ParamInfo, value):
-    """Turn ``value`` (possibly a string from the command line) into the parameter's type, checking limits."""
+    """Turn ``value`` (possibly a string from the command line, or a NumPy scalar) into the parameter's
+    type, checking limits. Whole numbers must be whole and finite numbers finite: nothing is rounded."""
     kind = typing.get_origin(info.type) or info.type
+    if kind is typing.Union:  # Optional[...]: None or "none" means None
+        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
+            return None
+        kind = [a for a in typing.get_args(info.type) if a is not type(None)][0]
+    if isinstance(value, np.generic):
+        value = value.item()
     try:
-        if isinstance(value, str) and kind is not str:
-            text = value.strip()
-            if kind is bool:
-                if text.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                    raise ValueError(text)
-                value = text.lower() in ("1", "true", "yes", "on")
-            elif kind is tuple:
-                value = tuple(t.strip() for t in text.split(",") if t.strip())
-            elif kind is typing.Union:  # Optional[...]: "none" means None
-                inner = [a for a in typing.get_args(info.type) if a is not type(None)][0]
-                value = None if text.lower() == "none" else inner(text)
-            else:
-                value = kind(float(text)) if kind is int else kind(text)
-        elif kind is int and isinstance(value, float) and value.is_integer():
-            value = int(value)
-        elif kind is float and isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            value = float(value)
-        elif kind is tuple and isinstance(value, list):
-            value = tuple(value)
-    except (TypeError, ValueError):
-        raise InputError(f"Parameter {info.name} = {value!r} is not a valid {getattr(kind, '__name__', kind)}.") from None
-    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise InputError(f"Parameter {info.name} = {value!r} must be a number.")
+        value = _converted(kind, value)
+    except (TypeError, ValueError, OverflowError):
+        raise InputError(f"Parameter {info.name} = {value!r} is not a valid {_kind_word(kind)}.") from None
     if info.choices is not None:
         items = value if isinstance(value, tuple) else (value,)
         bad = [v for v in items if v not in info.choices]
         if bad:
             raise InputError(f"Parameter {info.name} = {bad[0]!r} is not allowed: choose from {', '.join(map(str, info.choices))}.")
-    if info.low is not None and value is not None and value < info.low:
+    if info.low is not None and value < info.low:
         raise InputError(f"Parameter {info.name} = {value} is too small: it must be at least {info.low}.")
-    if info.high is not None and value is not None and value > info.high:
+    if info.high is not None and value > info.high:
         raise InputError(f"Parameter {info.name} = {value} is too large: it must be at most {info.high}.")
+    return value
+
+
+def _kind_word(kind) -> str:
+    return {int: "whole number", float: "finite number", bool: "true/false value", tuple: "comma-separated list",
+            str: "text"}.get(kind, getattr(kind, "__name__", str(kind)))
+
+
+def _converted(kind, value):
+    """``value`` as ``kind``, or ValueError/TypeError; strings are parsed, other types must already fit."""
+    if kind is bool:
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                raise ValueError(text)
+            return text in ("1", "true", "yes", "on")
+        if not isinstance(value, bool):
+            raise TypeError(value)
+        return value
+    if kind is int:
+        number = float(value.strip()) if isinstance(value, str) else value
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number != int(number):
+            raise ValueError(value)
+        return int(number)
+    if kind is float:
+        number = float(value.strip()) if isinstance(value, str) else value
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+            raise ValueError(value)
+        return float(number)
+    if kind is tuple:
+        if isinstance(value, str):
+            return tuple(t.strip() for t in value.split(",") if t.strip())
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(value)
+        return tuple(value)
+    if kind is str and not isinstance(value, str):
+        raise TypeError(value)
     return value
 
 
