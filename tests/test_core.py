@@ -289,3 +289,30 @@ def test_landmark_files_read_as_landmarks(tmp_path):
         np.testing.assert_allclose(array, shapes, atol=1e-4)
         res = ticlust.fit(array, method="shape-kmeans", k=2, seed=0)
         assert evaluate(groups, res.labels)["ari"] == 1.0
+
+
+def test_kmeans_and_gmm_stream_a_stack_too_large_to_load():
+    """Rows read batch by batch (the path of memory-mapped stacks over the in-memory budget) give the
+    same K-means and EM as the whole tensor in memory."""
+    from ticlust.methods.gmm import em
+    from ticlust.methods.kmeans import Rows, kmeans_plus_plus, lloyd
+    from ticlust.validation import as_stack
+
+    x = np.random.default_rng(4).random((300, 6, 6)).astype(np.float32)
+    x[:100] += 1.0
+    stack = as_stack(x)
+    streamed = Rows(stack, "cpu", batch_size=64, in_memory_bytes=0)
+    whole = Rows(stack, "cpu", batch_size=64)
+    assert streamed.streams and not whole.streams
+    c_s = kmeans_plus_plus(streamed, 3, np.random.default_rng(0))
+    c_w = kmeans_plus_plus(whole, 3, np.random.default_rng(0))
+    torch.testing.assert_close(c_s, c_w)
+    *_, (_, inertia_s, centers_s, labels_s) = lloyd(streamed, c_s)
+    *_, (_, inertia_w, centers_w, labels_w) = lloyd(whole, c_w)
+    assert torch.equal(labels_s, labels_w) and abs(inertia_s - inertia_w) < 1e-3 * inertia_w
+    torch.testing.assert_close(centers_s, centers_w)
+    resp = torch.nn.functional.one_hot(labels_w, 3).float()
+    *_, last_s = em(streamed, resp, 5, 0.0, 1e-3)
+    *_, last_w = em(whole, resp, 5, 0.0, 1e-3)
+    assert abs(last_s[1] - last_w[1]) < 1e-4
+    assert streamed.mean_variance() == pytest.approx(whole.mean_variance(), rel=1e-5)

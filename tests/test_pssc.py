@@ -189,5 +189,5 @@ def test_bad_parameters_and_inputs_fail_clearly(digits):
     with pytest.raises(InputError, match="representatives"):
         ticlust.fit(x, method="pssc", k=10, representatives=5)
     r = ticlust.fit(x[:80], method="pssc", k=4, features="pixels", **{**SMALL, "candidates": 80, "representatives": 20})
-    with pytest.raises(InputError, match="same size"):
+    with pytest.raises(InputError, match="same shape"):
         ticlust.predict(r, np.random.rand(5, 12, 12))

@@ -12,7 +12,7 @@ from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
 from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import kmeans_plus_plus, lloyd
+from .kmeans import Rows, as_rows, kmeans_plus_plus, lloyd
 
 
 @dataclass
@@ -25,35 +25,37 @@ class GMMConfig:
     batch_size: int = param(8192, "Items per batch when computing likelihoods", low=1, gui=False)
 
 
-def component_log_likelihoods(x: torch.Tensor, means: torch.Tensor, variances: torch.Tensor,
-                              log_weights: torch.Tensor, batch_size: int = 8192) -> torch.Tensor:
-    """log π_k + log N(x | μ_k, diag σ²_k) for every item and component, (N, K)."""
+def component_log_likelihoods(x, means: torch.Tensor, variances: torch.Tensor, log_weights: torch.Tensor,
+                              batch_size: int = 8192) -> torch.Tensor:
+    """log π_k + log N(x | μ_k, diag σ²_k) for every item and component, (N, K); ``x`` rows or a tensor."""
+    x = as_rows(x, batch_size)
     precision = 1.0 / variances
-    const = -0.5 * (x.shape[1] * math.log(2 * math.pi) + torch.log(variances).sum(1)
+    const = -0.5 * (x.dim * math.log(2 * math.pi) + torch.log(variances).sum(1)
                     + (means * means * precision).sum(1)) + log_weights
-    out = []
-    for i in range(0, x.shape[0], batch_size):
-        xb = x[i:i + batch_size]
-        quad = (xb * xb) @ precision.T - 2.0 * xb @ (means * precision).T
-        out.append(const[None] - 0.5 * quad)
-    return torch.cat(out)
+    return torch.cat([const[None] - 0.5 * ((xb * xb) @ precision.T - 2.0 * xb @ (means * precision).T)
+                      for _, xb in x.chunks()])
 
 
-def m_step(x: torch.Tensor, resp: torch.Tensor, variance_floor: float):
-    """Weights, means and diagonal variances from responsibilities (N, K)."""
+def m_step(x, resp: torch.Tensor, variance_floor: float):
+    """Weights, means and diagonal variances from responsibilities (N, K); ``x`` rows or a tensor."""
+    x = as_rows(x)
     nk = resp.sum(0) + 10 * torch.finfo(resp.dtype).eps
-    means = resp.T @ x / nk[:, None]
-    second = resp.T @ (x * x) / nk[:, None]
+    means = x.weighted_sums(resp) / nk[:, None]
+    second = x.weighted_sums(resp, squares=True) / nk[:, None]
     variances = (second - means * means).clamp_min(variance_floor)
-    return torch.log(nk / x.shape[0]), means, variances
+    return torch.log(nk / x.n), means, variances
 
 
-def em(x: torch.Tensor, resp: torch.Tensor, max_iter: int, tol: float, variance_floor: float, batch_size: int = 8192):
-    """EM from initial responsibilities; yields (iteration, mean NLL, log_weights, means, variances, log-lik)."""
+def em(x, resp: torch.Tensor, max_iter: int, tol: float, variance_floor: float):
+    """EM from initial responsibilities; yields (iteration, mean NLL, log_weights, means, variances, log-lik).
+
+    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed: each iteration is two passes over the items).
+    """
+    x = as_rows(x)
     previous = math.inf
     for it in range(1, max_iter + 1):
         log_weights, means, variances = m_step(x, resp, variance_floor)
-        loglik = component_log_likelihoods(x, means, variances, log_weights, batch_size)
+        loglik = component_log_likelihoods(x, means, variances, log_weights)
         norm = torch.logsumexp(loglik, 1)
         nll = float(-norm.mean())
         resp = torch.exp(loglik - norm[:, None])
@@ -76,13 +78,13 @@ class GMM(Method):
 
     def train(self, stack: Stack, cfg: GMMConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
-        x = stack.tensor(device, flat=True)
+        x = Rows(stack, device, cfg.batch_size)
         centers = kmeans_plus_plus(x, cfg.k, rng)
-        for it, inertia, centers, labels in lloyd(x, centers, cfg.kmeans_iter, batch_size=cfg.batch_size):
+        for it, inertia, centers, labels in lloyd(x, centers, cfg.kmeans_iter):
             yield Progress(it, cfg.kmeans_iter + cfg.max_iter, inertia / stack.n, "K-means start")
-        resp = torch.nn.functional.one_hot(labels, cfg.k).to(x.dtype)
+        resp = torch.nn.functional.one_hot(labels, cfg.k).to(centers.dtype)
         history = []
-        for it, nll, log_weights, means, variances, loglik in em(x, resp, cfg.max_iter, cfg.tol, cfg.variance_floor, cfg.batch_size):
+        for it, nll, log_weights, means, variances, loglik in em(x, resp, cfg.max_iter, cfg.tol, cfg.variance_floor):
             history.append(nll)
             yield Progress(cfg.kmeans_iter + it, cfg.kmeans_iter + cfg.max_iter, nll, "EM iterations")
             yield Snapshot(means.reshape(cfg.k, *stack.item_shape).cpu().numpy())

@@ -28,6 +28,74 @@ class KMeansConfig:
     batch_size: int = param(8192, "Items per batch when computing distances", low=1, gui=False)
 
 
+IN_MEMORY_BYTES = 256 * 2**20   # a stack whose float32 rows fit in this is loaded whole; a larger one streams
+
+
+class Rows:
+    """N items as flat float32 rows on a device: a tensor in memory, or batches streamed from a Stack.
+
+    K-means, its k-means++ start and GMM's EM go through this, so a memory-mapped or dask stack larger
+    than ``IN_MEMORY_BYTES`` is read batch by batch on every pass instead of being converted whole.
+    """
+
+    def __init__(self, source, device: torch.device | str = "cpu", batch_size: int = 8192,
+                 in_memory_bytes: int = IN_MEMORY_BYTES):
+        if isinstance(source, Stack) and source.n * source.dim * 4 <= in_memory_bytes:
+            source = source.tensor(device, flat=True)
+        self.source, self.device, self.batch_size = source, torch.device(device), int(batch_size)
+        self.n, self.dim = (source.n, source.dim) if isinstance(source, Stack) else tuple(source.shape)
+        self.dtype = torch.float32 if isinstance(source, Stack) else source.dtype
+
+    @property
+    def streams(self) -> bool:
+        return isinstance(self.source, Stack)
+
+    def chunks(self) -> Iterator[tuple[int, torch.Tensor]]:
+        """(start, rows) batches covering every item, in order."""
+        for start in range(0, self.n, self.batch_size):
+            stop = min(start + self.batch_size, self.n)
+            if self.streams:
+                yield start, torch.from_numpy(self.source.batch(start, stop)).to(self.device).reshape(stop - start, -1)
+            else:
+                yield start, self.source[start:stop]
+
+    def take(self, index) -> torch.Tensor:
+        """The rows at ``index`` (a sequence of item numbers)."""
+        index = [int(i) for i in np.asarray(index).reshape(-1)]
+        if not self.streams:
+            return self.source[torch.tensor(index, device=self.source.device)]
+        return torch.stack([torch.from_numpy(self.source.batch(i, i + 1)[0]).to(self.device).reshape(-1) for i in index])
+
+    def mean_variance(self) -> float:
+        """The mean over features of each feature's (population) variance."""
+        if not self.streams:
+            return float(self.source.var(0, unbiased=False).mean())
+        total = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
+        squares = torch.zeros_like(total)
+        for _, x in self.chunks():
+            total += x.sum(0, dtype=torch.float64)
+            squares += (x.double() ** 2).sum(0)
+        mean = total / self.n
+        return float((squares / self.n - mean * mean).clamp_min(0).mean())
+
+    def distances(self, centers: torch.Tensor) -> torch.Tensor:
+        """Squared distances (N, K) of every row to ``centers``."""
+        return torch.cat([squared_distances(x, centers) for _, x in self.chunks()])
+
+    def weighted_sums(self, weights: torch.Tensor, squares: bool = False) -> torch.Tensor:
+        """weights.T @ rows (K, D) for weights (N, K), or weights.T @ rows² with ``squares``."""
+        out = None
+        for start, x in self.chunks():
+            w = weights[start:start + len(x)].to(x.dtype)
+            part = w.T @ (x * x if squares else x)
+            out = part if out is None else out + part
+        return out
+
+
+def as_rows(x, batch_size: int = 8192) -> Rows:
+    return x if isinstance(x, Rows) else Rows(x, x.device, batch_size)
+
+
 def squared_distances(x: torch.Tensor, centers: torch.Tensor, x_sq: torch.Tensor | None = None) -> torch.Tensor:
     """Squared Euclidean distances (B, K) between flat items (B, D) and centres (K, D).
 
@@ -39,64 +107,66 @@ def squared_distances(x: torch.Tensor, centers: torch.Tensor, x_sq: torch.Tensor
     return d2.clamp_min_(0.0)
 
 
-def kmeans_plus_plus(x: torch.Tensor, k: int, rng: np.random.Generator, n_trials: int | None = None) -> torch.Tensor:
-    """Greedy k-means++ seeding (Arthur & Vassilvitskii; several candidates per step, the best kept)."""
-    n = x.shape[0]
+def kmeans_plus_plus(x, k: int, rng: np.random.Generator, n_trials: int | None = None) -> torch.Tensor:
+    """Greedy k-means++ seeding (Arthur & Vassilvitskii; several candidates per step, the best kept).
+
+    ``x``: (N, D) rows as a tensor or :class:`Rows` (then streamed: one pass over the items per centre).
+    """
+    x = as_rows(x)
+    n = x.n
     n_trials = n_trials or 2 + int(math.log(k))
-    centers = [x[int(rng.integers(n))]]
-    closest = squared_distances(x, centers[0][None])[:, 0]
+    centers = [x.take([rng.integers(n)])[0]]
+    closest = x.distances(centers[0][None])[:, 0]
     for _ in range(1, k):
         total = float(closest.sum())
         if total <= 0:  # fewer distinct items than K: pick the rest at random
-            centers.append(x[int(rng.integers(n))])
+            centers.append(x.take([rng.integers(n)])[0])
             continue
         p = (closest / closest.sum()).double().cpu().numpy()
         candidates = rng.choice(n, size=n_trials, p=p / p.sum())
-        d2 = squared_distances(x, x[candidates])
+        d2 = x.distances(x.take(candidates))
         potentials = torch.minimum(closest[:, None], d2).sum(0)
         best = int(torch.argmin(potentials))
-        centers.append(x[int(candidates[best])])
+        centers.append(x.take([candidates[best]])[0])
         closest = torch.minimum(closest, d2[:, best])
     return torch.stack(centers)
 
 
-def random_init(x: torch.Tensor, k: int, rng: np.random.Generator) -> torch.Tensor:
-    return x[torch.from_numpy(rng.choice(x.shape[0], size=k, replace=False)).to(x.device)].clone()
+def random_init(x, k: int, rng: np.random.Generator) -> torch.Tensor:
+    """K distinct items drawn uniformly (rows as a tensor or :class:`Rows`)."""
+    x = as_rows(x)
+    return x.take(rng.choice(x.n, size=k, replace=False)).clone()
 
 
-def assign(x: torch.Tensor, centers: torch.Tensor, batch_size: int = 8192,
-           x_sq: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def assign(x, centers: torch.Tensor, batch_size: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
     """Squared distances to every centre (N, K) and the nearest centre (N,), in batches."""
-    if x_sq is None:
-        x_sq = (x * x).sum(1, keepdim=True)
-    d2 = torch.cat([squared_distances(x[i:i + batch_size], centers, x_sq[i:i + batch_size])
-                    for i in range(0, x.shape[0], batch_size)])
+    d2 = as_rows(x, batch_size).distances(centers)
     return d2, d2.argmin(1)
 
 
-def lloyd(x: torch.Tensor, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4,
+def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4,
           batch_size: int = 8192) -> Iterator[tuple[int, float, torch.Tensor, torch.Tensor]]:
     """Lloyd iterations from ``centers``; yields (iteration, inertia, centres, labels) after each update.
 
-    Stops when no label changes or the total squared centre shift falls below ``tol`` times the
-    mean per-feature variance (scikit-learn's rule). An emptied cluster is moved to the item that is
-    farthest from its centre.
+    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed batch by batch). Stops when no label
+    changes or the total squared centre shift falls below ``tol`` times the mean per-feature variance
+    (scikit-learn's rule). An emptied cluster is moved to the item that is farthest from its centre.
     """
-    tol_abs = tol * float(x.var(0, unbiased=False).mean())
-    x_sq = (x * x).sum(1, keepdim=True)
+    x = as_rows(x, batch_size)
+    tol_abs = tol * x.mean_variance()
     labels = None
     k = centers.shape[0]
     for it in range(1, max_iter + 1):
-        d2, new_labels = assign(x, centers, batch_size, x_sq)
+        d2, new_labels = assign(x, centers)
         inertia = float(d2.gather(1, new_labels[:, None]).sum())
-        one_hot = torch.nn.functional.one_hot(new_labels, k).to(x.dtype)
-        sums = one_hot.T @ x   # a matrix product: much faster than index_add_ on the CPU
+        one_hot = torch.nn.functional.one_hot(new_labels, k).to(centers.dtype)
+        sums = x.weighted_sums(one_hot)   # a matrix product: much faster than index_add_ on the CPU
         counts = one_hot.sum(0)
         new_centers = sums / counts.clamp_min(1)[:, None]
         empty = torch.nonzero(counts == 0).flatten()
         if len(empty):
             far = torch.argsort(d2.gather(1, new_labels[:, None])[:, 0], descending=True)[: len(empty)]
-            new_centers[empty] = x[far]
+            new_centers[empty] = x.take(far.cpu().numpy())
         shift = float(((new_centers - centers) ** 2).sum())
         converged = labels is not None and bool(torch.equal(labels, new_labels))
         centers, labels = new_centers, new_labels
@@ -116,7 +186,7 @@ class KMeans(Method):
 
     def train(self, stack: Stack, cfg: KMeansConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
-        x = stack.tensor(device, flat=True)
+        x = Rows(stack, device, cfg.batch_size)
         centers = kmeans_plus_plus(x, cfg.k, rng) if cfg.init == "k-means++" else random_init(x, cfg.k, rng)
         history = []
         for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, cfg.batch_size):
