@@ -9,7 +9,7 @@ from ticlust.errors import InputError
 from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
 from ticlust.methods.base import own_and_runner_up
-from ticlust.methods.dti_net import BatchedMLP, LoopedMLP
+from ticlust.methods.dti_net import BatchedMLP
 
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
 
@@ -111,19 +111,20 @@ def test_model_starts_as_the_identity():
     assert torch.allclose(out, model.prototypes[None].expand(5, -1, -1, -1, -1), atol=1e-6)
 
 
-def test_batched_heads_equal_looped_heads():
+def test_batched_heads_equal_one_mlp_per_cluster():
+    """Head k of the stacked weights is the plain MLP relu(relu(f·W1ₖ + b1ₖ)·W2ₖ + b2ₖ)·W3ₖ + b3ₖ, on its own."""
     torch.manual_seed(0)
     batched = BatchedMLP(4, 8, 6)
-    looped = LoopedMLP(4, 8, 6)
     with torch.no_grad():
         batched.w3.normal_()
         batched.b3.normal_()
-        for k, head in enumerate(looped.heads):
-            for layer, w, b in ((head[0], batched.w1, batched.b1), (head[2], batched.w2, batched.b2), (head[4], batched.w3, batched.b3)):
-                layer.weight.copy_(w[k].T)
-                layer.bias.copy_(b[k])
     f = torch.randn(7, 8)
-    assert torch.allclose(batched(f), looped(f), atol=1e-5)
+    out = batched(f)
+    assert out.shape == (7, 4, 6)
+    for k in range(4):
+        h = torch.relu(f @ batched.w1[k] + batched.b1[k])
+        h = torch.relu(h @ batched.w2[k] + batched.b2[k])
+        assert torch.allclose(out[:, k], h @ batched.w3[k] + batched.b3[k], atol=1e-5)
 
 
 def test_winner_only_graph_gives_the_gradient_of_eq4():
