@@ -86,14 +86,14 @@ def main():
     torch.manual_seed(0)
     device = torch.device(args.device)
     modules = ("affine", "morpho", "tps")
-    model = dti.DTIModel(args.k, 1, (args.size, args.size), modules).to(device)
+    cfg = dti.DTIKMeansConfig(k=args.k)
+    model = dti.DTIModel(cfg, 1, (args.size, args.size), modules).to(device)
     loops = torch.nn.ModuleList(LoopedMLP(args.k, model.encoder.out_features, m.n_params)
                                 for m in model.sequence.modules).to(device)
     with torch.no_grad():
         model.prototypes.uniform_()
     xb = torch.rand(args.batch, 1, args.size, args.size, device=device)
     weights = torch.ones(args.size, args.size, device=device)
-    cfg = dti.DTIKMeansConfig()
     opt = torch.optim.Adam(list(model.parameters()) + list(loops.parameters()), lr=1e-3)
     rows = []
     load = os.getloadavg()[0]

@@ -102,7 +102,7 @@ def test_input_errors(tiny):
 
 def test_model_starts_as_the_identity():
     torch.manual_seed(0)
-    model = dti.DTIModel(3, 1, (16, 16), ("affine", "morpho", "tps"))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (16, 16), ("affine", "morpho", "tps"))
     model.prototypes.data.uniform_()
     x = torch.rand(5, 1, 16, 16)
     params = model.predict_params(x, 3)
@@ -130,7 +130,7 @@ def test_batched_heads_equal_one_mlp_per_cluster():
 def test_winner_only_graph_gives_the_gradient_of_eq4():
     """The K-means step re-runs only each item's closest prototype with a graph: same loss, same gradients."""
     torch.manual_seed(1)
-    model = dti.DTIModel(3, 1, (12, 12), ("affine", "morpho", "tps"))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (12, 12), ("affine", "morpho", "tps"))
     with torch.no_grad():
         model.prototypes.uniform_()
         for h in model.heads:
@@ -176,7 +176,7 @@ def test_initial_prototypes_are_distinct_images_of_the_stack(init):
 
 def test_reassignment_copies_prototype_head_and_adam_state():
     torch.manual_seed(0)
-    model = dti.DTIModel(3, 1, (8, 8), ("affine",))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (8, 8), ("affine",))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.prototypes.data.uniform_()
     loss = model.predict_params(torch.rand(4, 1, 8, 8), 1)[0].pow(2).sum() + model.prototypes.pow(2).sum() \
@@ -196,7 +196,7 @@ def test_reassignment_copies_prototype_head_and_adam_state():
 
 def test_split_moves_the_cheapest_prototype_onto_the_worst_cluster():
     torch.manual_seed(0)
-    model = dti.DTIModel(3, 1, (8, 8), ("affine",))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (8, 8), ("affine",))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.prototypes.data.uniform_()
     counts = np.array([40, 20, 40])

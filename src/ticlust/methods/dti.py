@@ -96,22 +96,24 @@ def resolve_modules(cfg, channels: int, size) -> tuple[str, ...]:
 
 
 class DTIModel(nn.Module):
-    """Prototypes, encoder and K×M heads; ``forward`` gives the per-module parameters (B, K, P_m)."""
+    """Prototypes, encoder and K×M heads; ``predict_params`` gives the per-module parameters (B, K, P_m).
 
-    def __init__(self, k: int, channels: int, size: tuple[int, int], modules: tuple[str, ...], encoder: str = "auto",
-                 width: float = 1.0, tps_grid: int = 4, morpho_kernel: int = 7, gmm: bool = False,
-                 init_variance: float | None = None):
+    Sized by the config (k, encoder, encoder_width, tps_grid, morpho_kernel; the GMM's init_variance),
+    so training and rebuilding a saved result read the same fields.
+    """
+
+    def __init__(self, cfg, channels: int, size: tuple[int, int], modules: tuple[str, ...], gmm: bool = False):
         super().__init__()
-        self.k, self.channels, self.size = k, channels, tuple(size)
-        self.sequence = TransformSequence(modules, size, channels, tps_grid, morpho_kernel)
-        kind = encoder if encoder != "auto" else ("resnet20" if min(size) < 64 else "resnet18")
-        self.encoder = ResNetEncoder(channels, kind, width)
-        self.heads = nn.ModuleList(BatchedMLP(k, self.encoder.out_features, m.n_params) for m in self.sequence.modules)
-        self.prototypes = nn.Parameter(torch.zeros(k, channels, *size))
+        self.k, self.channels, self.size = cfg.k, channels, tuple(size)
+        self.sequence = TransformSequence(modules, size, channels, cfg.tps_grid, cfg.morpho_kernel)
+        kind = cfg.encoder if cfg.encoder != "auto" else ("resnet20" if min(size) < 64 else "resnet18")
+        self.encoder = ResNetEncoder(channels, kind, cfg.encoder_width)
+        self.heads = nn.ModuleList(BatchedMLP(cfg.k, self.encoder.out_features, m.n_params) for m in self.sequence.modules)
+        self.prototypes = nn.Parameter(torch.zeros(cfg.k, channels, *size))
         self.gmm = gmm
         if gmm:
-            self.variances = nn.Parameter(torch.full((k, channels, *size), float(init_variance)))
-            self.eta = nn.Parameter(torch.ones(k))
+            self.variances = nn.Parameter(torch.full((cfg.k, channels, *size), float(cfg.init_variance)))
+            self.eta = nn.Parameter(torch.ones(cfg.k))
 
     def network_parameters(self):
         return [p for n, p in self.named_parameters() if n.startswith(("encoder.", "heads."))]
@@ -312,8 +314,7 @@ def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
     x_all = to_nchw(stack.tensor(device))                  # (N, C, H, W)
     n, c = x_all.shape[0], x_all.shape[1]
     modules = resolve_modules(cfg, c, (h, w))
-    model = DTIModel(cfg.k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
-                     gmm, cfg.init_variance if gmm else None).to(device)
+    model = DTIModel(cfg, c, (h, w), modules, gmm).to(device)
     with torch.no_grad():
         model.prototypes.copy_(initial_prototypes(x_all, cfg.k, cfg.init, rng))
     if device.type == "cpu":
@@ -519,9 +520,8 @@ class DTIKMeans(Method):
         """The trained model of a DTI result (from its saved state), and its config."""
         cfg = self.config_of(result)
         modules = tuple(str(m) for m in np.asarray(result.state.modules).reshape(-1))
-        k, c, h, w = np.asarray(result.state.model["prototypes"]).shape
-        model = DTIModel(k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
-                         self.gmm, cfg.init_variance if self.gmm else None)
+        _, c, h, w = np.asarray(result.state.model["prototypes"]).shape
+        model = DTIModel(cfg, c, (h, w), modules, self.gmm)
         model.load_state_dict({key: torch.from_numpy(np.asarray(v)) for key, v in result.state.model.items()})
         return model.to(device), cfg
 
