@@ -86,6 +86,22 @@ def test_colour_images_use_colour_modules():
     assert r.prototypes.shape == (2, 12, 12, 3) and r.aligned.shape == (24, 12, 12, 3)
 
 
+@pytest.fixture
+def two_threads(one_thread):
+    """torch set to 2 threads for the test (restored by one_thread): a count that a fit with threads=1 changes."""
+    torch.set_num_threads(2)
+    return 2
+
+
+def test_threads_setting_lasts_only_for_the_fit(tiny, two_threads):
+    x, _ = tiny
+    ticlust.fit(x, method="dti-kmeans", k=2, seed=0, **FAST)   # threads=1
+    assert torch.get_num_threads() == two_threads
+    with pytest.raises(InputError):   # raised inside training, after the count was set
+        ticlust.fit(x, method="dti-kmeans", k=2, curriculum="milestones", milestones="5,3", threads=1)
+    assert torch.get_num_threads() == two_threads
+
+
 def test_input_errors(tiny):
     x, _ = tiny
     with pytest.raises(InputError):
