@@ -21,7 +21,20 @@ from pathlib import Path
 import torch
 
 from ticlust.methods import dti
-from ticlust.methods.dti_net import LoopedMLP
+
+
+class LoopedMLP(torch.nn.Module):
+    """The K heads as separate nn.Linear stacks run in a Python loop: the authors' structure, timed
+    against ticlust's BatchedMLP (same layers, last one zero at the start)."""
+
+    def __init__(self, k: int, n_in: int, n_out: int, hidden: int = 128):
+        super().__init__()
+        self.heads = torch.nn.ModuleList(
+            torch.nn.Sequential(torch.nn.Linear(n_in, hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, hidden),
+                                torch.nn.ReLU(), torch.nn.Linear(hidden, n_out)) for _ in range(k))
+        for h in self.heads:
+            torch.nn.init.zeros_(h[-1].weight)
+            torch.nn.init.zeros_(h[-1].bias)
 
 
 def looped_step(model, loops, xb, active, weights):
@@ -73,14 +86,14 @@ def main():
     torch.manual_seed(0)
     device = torch.device(args.device)
     modules = ("affine", "morpho", "tps")
-    model = dti.DTIModel(args.k, 1, (args.size, args.size), modules).to(device)
+    cfg = dti.DTIKMeansConfig(k=args.k)
+    model = dti.DTIModel(cfg, 1, (args.size, args.size), modules).to(device)
     loops = torch.nn.ModuleList(LoopedMLP(args.k, model.encoder.out_features, m.n_params)
                                 for m in model.sequence.modules).to(device)
     with torch.no_grad():
         model.prototypes.uniform_()
     xb = torch.rand(args.batch, 1, args.size, args.size, device=device)
     weights = torch.ones(args.size, args.size, device=device)
-    cfg = dti.DTIKMeansConfig()
     opt = torch.optim.Adam(list(model.parameters()) + list(loops.parameters()), lr=1e-3)
     rows = []
     load = os.getloadavg()[0]

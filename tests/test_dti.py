@@ -9,7 +9,7 @@ from ticlust.errors import InputError
 from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
 from ticlust.methods.base import own_and_runner_up
-from ticlust.methods.dti_net import BatchedMLP, LoopedMLP
+from ticlust.methods.dti_net import BatchedMLP
 
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
 
@@ -86,6 +86,22 @@ def test_colour_images_use_colour_modules():
     assert r.prototypes.shape == (2, 12, 12, 3) and r.aligned.shape == (24, 12, 12, 3)
 
 
+@pytest.fixture
+def two_threads(one_thread):
+    """torch set to 2 threads for the test (restored by one_thread): a count that a fit with threads=1 changes."""
+    torch.set_num_threads(2)
+    return 2
+
+
+def test_threads_setting_lasts_only_for_the_fit(tiny, two_threads):
+    x, _ = tiny
+    ticlust.fit(x, method="dti-kmeans", k=2, seed=0, **FAST)   # threads=1
+    assert torch.get_num_threads() == two_threads
+    with pytest.raises(InputError):   # raised inside training, after the count was set
+        ticlust.fit(x, method="dti-kmeans", k=2, curriculum="milestones", milestones="5,3", threads=1)
+    assert torch.get_num_threads() == two_threads
+
+
 def test_input_errors(tiny):
     x, _ = tiny
     with pytest.raises(InputError):
@@ -102,7 +118,7 @@ def test_input_errors(tiny):
 
 def test_model_starts_as_the_identity():
     torch.manual_seed(0)
-    model = dti.DTIModel(3, 1, (16, 16), ("affine", "morpho", "tps"))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (16, 16), ("affine", "morpho", "tps"))
     model.prototypes.data.uniform_()
     x = torch.rand(5, 1, 16, 16)
     params = model.predict_params(x, 3)
@@ -111,25 +127,26 @@ def test_model_starts_as_the_identity():
     assert torch.allclose(out, model.prototypes[None].expand(5, -1, -1, -1, -1), atol=1e-6)
 
 
-def test_batched_heads_equal_looped_heads():
+def test_batched_heads_equal_one_mlp_per_cluster():
+    """Head k of the stacked weights is the plain MLP relu(relu(f·W1ₖ + b1ₖ)·W2ₖ + b2ₖ)·W3ₖ + b3ₖ, on its own."""
     torch.manual_seed(0)
     batched = BatchedMLP(4, 8, 6)
-    looped = LoopedMLP(4, 8, 6)
     with torch.no_grad():
         batched.w3.normal_()
         batched.b3.normal_()
-        for k, head in enumerate(looped.heads):
-            for layer, w, b in ((head[0], batched.w1, batched.b1), (head[2], batched.w2, batched.b2), (head[4], batched.w3, batched.b3)):
-                layer.weight.copy_(w[k].T)
-                layer.bias.copy_(b[k])
     f = torch.randn(7, 8)
-    assert torch.allclose(batched(f), looped(f), atol=1e-5)
+    out = batched(f)
+    assert out.shape == (7, 4, 6)
+    for k in range(4):
+        h = torch.relu(f @ batched.w1[k] + batched.b1[k])
+        h = torch.relu(h @ batched.w2[k] + batched.b2[k])
+        assert torch.allclose(out[:, k], h @ batched.w3[k] + batched.b3[k], atol=1e-5)
 
 
 def test_winner_only_graph_gives_the_gradient_of_eq4():
     """The K-means step re-runs only each item's closest prototype with a graph: same loss, same gradients."""
     torch.manual_seed(1)
-    model = dti.DTIModel(3, 1, (12, 12), ("affine", "morpho", "tps"))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (12, 12), ("affine", "morpho", "tps"))
     with torch.no_grad():
         model.prototypes.uniform_()
         for h in model.heads:
@@ -175,7 +192,7 @@ def test_initial_prototypes_are_distinct_images_of_the_stack(init):
 
 def test_reassignment_copies_prototype_head_and_adam_state():
     torch.manual_seed(0)
-    model = dti.DTIModel(3, 1, (8, 8), ("affine",))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (8, 8), ("affine",))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.prototypes.data.uniform_()
     loss = model.predict_params(torch.rand(4, 1, 8, 8), 1)[0].pow(2).sum() + model.prototypes.pow(2).sum() \
@@ -195,7 +212,7 @@ def test_reassignment_copies_prototype_head_and_adam_state():
 
 def test_split_moves_the_cheapest_prototype_onto_the_worst_cluster():
     torch.manual_seed(0)
-    model = dti.DTIModel(3, 1, (8, 8), ("affine",))
+    model = dti.DTIModel(dti.DTIKMeansConfig(k=3), 1, (8, 8), ("affine",))
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     model.prototypes.data.uniform_()
     counts = np.array([40, 20, 40])

@@ -28,7 +28,7 @@ def blob_images(n=3, h=16, w=20, c=1, seed=0):
 def test_zero_parameters_are_the_identity(name, channels):
     x = blob_images(4, 12, 14, channels).float()
     seq = T.TransformSequence([name], (12, 14), channels)
-    p = seq.modules[0].zeros(4)
+    p = torch.zeros(4, seq.modules[0].n_params)
     out = seq.apply(x, [p])
     assert out.shape == x.shape
     assert torch.allclose(out, x, atol=1e-6), float((out - x).abs().max())

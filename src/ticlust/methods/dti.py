@@ -24,7 +24,7 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
-from .base import Method, Progress, Snapshot, config_dict, own_and_runner_up, param, register, seed_everything
+from .base import Method, Progress, Snapshot, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .kmeans import kmeans_plus_plus
 
@@ -96,22 +96,24 @@ def resolve_modules(cfg, channels: int, size) -> tuple[str, ...]:
 
 
 class DTIModel(nn.Module):
-    """Prototypes, encoder and K×M heads; ``forward`` gives the per-module parameters (B, K, P_m)."""
+    """Prototypes, encoder and K×M heads; ``predict_params`` gives the per-module parameters (B, K, P_m).
 
-    def __init__(self, k: int, channels: int, size: tuple[int, int], modules: tuple[str, ...], encoder: str = "auto",
-                 width: float = 1.0, tps_grid: int = 4, morpho_kernel: int = 7, gmm: bool = False,
-                 init_variance: float | None = None):
+    Sized by the config (k, encoder, encoder_width, tps_grid, morpho_kernel; the GMM's init_variance),
+    so training and rebuilding a saved result read the same fields.
+    """
+
+    def __init__(self, cfg, channels: int, size: tuple[int, int], modules: tuple[str, ...], gmm: bool = False):
         super().__init__()
-        self.k, self.channels, self.size = k, channels, tuple(size)
-        self.sequence = TransformSequence(modules, size, channels, tps_grid, morpho_kernel)
-        kind = encoder if encoder != "auto" else ("resnet20" if min(size) < 64 else "resnet18")
-        self.encoder = ResNetEncoder(channels, kind, width)
-        self.heads = nn.ModuleList(BatchedMLP(k, self.encoder.out_features, m.n_params) for m in self.sequence.modules)
-        self.prototypes = nn.Parameter(torch.zeros(k, channels, *size))
+        self.k, self.channels, self.size = cfg.k, channels, tuple(size)
+        self.sequence = TransformSequence(modules, size, channels, cfg.tps_grid, cfg.morpho_kernel)
+        kind = cfg.encoder if cfg.encoder != "auto" else ("resnet20" if min(size) < 64 else "resnet18")
+        self.encoder = ResNetEncoder(channels, kind, cfg.encoder_width)
+        self.heads = nn.ModuleList(BatchedMLP(cfg.k, self.encoder.out_features, m.n_params) for m in self.sequence.modules)
+        self.prototypes = nn.Parameter(torch.zeros(cfg.k, channels, *size))
         self.gmm = gmm
         if gmm:
-            self.variances = nn.Parameter(torch.full((k, channels, *size), float(init_variance)))
-            self.eta = nn.Parameter(torch.ones(k))
+            self.variances = nn.Parameter(torch.full((cfg.k, channels, *size), float(cfg.init_variance)))
+            self.eta = nn.Parameter(torch.ones(cfg.k))
 
     def network_parameters(self):
         return [p for n, p in self.named_parameters() if n.startswith(("encoder.", "heads."))]
@@ -300,95 +302,137 @@ def _batches(n, bs, gen):
     return [perm[i:i + bs] for i in range(0, n, bs)]
 
 
-def _train(stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
+def check_images(stack: Stack) -> None:
+    """DTI clustering takes images (grey or colour) of at least 8×8 pixels."""
     if not stack.is_image:
         raise InputError("DTI clustering needs images (N×H×W or N×H×W×3), not vectors.")
     h, w = stack.item_shape[:2]
     if min(h, w) < 8:
         raise InputError(f"The images are {h}×{w} pixels: DTI clustering needs at least 8×8.")
-    rng = seed_everything(seed)
-    gen = torch.Generator().manual_seed(seed)
-    channels_last = stack.channels > 1 and len(stack.item_shape) == 3
-    x_all = to_nchw(stack.tensor(device))                  # (N, C, H, W)
-    n, c = x_all.shape[0], x_all.shape[1]
-    modules = resolve_modules(cfg, c, (h, w))
-    model = DTIModel(cfg.k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
-                     gmm, cfg.init_variance if gmm else None).to(device)
-    with torch.no_grad():
-        model.prototypes.copy_(initial_prototypes(x_all, cfg.k, cfg.init, rng))
-    if device.type == "cpu":
-        model.encoder.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
-                                  {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=cfg.lr)
+
+
+def _channels_last(stack: Stack) -> bool:
+    """Whether the items are H×W×C colour images (the network reads C×H×W)."""
+    return stack.channels > 1 and len(stack.item_shape) == 3
+
+
+def loss_setup(cfg, size, device) -> tuple[torch.Tensor, bool]:
+    """The loss's pixel weights (H, W), and whether the network runs under bfloat16 autocast."""
+    h, w = size
     weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
-    autocast = bool(cfg.mixed_precision and device.type == "cuda")
-    curriculum = Curriculum(cfg, len(modules))
-    batch_size = cfg.batch_size or auto_batch_size(n)
-    steps_per_epoch = math.ceil(n / batch_size)
-    total = cfg.max_epochs * steps_per_epoch
-    history, stage_log, reassigned, splits, epoch_end, epoch_labels = [], [], [], [], [], []
-    step, start = 0, time.perf_counter()
-    epoch = 0
-    model.train()
-    while not curriculum.done:
-        epoch += 1
-        counts = np.zeros(cfg.k, dtype=np.int64)
-        removal, distortion = np.zeros(cfg.k), np.zeros(cfg.k)
-        labels_now = np.zeros(n, dtype=np.int16) if cfg.record_labels else None
+    return weights, bool(cfg.mixed_precision and device.type == "cuda")
+
+
+@dataclass
+class EpochTally:
+    """Per-cluster sums over an epoch, which the moves between epochs read: members, what dropping the
+    prototype would cost them (runner-up minus own distance) and their own distance."""
+
+    counts: np.ndarray
+    removal: np.ndarray
+    distortion: np.ndarray
+
+    @classmethod
+    def empty(cls, k: int) -> "EpochTally":
+        return cls(np.zeros(k, dtype=np.int64), np.zeros(k), np.zeros(k))
+
+    def add(self, assigned: np.ndarray, own: torch.Tensor, runner_up: torch.Tensor) -> None:
+        k = len(self.counts)
+        self.counts += np.bincount(assigned, minlength=k)
+        self.removal += np.bincount(assigned, (runner_up - own).cpu().double().numpy(), minlength=k)
+        self.distortion += np.bincount(assigned, own.cpu().double().numpy(), minlength=k)
+
+
+class DTIRun:
+    """One training run: the model, its optimizer and curriculum, and the bookkeeping its result
+    reports (loss per epoch, timings, cluster moves, optionally every epoch's labels)."""
+
+    def __init__(self, stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
+        check_images(stack)
+        size = stack.item_shape[:2]
+        rng = seed_everything(seed)
+        self.gen = torch.Generator().manual_seed(seed)   # batch order and re-seeding noise
+        self.stack, self.cfg, self.device = stack, cfg, device
+        self.channels_last = _channels_last(stack)
+        self.x = to_nchw(stack.tensor(device))            # (N, C, H, W)
+        self.modules = resolve_modules(cfg, self.x.shape[1], size)
+        self.model = model = DTIModel(cfg, self.x.shape[1], size, self.modules, gmm).to(device)
+        with torch.no_grad():
+            model.prototypes.copy_(initial_prototypes(self.x, cfg.k, cfg.init, rng))
+        if device.type == "cpu":
+            model.encoder.to(memory_format=torch.channels_last)
+        self.optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
+                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=cfg.lr)
+        self.weights, self.autocast = loss_setup(cfg, size, device)
+        self.curriculum = Curriculum(cfg, len(self.modules))
+        self.batch_size = cfg.batch_size or auto_batch_size(len(self.x))
+        self.total = cfg.max_epochs * math.ceil(len(self.x) / self.batch_size)
+        self.history, self.stage_log, self.reassigned, self.splits, self.epoch_end, self.epoch_labels = [], [], [], [], [], []
+        self.epoch = self.step = 0
+        self.start = time.perf_counter()
+        model.train()
+
+    def run_epoch(self):
+        """One pass in random batches, a gradient step each (yields Progress); returns its EpochTally."""
+        cfg, n = self.cfg, len(self.x)
+        self.epoch += 1
+        tally = EpochTally.empty(cfg.k)
+        labels = np.zeros(n, dtype=np.int16) if cfg.record_labels else None
         loss_sum = 0.0
-        for idx in _batches(n, batch_size, gen):
-            xb = x_all[idx.to(device)]
-            if device.type == "cpu":
+        for idx in _batches(n, self.batch_size, self.gen):
+            xb = self.x[idx.to(self.device)]
+            if self.device.type == "cpu":
                 xb = xb.contiguous(memory_format=torch.channels_last)
-            loss, assigned, report, dist = _step(model, xb, curriculum.active, weights, autocast, gmm, cfg)
-            optimizer.zero_grad(set_to_none=True)
+            loss, assigned, report, dist = _step(self.model, xb, self.curriculum.active, self.weights, self.autocast,
+                                                 self.model.gmm, cfg)
+            self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            optimizer.step()
+            self.optimizer.step()
             own, runner_up, _ = own_and_runner_up(dist, assigned)
             assigned = assigned.cpu().numpy()
-            counts += np.bincount(assigned, minlength=cfg.k)
-            removal += np.bincount(assigned, (runner_up - own).cpu().double().numpy(), minlength=cfg.k)
-            distortion += np.bincount(assigned, own.cpu().double().numpy(), minlength=cfg.k)
-            if labels_now is not None:
-                labels_now[idx.numpy()] = assigned
+            tally.add(assigned, own, runner_up)
+            if labels is not None:
+                labels[idx.numpy()] = assigned
             loss_sum += report * len(idx)
-            step += 1
-            yield Progress(min(step, total), total, report, _stage_name(modules, curriculum))
-        epoch_loss = loss_sum / n
-        history.append(epoch_loss)
-        epoch_end.append(time.perf_counter() - start)
-        if labels_now is not None:
-            epoch_labels.append(labels_now)
-        moved = reassign_tiny_clusters(model, optimizer, counts, cfg.empty_threshold, cfg.reassign_noise, gen)
-        reassigned.extend((epoch, i, j) for i, j in moved)
-        change = curriculum.update(epoch, epoch_loss)
+            self.step += 1
+            yield Progress(min(self.step, self.total), self.total, report, _stage_name(self.modules, self.curriculum))
+        self.history.append(loss_sum / n)
+        self.epoch_end.append(time.perf_counter() - self.start)
+        if labels is not None:
+            self.epoch_labels.append(labels)
+        return tally
+
+    def end_epoch(self, tally: EpochTally) -> None:
+        """The moves between epochs: re-seed tiny clusters, advance the curriculum, and before a new
+        module split a redundant prototype; at the last stage divide the learning rate by 10."""
+        cfg, epoch = self.cfg, self.epoch
+        moved = reassign_tiny_clusters(self.model, self.optimizer, tally.counts, cfg.empty_threshold, cfg.reassign_noise, self.gen)
+        self.reassigned.extend((epoch, i, j) for i, j in moved)
+        change = self.curriculum.update(epoch, self.history[-1])
         # before each new module from the second on: the stage that just ended had a module in (in
         # pixel space every prototype is cheap to drop) and the next stage lets a moved pair separate
-        if change == "module" and curriculum.active >= 2 and not moved:
-            split = split_redundant_cluster(model, optimizer, removal, distortion, counts, cfg.split_ratio,
-                                            cfg.reassign_noise, gen, keep=splits[-1][1:] if splits else ())
+        if change == "module" and self.curriculum.active >= 2 and not moved:
+            split = split_redundant_cluster(self.model, self.optimizer, tally.removal, tally.distortion, tally.counts,
+                                            cfg.split_ratio, cfg.reassign_noise, self.gen,
+                                            keep=self.splits[-1][1:] if self.splits else ())
             if split:
-                splits.append((epoch, *split))
+                self.splits.append((epoch, *split))
         if change == "lr":
-            for group in optimizer.param_groups:
+            for group in self.optimizer.param_groups:
                 group["lr"] = cfg.lr / 10
         if change:
-            stage_log.append((epoch, time.perf_counter() - start, change))
-        yield Snapshot(_protos_numpy(model, channels_last))
-    train_s = time.perf_counter() - start
-    yield Progress(total, total, history[-1] if history else float("nan"), "Aligning every image")
-    result, final_loss = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, gmm,
-                                batch_size=max(batch_size, cfg.infer_batch_size))
-    result.history = history + [final_loss]
-    result.config = config_dict(cfg)
-    result.timing = {"train_s": train_s, "epochs": epoch, "steps": step, "batch_size": batch_size,
-                     "stages": [[e, round(t, 2), what] for e, t, what in stage_log]}
-    result.extras["reassignments"] = np.asarray(reassigned, dtype=np.int64).reshape(-1, 3)
-    result.extras["splits"] = np.asarray(splits, dtype=np.int64).reshape(-1, 3)
-    result.extras["epoch_end_s"] = np.asarray(epoch_end)
-    if cfg.record_labels:
-        result.extras["epoch_labels"] = np.stack(epoch_labels)
-    return result
+            self.stage_log.append((epoch, time.perf_counter() - self.start, change))
+
+    def report(self, train_s: float) -> tuple[dict, dict]:
+        """The run's timing and extras (cluster moves, epoch end times, optionally every epoch's labels)."""
+        timing = {"train_s": train_s, "epochs": self.epoch, "steps": self.step, "batch_size": self.batch_size,
+                  "stages": [[e, round(t, 2), what] for e, t, what in self.stage_log]}
+        extras = {"reassignments": np.asarray(self.reassigned, dtype=np.int64).reshape(-1, 3),
+                  "splits": np.asarray(self.splits, dtype=np.int64).reshape(-1, 3),
+                  "epoch_end_s": np.asarray(self.epoch_end)}
+        if self.cfg.record_labels:
+            extras["epoch_labels"] = np.stack(self.epoch_labels)
+        return timing, extras
 
 
 def _stage_name(modules, curriculum):
@@ -446,11 +490,14 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     return params, recon, sq_distances(xb[:, None], recon, weights)
 
 
-def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights, autocast, gmm, batch_size: int):
-    """A result with scores, labels, aligned prototypes, per-module parameters, display grids and the
-    fitted state for every item, and the mean loss over the items."""
+def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int) -> tuple[dict, float]:
+    """Every item aligned by the model, with all its modules: the result's fields (scores, labels,
+    aligned prototypes, per-module parameters, display grids; GMM: responsibilities, variances and
+    mixing weights) and the mean loss over the items."""
     model.eval()
-    channels_last = stack.channels > 1 and len(stack.item_shape) == 3
+    modules, gmm = model.sequence.names, model.gmm
+    active = len(modules)
+    channels_last = _channels_last(stack)
     lattice = (cfg.grid_lattice, cfg.grid_lattice)
     scores, aligned, grids, loss_terms = [], [], [], []
     per_module = {m: [] for m in modules}
@@ -474,19 +521,16 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, modules, active, weights,
                      if any(mod.spatial for mod in model.sequence.modules[:active])
                      else model_lattice(model.size, lattice, len(labels), device))
     scores = torch.cat(scores).cpu().numpy()
-    state = DTIState(np.asarray(modules), {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
-    result = ClusteringResult(
-        labels=scores.argmin(1), scores=scores, prototypes=_protos_numpy(model, channels_last),
-        method=DTI_GMM.name if gmm else DTI_KMEANS.name, config={}, state=state,
-        aligned=torch.cat(aligned).cpu().numpy(), aligned_kind="prototype-on-item", grids=torch.cat(grids).cpu().numpy(),
-        params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()})
+    fields = dict(labels=scores.argmin(1), scores=scores, aligned=torch.cat(aligned).cpu().numpy(),
+                  aligned_kind="prototype-on-item", grids=torch.cat(grids).cpu().numpy(),
+                  params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()}, extras={})
     if gmm:
-        result.responsibilities = torch.cat(resp).cpu().numpy()
+        fields["responsibilities"] = torch.cat(resp).cpu().numpy()
         var = (model.variances.abs() + cfg.sigma_min ** 2).detach()
-        result.extras["variances"] = from_nchw(var, channels_last).cpu().numpy()
-        result.extras["weights"] = torch.softmax(model.eta, 0).detach().cpu().numpy()
+        fields["extras"] = {"variances": from_nchw(var, channels_last).cpu().numpy(),
+                            "weights": torch.softmax(model.eta, 0).detach().cpu().numpy()}
     model.train()
-    return result, float(torch.cat(loss_terms).mean())
+    return fields, float(torch.cat(loss_terms).mean())
 
 
 def model_lattice(size, lattice, n, device):
@@ -507,21 +551,39 @@ class DTIKMeans(Method):
     gmm = False   # DTI GMM (Eq. 5) instead of K-means (Eq. 4)
 
     def train(self, stack: Stack, cfg, device: torch.device, seed: int):
+        """Train on the images (Progress each step, Snapshot each epoch) and return the result."""
         before = torch.get_num_threads()
         try:   # the thread count is the process's: set it for this run only
             if cfg.threads:
                 torch.set_num_threads(cfg.threads)
-            return (yield from _train(stack, cfg, device, seed, self.gmm))
+            run = DTIRun(stack, cfg, device, seed, self.gmm)
+            while not run.curriculum.done:
+                tally = yield from run.run_epoch()
+                run.end_epoch(tally)
+                yield Snapshot(_protos_numpy(run.model, run.channels_last))
+            train_s = time.perf_counter() - run.start
+            yield Progress(run.total, run.total, run.history[-1] if run.history else float("nan"), "Aligning every image")
+            return self._fitted(run, train_s)
         finally:
             torch.set_num_threads(before)
+
+    def _fitted(self, run: DTIRun, train_s: float) -> ClusteringResult:
+        """The result of a finished run: every item aligned by the final model, the run's report and the weights."""
+        cfg, model = run.cfg, run.model
+        fields, final_loss = _infer(model, run.stack, run.device, cfg, run.weights, run.autocast,
+                                    max(run.batch_size, cfg.infer_batch_size))
+        timing, extras = run.report(train_s)
+        fields["extras"].update(extras)
+        state = DTIState(np.asarray(run.modules), {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
+        return self.result(cfg, state, prototypes=_protos_numpy(model, run.channels_last),
+                           history=run.history + [final_loss], timing=timing, **fields)
 
     def rebuild(self, result: ClusteringResult, device) -> tuple[DTIModel, object]:
         """The trained model of a DTI result (from its saved state), and its config."""
         cfg = self.config_of(result)
         modules = tuple(str(m) for m in np.asarray(result.state.modules).reshape(-1))
-        k, c, h, w = np.asarray(result.state.model["prototypes"]).shape
-        model = DTIModel(k, c, (h, w), modules, cfg.encoder, cfg.encoder_width, cfg.tps_grid, cfg.morpho_kernel,
-                         self.gmm, cfg.init_variance if self.gmm else None)
+        _, c, h, w = np.asarray(result.state.model["prototypes"]).shape
+        model = DTIModel(cfg, c, (h, w), modules, self.gmm)
         model.load_state_dict({key: torch.from_numpy(np.asarray(v)) for key, v in result.state.model.items()})
         return model.to(device), cfg
 
@@ -531,19 +593,14 @@ class DTIKMeans(Method):
         check_same_size(stack, int(np.prod(result.prototypes.shape[1:])))
         if stack.item_shape != tuple(result.prototypes.shape[1:]):
             raise InputError(f"The new images are {stack.item_shape} but the result was fitted on {tuple(result.prototypes.shape[1:])}: give images of the same size.")
-        h, w = model.size
-        weights = gaussian_weights((h, w), cfg.gaussian_sigma, device) if cfg.gaussian_weighting else torch.ones(h, w, device=device)
-        autocast = bool(cfg.mixed_precision and device.type == "cuda")
+        weights, autocast = loss_setup(cfg, model.size, device)
         return model, cfg, weights, autocast
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
         model, cfg, weights, autocast = self._inference_setup(result, stack, device)
-        modules = model.sequence.names
-        out, _ = _infer(model, stack, device, cfg, modules, len(modules), weights, autocast, self.gmm,
-                        batch_size or cfg.infer_batch_size)
-        out.config, out.state = result.config, result.state
-        return out
+        fields, _ = _infer(model, stack, device, cfg, weights, autocast, batch_size or cfg.infer_batch_size)
+        return self.predicted(result, **fields)
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device):
         """For the alignment inspector: every prototype transformed onto one image, and the image's scores."""
@@ -552,8 +609,7 @@ class DTIKMeans(Method):
         xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
         with torch.no_grad():
             _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, self.gmm, cfg)
-        channels_last = stack.channels > 1 and len(stack.item_shape) == 3
-        return from_nchw(recon[0].float(), channels_last).cpu().numpy(), scores[0].float().cpu().numpy()
+        return from_nchw(recon[0].float(), _channels_last(stack)).cpu().numpy(), scores[0].float().cpu().numpy()
 
 
 class DTIGMM(DTIKMeans):

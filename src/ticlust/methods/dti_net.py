@@ -97,17 +97,3 @@ class BatchedMLP(nn.Module):
         out = torch.baddbmm(self.b3[:, None], h, self.w3)                  # (K, B, out)
         return out.transpose(0, 1)
 
-
-class LoopedMLP(nn.Module):
-    """The same K heads as separate nn.Linear stacks run in a Python loop (for speed comparisons only)."""
-
-    def __init__(self, k: int, n_in: int, n_out: int, hidden: int = 128):
-        super().__init__()
-        self.heads = nn.ModuleList(nn.Sequential(nn.Linear(n_in, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
-                                                 nn.Linear(hidden, n_out)) for _ in range(k))
-        for h in self.heads:
-            nn.init.zeros_(h[-1].weight)
-            nn.init.zeros_(h[-1].bias)
-
-    def forward(self, features):
-        return torch.stack([h(features) for h in self.heads], dim=1)

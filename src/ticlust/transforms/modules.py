@@ -21,7 +21,6 @@ class Module(abc.ABC):
 
     name = "module"
     spatial = False
-    invertible = True
 
     def __init__(self, channels: int = 1):
         self.channels = channels
@@ -30,9 +29,6 @@ class Module(abc.ABC):
     @abc.abstractmethod
     def n_params(self) -> int:
         """How many parameters one instance of this transformation takes."""
-
-    def zeros(self, *batch, device=None, dtype=torch.float32) -> torch.Tensor:
-        return torch.zeros(*batch, self.n_params, device=device, dtype=dtype)
 
     def shaped(self, params: torch.Tensor) -> torch.Tensor:
         """The parameters in this module's natural shape, for reporting (default: flat)."""
@@ -70,7 +66,6 @@ class Morpho(Module):
     """Soft dilation / erosion (Eq. 6) over a k×k window: α and k² window weights."""
 
     name = "morpho"
-    invertible = False
 
     def __init__(self, channels: int = 1, kernel_size: int = 7):
         super().__init__(channels)
@@ -144,7 +139,6 @@ class TPS(Spatial):
     """Thin-plate spline with fixed source landmarks on a g×g grid (2·g² parameters)."""
 
     name = "tps"
-    invertible = False  # inverse_points is an iterative approximation
 
     def __init__(self, channels: int = 1, grid_size: int = 4):
         super().__init__(channels)
