@@ -12,7 +12,7 @@ from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
 from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import Rows, as_rows, kmeans_plus_plus, lloyd
+from .kmeans import Rows, as_rows, kmeans_plus_plus_steps, lloyd
 
 
 @dataclass
@@ -79,7 +79,7 @@ class GMM(Method):
     def train(self, stack: Stack, cfg: GMMConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
         x = Rows(stack, device, cfg.batch_size)
-        centers = kmeans_plus_plus(x, cfg.k, rng)
+        centers = yield from kmeans_plus_plus_steps(x, cfg.k, rng)
         for it, inertia, centers, labels in lloyd(x, centers, cfg.kmeans_iter):
             yield Progress(it, cfg.kmeans_iter + cfg.max_iter, inertia / stack.n, "K-means start")
         resp = torch.nn.functional.one_hot(labels, cfg.k).to(centers.dtype)

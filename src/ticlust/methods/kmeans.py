@@ -16,7 +16,7 @@ from ..stack import Stack
 from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
+from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
 
 
 @dataclass
@@ -112,12 +112,18 @@ def kmeans_plus_plus(x, k: int, rng: np.random.Generator, n_trials: int | None =
 
     ``x``: (N, D) rows as a tensor or :class:`Rows` (then streamed: one pass over the items per centre).
     """
+    return drain(kmeans_plus_plus_steps(x, k, rng, n_trials))
+
+
+def kmeans_plus_plus_steps(x, k: int, rng: np.random.Generator, n_trials: int | None = None):
+    """:func:`kmeans_plus_plus` as a generator: yields Progress after each centre, returns the (K, D) centres."""
     x = as_rows(x)
     n = x.n
     n_trials = n_trials or 2 + int(math.log(k))
     centers = [x.take([rng.integers(n)])[0]]
     closest = x.distances(centers[0][None])[:, 0]
-    for _ in range(1, k):
+    for i in range(1, k):
+        yield Progress(i, k, float("nan"), "k-means++ start")
         total = float(closest.sum())
         if total <= 0:  # fewer distinct items than K: pick the rest at random
             centers.append(x.take([rng.integers(n)])[0])
@@ -187,7 +193,7 @@ class KMeans(Method):
     def train(self, stack: Stack, cfg: KMeansConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
         x = Rows(stack, device, cfg.batch_size)
-        centers = kmeans_plus_plus(x, cfg.k, rng) if cfg.init == "k-means++" else random_init(x, cfg.k, rng)
+        centers = (yield from kmeans_plus_plus_steps(x, cfg.k, rng)) if cfg.init == "k-means++" else random_init(x, cfg.k, rng)
         history = []
         for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, cfg.batch_size):
             history.append(inertia / stack.n)
