@@ -182,17 +182,12 @@ def ratio_project(p, kk, mu: float, g, v, support_iters: int = 3, init=None):
 
 
 # ---- Stage 1: candidates, scores and assignment --------------------------------------------------
-_PAIR_CACHE: dict = {}
-
-
 def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
     """The (M, C_d C_s) matrices g^a v^b w / k of the fast candidate sums, for the positive and negative side.
 
-    w is 1 ("k": the quartic sums) or tau^2/k ("w": the varsigma sums). Cached for the current tau, nu.
+    w is 1 ("k": the quartic sums) or tau^2/k ("w": the varsigma sums). They depend on tau, nu and lam0
+    only, so a caller computes them once per (tau, nu) and passes them to every batch of :func:`candidates`.
     """
-    key = (id(tau), id(nu), tau._version, nu._version, float(lam0))
-    if _PAIR_CACHE.get("key") == key:
-        return _PAIR_CACHE["mats"]
     cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
     ik = 1.0 / (1 + 2 * lam0 * tau * tau)
     weights = {"k": ik, "w": tau * tau * ik * ik}
@@ -202,13 +197,11 @@ def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
         for wn, w in weights.items():
             mats[(ga, vb, wn)] = tuple(((t_ ** ga * w)[:, None, :] * (n_ ** vb)[None, :, :]).reshape(cd * cs, m).T.contiguous()
                                        for t_, n_ in sides)
-    _PAIR_CACHE.clear()
-    _PAIR_CACHE.update(key=key, mats=mats, refs=(tau, nu))
     return mats
 
 
 def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
-               support_iters: int = 3, full: bool = True):
+               support_iters: int = 3, full: bool = True, mats: dict | None = None):
     """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
 
     Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
@@ -216,6 +209,7 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     O(1) after them. A candidate whose thresholded solution may leave S (a cheap sufficient test) is
     re-solved exactly by :func:`ratio_project`. Returns (scores, magnitude_fn) where magnitude_fn(i, c1, c2)
     gives |y| (len(i), M) of the chosen candidates; with ``full`` also the (B, C_d, C_s, M) tensor of all.
+    ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed here when not given.
     """
     lam0 = float(lam0)
     pos = (q > 0).to(q.dtype)
@@ -229,7 +223,8 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
     b = q.shape[0]
 
-    mats = pair_mats(tau, nu, lam0)
+    if mats is None:
+        mats = pair_mats(tau, nu, lam0)
 
     def ssum(fp, ga: int, vb: int, w: str):
         """sum_m fp_m g^ga v^vb w_c1 over m for every (item, c1, c2), as two matrix products."""
@@ -282,9 +277,12 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     return score, magnitudes(ii.to(q.device), c1.to(q.device), c2.to(q.device)).reshape(b, cd, cs, m)
 
 
-def assign_batch(q, tau, nu, cfg):
-    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2."""
-    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False)
+def assign_batch(q, tau, nu, cfg, mats):
+    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2.
+
+    ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0).
+    """
+    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats)
     b, cd, cs = score.shape
     flat = score.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
@@ -292,9 +290,9 @@ def assign_batch(q, tau, nu, cfg):
     return c1, c2, y, score.min(2).values
 
 
-def assign_all(q, tau, nu, cfg):
-    """Eq. 26 over all items in batches."""
-    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg) for i in range(0, q.shape[0], cfg.batch_size)]
+def assign_all(q, tau, nu, cfg, mats):
+    """Eq. 26 over all items in batches; ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
+    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg, mats) for i in range(0, q.shape[0], cfg.batch_size)]
     return tuple(torch.cat(t) for t in zip(*outs))
 
 
@@ -524,7 +522,7 @@ def fit_nt(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
     for it in range(1, cfg.max_iter + 1):
         t0 = time.perf_counter()
         q = x @ a.T
-        c1, c2, y, scores = assign_all(q, tau, nu, cfg)                               # Stage 1
+        c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))  # Stage 1
         history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
         yield Progress(it, cfg.max_iter, history[-1], "assignment")
         changed = 1.0 if labels is None else float((labels != c1).float().mean())
@@ -543,7 +541,7 @@ def fit_nt(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
         if cfg.tol > 0 and it > 1 and changed < cfg.tol:
             break
     q = x @ a.T
-    c1, c2, y, scores = assign_all(q, tau, nu, cfg)
+    c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
     history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
     best = scores.gather(1, c1[:, None])[:, 0]
     threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
@@ -604,10 +602,11 @@ class NT(Method):
         cfg = self.config_of(result)
         if batch_size is not None:
             cfg.batch_size = batch_size
+        mats = pair_mats(tau, nu, cfg.lam0)
         outs = []
         for _, b in stack.batches(SCAN_BATCH):
             q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
-            outs.append(assign_all(q, tau, nu, cfg))
+            outs.append(assign_all(q, tau, nu, cfg, mats))
         c1, c2, y, scores = (torch.cat(t) for t in zip(*outs))
         threshold = float(state.reject_threshold)
         best = scores.gather(1, c1[:, None])[:, 0]
