@@ -200,36 +200,16 @@ def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
     return mats
 
 
-def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
-               support_iters: int = 3, full: bool = True, mats: dict | None = None):
-    """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
+def support_solution(p, sup, pos, neg, mats: dict, lam0: float, shape: tuple[int, int, int]):
+    """On the plain soft threshold's support S: the best root's (alpha, beta) and the score s_P, each (B, C_d, C_s).
 
-    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
-    quartic, its roots' objectives and the score are matrix products over M, so each (item, c1, c2) costs
-    O(1) after them. A candidate whose thresholded solution may leave S (a cheap sufficient test) is
-    re-solved exactly by :func:`ratio_project`. Returns (scores, magnitude_fn) where magnitude_fn(i, c1, c2)
-    gives |y| (len(i), M) of the chosen candidates; with ``full`` also the (B, C_d, C_s, M) tensor of all.
-    ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed here when not given.
+    Every sum over M is two matrix products with the :func:`pair_mats` matrices (positive and negative
+    side of q), so each (item, c1, c2) costs O(1) after them.
     """
-    lam0 = float(lam0)
-    pos = (q > 0).to(q.dtype)
-    neg = (q < 0).to(q.dtype)
-    p = q.abs() - lam1                                                     # (B, M)
-    sup = (p > 0).to(q.dtype)
-    kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
-    ik = 1.0 / kk
-    tp, tn = tau.clamp_min(0), (-tau).clamp_min(0)
-    np_, nn_ = nu.clamp_min(0), (-nu).clamp_min(0)
-    cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
-    b = q.shape[0]
-
-    if mats is None:
-        mats = pair_mats(tau, nu, lam0)
-
     def ssum(fp, ga: int, vb: int, w: str):
         """sum_m fp_m g^ga v^vb w_c1 over m for every (item, c1, c2), as two matrix products."""
         mp, mn = mats[(ga, vb, w)]
-        return ((fp * pos) @ mp + (fp * neg) @ mn).reshape(b, cd, cs).to(torch.float64)
+        return ((fp * pos) @ mp + (fp * neg) @ mn).reshape(shape).to(torch.float64)
 
     sp, sp2 = sup * p, sup * p * p
     pp, pg, pv = ssum(sp2, 0, 0, "k"), ssum(sp, 1, 0, "k"), ssum(sp, 0, 1, "k")
@@ -240,41 +220,98 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     sig = (ssum(sp2, 0, 0, "w") - 2 * alpha * ssum(sp, 1, 0, "w") + 2 * beta * ssum(sp, 0, 1, "w")
            + alpha * alpha * ssum(sup, 2, 0, "w") - 2 * alpha * beta * ssum(sup, 1, 1, "w")
            + beta * beta * ssum(sup, 0, 2, "w"))
-    score = (r / (h + _EPS) + sig).to(q.dtype)
-    # sufficient test that the thresholded solution stays on S: no coordinate of S drops below zero
-    # (alpha g <= p there) and none outside S rises above it (beta v <= -p there)
-    g3 = pos[:, None, :] * tp[None] + neg[:, None, :] * tn[None]                     # (B, Cd, M)
-    v3 = pos[:, None, :] * np_[None] + neg[:, None, :] * nn_[None]                   # (B, Cs, M)
+    return alpha, beta, (r / (h + _EPS) + sig).to(p.dtype)
+
+
+def may_leave_support(p, sup, g3, v3, alpha, beta) -> torch.Tensor:
+    """Sufficient test that the thresholded solution stays on S, negated: (B, C_d, C_s) True where it may not.
+
+    It stays when no coordinate of S drops below zero (alpha g <= p there) and none outside S rises
+    above it (beta v <= -p there).
+    """
     amax = torch.where((sup[:, None, :] > 0) & (g3 > 0), p[:, None, :] / g3.clamp_min(1e-30),
                        torch.full_like(g3, math.inf)).amin(-1)
     bmax = torch.where((sup[:, None, :] == 0) & (v3 > 0), (-p)[:, None, :] / v3.clamp_min(1e-30),
                        torch.full_like(v3, math.inf)).amin(-1)
-    moved = (alpha > amax[:, :, None]) | (beta > bmax[:, None, :]) | (beta < 0)
-    sub = None
-    if support_iters > 0 and bool(moved.any()):
-        bi, ci, si = torch.nonzero(moved, as_tuple=True)
-        g_s, v_s = g3[bi, ci], v3[bi, si]
-        init = (p[bi] - alpha[bi, ci, si, None].to(q.dtype) * g_s
-                + beta[bi, ci, si, None].to(q.dtype) * v_s).clamp_min(0) * ik[ci]
-        a_s, h_s, r_s = ratio_project(p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
-        score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
-        sub = (moved, a_s)
+    return (alpha > amax[:, :, None]) | (beta > bmax[:, None, :]) | (beta < 0)
 
-    def magnitudes(i, c1, c2):
-        al, be = alpha[i, c1, c2, None].to(q.dtype), beta[i, c1, c2, None].to(q.dtype)
-        a = (p[i] - al * g3[i, c1] + be * v3[i, c2]).clamp_min(0) * ik[c1]
-        if sub is not None:
-            rank = torch.full(moved.shape, -1, dtype=torch.long, device=q.device)
-            rank[moved] = torch.arange(int(moved.sum()), device=q.device)
+
+@dataclass
+class CandidateMagnitudes:
+    """The magnitudes |y| of a batch's candidates: the closed form on S, or the exact re-solve where S may not hold.
+
+    Called as (i, c1, c2) → (len(i), M), so that a caller builds only the candidates it keeps.
+    """
+
+    p: torch.Tensor                      # (B, M) |q| - lam1
+    g3: torch.Tensor                     # (B, C_d, M) tau matched to the signs of q
+    v3: torch.Tensor                     # (B, C_s, M) nu matched to the signs of q
+    alpha: torch.Tensor                  # (B, C_d, C_s) float64, the best root's mu/h
+    beta: torch.Tensor                   # (B, C_d, C_s) float64, the best root's mu r/h^2
+    ik: torch.Tensor                     # (C_d, M) 1 / (1 + 2 lam0 tau^2)
+    moved: torch.Tensor                  # (B, C_d, C_s) bool: may leave S
+    exact: torch.Tensor | None = None    # (moved.sum(), M) the moved ones' exact magnitudes, once re-solved
+
+    def closed_form(self, i, c1, c2) -> torch.Tensor:
+        """(p - alpha g + beta v)^+ / k on the fixed support S."""
+        al, be = self.alpha[i, c1, c2, None].to(self.p.dtype), self.beta[i, c1, c2, None].to(self.p.dtype)
+        return (self.p[i] - al * self.g3[i, c1] + be * self.v3[i, c2]).clamp_min(0) * self.ik[c1]
+
+    def __call__(self, i, c1, c2) -> torch.Tensor:
+        a = self.closed_form(i, c1, c2)
+        if self.exact is not None:
+            rank = torch.full(self.moved.shape, -1, dtype=torch.long, device=self.p.device)
+            rank[self.moved] = torch.arange(int(self.moved.sum()), device=self.p.device)
             ridx = rank[i, c1, c2]
             hit = ridx >= 0
-            a[hit] = sub[1][ridx[hit]]
+            a[hit] = self.exact[ridx[hit]]
         return a
 
+
+def resolve_moved(mags: CandidateMagnitudes, score, kk, tau, lam0: float, support_iters: int) -> None:
+    """Re-solve the candidates that may leave S exactly (:func:`ratio_project`, from their closed form).
+
+    Writes their scores into ``score`` and their magnitudes into ``mags.exact``.
+    """
+    bi, ci, si = torch.nonzero(mags.moved, as_tuple=True)
+    g_s, v_s = mags.g3[bi, ci], mags.v3[bi, si]
+    init = mags.closed_form(bi, ci, si)
+    a_s, h_s, r_s = ratio_project(mags.p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
+    score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
+    mags.exact = a_s
+
+
+def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
+               support_iters: int = 3, full: bool = True, mats: dict | None = None):
+    """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
+
+    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
+    quartic, its roots' objectives and the score are matrix products over M (:func:`support_solution`).
+    A candidate whose thresholded solution may leave S (a cheap sufficient test) is re-solved exactly by
+    :func:`ratio_project`. Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
+    :class:`CandidateMagnitudes`) gives |y| (len(i), M) of the chosen candidates; with ``full`` the
+    (B, C_d, C_s, M) tensor of all instead. ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed
+    here when not given.
+    """
+    lam0 = float(lam0)
+    if mats is None:
+        mats = pair_mats(tau, nu, lam0)
+    pos, neg = (q > 0).to(q.dtype), (q < 0).to(q.dtype)
+    p = q.abs() - lam1                                                     # (B, M)
+    sup = (p > 0).to(q.dtype)
+    b, cd, cs, m = q.shape[0], tau.shape[0], nu.shape[0], tau.shape[1]
+    alpha, beta, score = support_solution(p, sup, pos, neg, mats, lam0, (b, cd, cs))
+    g3 = pos[:, None, :] * tau.clamp_min(0)[None] + neg[:, None, :] * (-tau).clamp_min(0)[None]   # (B, Cd, M)
+    v3 = pos[:, None, :] * nu.clamp_min(0)[None] + neg[:, None, :] * (-nu).clamp_min(0)[None]     # (B, Cs, M)
+    kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
+    mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta))
+    if support_iters > 0 and bool(mags.moved.any()):
+        resolve_moved(mags, score, kk, tau, lam0, support_iters)
     if not full:
-        return score, magnitudes
-    ii, c1, c2 = (t.reshape(-1) for t in torch.meshgrid(torch.arange(b), torch.arange(cd), torch.arange(cs), indexing="ij"))
-    return score, magnitudes(ii.to(q.device), c1.to(q.device), c2.to(q.device)).reshape(b, cd, cs, m)
+        return score, mags
+    ii, c1, c2 = (t.reshape(-1).to(q.device)
+                  for t in torch.meshgrid(torch.arange(b), torch.arange(cd), torch.arange(cs), indexing="ij"))
+    return score, mags(ii, c1, c2).reshape(b, cd, cs, m)
 
 
 def assign_batch(q, tau, nu, cfg, mats):
