@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -529,68 +530,61 @@ def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
 
 
 # ---- the method ----------------------------------------------------------------------------------
-def fit_nt(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
-    """Alternate the three stages of Sec. 4.2 (assignment, tau/nu, online A) for ``max_iter`` iterations."""
-    rng = seed_everything(seed)
+class Assignment(NamedTuple):
+    """Stage 1's output for all items: what the tau, nu and A updates and the result read."""
+
+    q: torch.Tensor        # (n, M) transformed items A x
+    c1: torch.Tensor       # (n,) cluster (the tau of the best pair)
+    c2: torch.Tensor       # (n,) the nu of the best pair
+    y: torch.Tensor        # (n, M) NT representation
+    scores: torch.Tensor   # (n, K) min-max score s_P, minimised over nu
+
+
+def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.random.Generator):
+    """Standardised items x (n, N) and the starting A (M, N), tau (K, M), nu (C_s, M).
+
+    Sec. 5.1: A, tau, nu i.i.d. N(0, 1) (A = I for the identity transform); with init="kmeans", tau and
+    nu are then fitted to a pixel k-means partition.
+    """
     if cfg.c_s < 1:
         raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
     x = standardise(stack.tensor(device, flat=True))                     # (n, N)
-    n, n_dim = x.shape
-    if cfg.transform == "identity":
-        m_dim = n_dim
-    else:
-        m_dim = cfg.m or default_m(n_dim)
-        if m_dim < n_dim:
-            raise InputError(f"m = {m_dim} is smaller than the item size {n_dim}: the learned A must be square or "
-                             "overcomplete (m >= N, or m = 0 for the default).")
+    n_dim = x.shape[1]
+    m_dim = n_dim if cfg.transform == "identity" else cfg.m or default_m(n_dim)
+    if m_dim < n_dim:
+        raise InputError(f"m = {m_dim} is smaller than the item size {n_dim}: the learned A must be square or "
+                         "overcomplete (m >= N, or m = 0 for the default).")
     gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(2**31)))
 
     def gauss(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device)
 
-    a = torch.eye(n_dim, device=device) if cfg.transform == "identity" else gauss(m_dim, n_dim)  # Sec. 5.1: N(0,1)
+    a = torch.eye(n_dim, device=device) if cfg.transform == "identity" else gauss(m_dim, n_dim)
     tau, nu = gauss(cfg.k, m_dim), gauss(cfg.c_s, m_dim)
     if cfg.init == "kmeans":
         tau, nu = kmeans_start(x, x @ a.T, tau, nu, cfg, rng)
-    history: list[float] = []
-    labels = None
-    t_start = time.perf_counter()
-    iter_times = []
-    for it in range(1, cfg.max_iter + 1):
-        t0 = time.perf_counter()
-        q = x @ a.T
-        c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))  # Stage 1
-        history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
-        yield Progress(it, cfg.max_iter, history[-1], "assignment")
-        changed = 1.0 if labels is None else float((labels != c1).float().mean())
-        labels = c1
-        tau = update_tau(q, y, c1, c2, tau, nu, cfg)                                  # Stage 2
-        nu = update_nu(q, y, c1, c2, tau, nu, cfg)
-        if cfg.transform == "learned":                                                 # Stage 3 (online)
-            size = max(1, int(round(cfg.batch_fraction * n)))
-            idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(device)
-            target = 0.5 * (y[idx] + tau[c1[idx]] + nu[c2[idx]])
-            a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
-            a = a - cfg.online_rho * (a - a_hat)
-        iter_times.append(time.perf_counter() - t0)
-        if it % 5 == 0 or it == cfg.max_iter:
-            yield Snapshot(cluster_means(stack, labels, cfg.k))
-        if cfg.tol > 0 and it > 1 and changed < cfg.tol:
-            break
+    return x, a, tau, nu
+
+
+def assignment_stage(x, a, tau, nu, cfg: NTConfig) -> tuple[Assignment, float]:
+    """Stage 1: q = A x and the joint assignment of Eq. 26 of every item; also the objective it reaches."""
     q = x @ a.T
     c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
-    history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
-    best = scores.gather(1, c1[:, None])[:, 0]
-    threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
-    rejected = (best > threshold).cpu().numpy() if cfg.reject_quantile > 0 else None
-    state = NTState(a.cpu().numpy(), tau.cpu().numpy(), nu.cpu().numpy(), np.array(threshold))
-    return NT_METHOD.result(
-        cfg, state, labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=cluster_means(stack, c1, cfg.k),
-        history=history, rejected=rejected,
-        params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()},
-        extras={"condition_number": np.array(condition_number(a)), "mutual_coherence": np.array(coherence(a)),
-                "m": np.array(m_dim)},
-        timing={"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))})
+    return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, scores, cfg)
+
+
+def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator):
+    """Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch."""
+    tau = update_tau(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    nu = update_nu(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    if cfg.transform == "learned":
+        n = x.shape[0]
+        size = max(1, int(round(cfg.batch_fraction * n)))
+        idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(x.device)
+        target = 0.5 * (asg.y[idx] + tau[asg.c1[idx]] + nu[asg.c2[idx]])
+        a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
+        a = a - cfg.online_rho * (a - a_hat)
+    return tau, nu, a
 
 
 def kmeans_start(x, q, tau, nu, cfg, rng):
@@ -628,7 +622,45 @@ class NT(Method):
     paper = "Kostadinov et al., Clustering with Jointly Learned Nonlinear Transforms"
 
     def train(self, stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
-        return (yield from fit_nt(stack, cfg, device, seed))
+        """Alternate the three stages of Sec. 4.2 (assignment, tau/nu, online A) for ``max_iter`` iterations."""
+        rng = seed_everything(seed)
+        x, a, tau, nu = initial_state(stack, cfg, device, rng)
+        history: list[float] = []
+        labels = None
+        t_start = time.perf_counter()
+        iter_times = []
+        for it in range(1, cfg.max_iter + 1):
+            t0 = time.perf_counter()
+            asg, objective = assignment_stage(x, a, tau, nu, cfg)                    # Stage 1
+            history.append(objective)
+            yield Progress(it, cfg.max_iter, history[-1], "assignment")
+            changed = 1.0 if labels is None else float((labels != asg.c1).float().mean())
+            labels = asg.c1
+            tau, nu, a = update_stage(x, asg, tau, nu, a, cfg, rng)                   # Stages 2 and 3
+            iter_times.append(time.perf_counter() - t0)
+            if it % 5 == 0 or it == cfg.max_iter:
+                yield Snapshot(cluster_means(stack, labels, cfg.k))
+            if cfg.tol > 0 and it > 1 and changed < cfg.tol:
+                break
+        asg, objective = assignment_stage(x, a, tau, nu, cfg)
+        history.append(objective)
+        timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}
+        return self.final_result(stack, cfg, asg, (a, tau, nu), history, timing)
+
+    def final_result(self, stack: Stack, cfg: NTConfig, asg: Assignment, params, history: list, timing: dict) -> ClusteringResult:
+        """The result of a fit from its final assignment and its fitted (A, tau, nu), with the rejections."""
+        a, tau, nu = params
+        best = asg.scores.gather(1, asg.c1[:, None])[:, 0]
+        threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
+        rejected = (best > threshold).cpu().numpy() if cfg.reject_quantile > 0 else None
+        state = NTState(a.cpu().numpy(), tau.cpu().numpy(), nu.cpu().numpy(), np.array(threshold))
+        return self.result(
+            cfg, state, labels=asg.c1.cpu().numpy(), scores=asg.scores.cpu().numpy(),
+            prototypes=cluster_means(stack, asg.c1, cfg.k), history=history, rejected=rejected,
+            params={"representation": asg.y.cpu().numpy(), "similarity_index": asg.c2.cpu().numpy()},
+            extras={"condition_number": np.array(condition_number(a)), "mutual_coherence": np.array(coherence(a)),
+                    "m": np.array(a.shape[0])},
+            timing=timing)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
@@ -652,4 +684,4 @@ class NT(Method):
                               params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()})
 
 
-NT_METHOD = register(NT())
+register(NT())
