@@ -550,7 +550,7 @@ def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.ran
         raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
     x = standardise(stack.tensor(device, flat=True))                     # (n, N)
     n_dim = x.shape[1]
-    m_dim = n_dim if cfg.transform == "identity" else cfg.m or default_m(n_dim)
+    m_dim = n_dim if cfg.transform == "identity" else (cfg.m or default_m(n_dim))
     if m_dim < n_dim:
         raise InputError(f"m = {m_dim} is smaller than the item size {n_dim}: the learned A must be square or "
                          "overcomplete (m >= N, or m = 0 for the default).")
