@@ -142,6 +142,21 @@ def test_device_auto_and_fallback(monkeypatch):
         resolve_device("tpu")
 
 
+@pytest.mark.parametrize("gpu", [True, False])
+def test_an_explicit_request_is_kept_silently_when_possible(monkeypatch, gpu):
+    """'cpu' (any spelling, or a torch.device) means the CPU even beside a GPU, with no fallback notice;
+    a named GPU keeps its index when CUDA is there (simulated: this runs on CPU-only machines too)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for request in ("cpu", " CPU ", torch.device("cpu")):
+            assert resolve_device(request) == torch.device("cpu")
+        assert resolve_device("auto") == torch.device("cuda" if gpu else "cpu")
+        if gpu:
+            assert resolve_device("cuda:1") == torch.device("cuda:1")
+            assert resolve_device(torch.device("cuda", 1)) == torch.device("cuda:1")
+
+
 def test_oom_retry_halves_the_batch():
     from ticlust.device import with_oom_retry
 
@@ -270,12 +285,6 @@ def test_samples_are_made_locally():
     assert np.array_equal(ticlust.sample("glyphs")[0], glyphs)   # seeded
     with pytest.raises(InputError, match="Unknown sample"):
         ticlust.sample("nope")
-
-
-def test_no_cuda_warning_on_cpu_request():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        resolve_device("cpu")
 
 
 def test_landmark_files_read_as_landmarks(tmp_path):

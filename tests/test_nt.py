@@ -263,10 +263,20 @@ def test_input_validation():
 
 
 def test_vectors_and_knn_mode():
+    """k-NN on NT representations of vectors: every test blob item is found, and the accuracy is a 1-NN
+    search of the predicted test representations among the fitted ones, against whatever labels are given."""
     x, y = _blobs(3)
     vec = x.reshape(len(x), -1)
-    out = knn_evaluate(vec[::2], y[::2], vec[1::2], y[1::2], k=3, max_iter=2, m=64)
-    assert 0 <= out["acc_nt"] <= 1 and out["acc_raw"] == 1.0
+    train, y_train, test, y_test = vec[::2], y[::2], vec[1::2], y[1::2]
+    out = knn_evaluate(train, y_train, test, y_test, k=3, max_iter=2, m=64)
+    assert out["acc_nt"] == 1.0 and out["acc_raw"] == 1.0                  # three well-separated blobs
+    rep_train = out["fit"].params["representation"]
+    rep_test = ticlust.predict(out["fit"], test).params["representation"]
+    nearest = ((rep_test[:, None, :] - rep_train[None]) ** 2).sum(-1).argmin(1)
+    wrong = np.random.default_rng(0).permutation(y_train)                  # labels that ignore the blobs
+    shuffled = knn_evaluate(train, wrong, test, y_test, k=3, max_iter=2, m=64)   # same seed: same fit
+    assert shuffled["acc_nt"] == float((wrong[nearest] == y_test).mean())
+    assert shuffled["acc_nt"] < 0.5
     with pytest.raises(InputError):
         knn_evaluate(vec[::2], y[:3], vec[1::2], y[1::2], k=3)
 

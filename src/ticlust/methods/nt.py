@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -182,17 +183,12 @@ def ratio_project(p, kk, mu: float, g, v, support_iters: int = 3, init=None):
 
 
 # ---- Stage 1: candidates, scores and assignment --------------------------------------------------
-_PAIR_CACHE: dict = {}
-
-
 def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
     """The (M, C_d C_s) matrices g^a v^b w / k of the fast candidate sums, for the positive and negative side.
 
-    w is 1 ("k": the quartic sums) or tau^2/k ("w": the varsigma sums). Cached for the current tau, nu.
+    w is 1 ("k": the quartic sums) or tau^2/k ("w": the varsigma sums). They depend on tau, nu and lam0
+    only, so a caller computes them once per (tau, nu) and passes them to every batch of :func:`candidates`.
     """
-    key = (id(tau), id(nu), tau._version, nu._version, float(lam0))
-    if _PAIR_CACHE.get("key") == key:
-        return _PAIR_CACHE["mats"]
     cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
     ik = 1.0 / (1 + 2 * lam0 * tau * tau)
     weights = {"k": ik, "w": tau * tau * ik * ik}
@@ -202,39 +198,19 @@ def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
         for wn, w in weights.items():
             mats[(ga, vb, wn)] = tuple(((t_ ** ga * w)[:, None, :] * (n_ ** vb)[None, :, :]).reshape(cd * cs, m).T.contiguous()
                                        for t_, n_ in sides)
-    _PAIR_CACHE.clear()
-    _PAIR_CACHE.update(key=key, mats=mats, refs=(tau, nu))
     return mats
 
 
-def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
-               support_iters: int = 3, full: bool = True):
-    """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
+def support_solution(p, sup, pos, neg, mats: dict, lam0: float, shape: tuple[int, int, int]):
+    """On the plain soft threshold's support S: the best root's (alpha, beta) and the score s_P, each (B, C_d, C_s).
 
-    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
-    quartic, its roots' objectives and the score are matrix products over M, so each (item, c1, c2) costs
-    O(1) after them. A candidate whose thresholded solution may leave S (a cheap sufficient test) is
-    re-solved exactly by :func:`ratio_project`. Returns (scores, magnitude_fn) where magnitude_fn(i, c1, c2)
-    gives |y| (len(i), M) of the chosen candidates; with ``full`` also the (B, C_d, C_s, M) tensor of all.
+    Every sum over M is two matrix products with the :func:`pair_mats` matrices (positive and negative
+    side of q), so each (item, c1, c2) costs O(1) after them.
     """
-    lam0 = float(lam0)
-    pos = (q > 0).to(q.dtype)
-    neg = (q < 0).to(q.dtype)
-    p = q.abs() - lam1                                                     # (B, M)
-    sup = (p > 0).to(q.dtype)
-    kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
-    ik = 1.0 / kk
-    tp, tn = tau.clamp_min(0), (-tau).clamp_min(0)
-    np_, nn_ = nu.clamp_min(0), (-nu).clamp_min(0)
-    cd, cs, m = tau.shape[0], nu.shape[0], tau.shape[1]
-    b = q.shape[0]
-
-    mats = pair_mats(tau, nu, lam0)
-
     def ssum(fp, ga: int, vb: int, w: str):
         """sum_m fp_m g^ga v^vb w_c1 over m for every (item, c1, c2), as two matrix products."""
         mp, mn = mats[(ga, vb, w)]
-        return ((fp * pos) @ mp + (fp * neg) @ mn).reshape(b, cd, cs).to(torch.float64)
+        return ((fp * pos) @ mp + (fp * neg) @ mn).reshape(shape).to(torch.float64)
 
     sp, sp2 = sup * p, sup * p * p
     pp, pg, pv = ssum(sp2, 0, 0, "k"), ssum(sp, 1, 0, "k"), ssum(sp, 0, 1, "k")
@@ -245,46 +221,106 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     sig = (ssum(sp2, 0, 0, "w") - 2 * alpha * ssum(sp, 1, 0, "w") + 2 * beta * ssum(sp, 0, 1, "w")
            + alpha * alpha * ssum(sup, 2, 0, "w") - 2 * alpha * beta * ssum(sup, 1, 1, "w")
            + beta * beta * ssum(sup, 0, 2, "w"))
-    score = (r / (h + _EPS) + sig).to(q.dtype)
-    # sufficient test that the thresholded solution stays on S: no coordinate of S drops below zero
-    # (alpha g <= p there) and none outside S rises above it (beta v <= -p there)
-    g3 = pos[:, None, :] * tp[None] + neg[:, None, :] * tn[None]                     # (B, Cd, M)
-    v3 = pos[:, None, :] * np_[None] + neg[:, None, :] * nn_[None]                   # (B, Cs, M)
+    return alpha, beta, (r / (h + _EPS) + sig).to(p.dtype)
+
+
+def may_leave_support(p, sup, g3, v3, alpha, beta) -> torch.Tensor:
+    """Sufficient test that the thresholded solution stays on S, negated: (B, C_d, C_s) True where it may not.
+
+    It stays when no coordinate of S drops below zero (alpha g <= p there) and none outside S rises
+    above it (beta v <= -p there).
+    """
     amax = torch.where((sup[:, None, :] > 0) & (g3 > 0), p[:, None, :] / g3.clamp_min(1e-30),
                        torch.full_like(g3, math.inf)).amin(-1)
     bmax = torch.where((sup[:, None, :] == 0) & (v3 > 0), (-p)[:, None, :] / v3.clamp_min(1e-30),
                        torch.full_like(v3, math.inf)).amin(-1)
-    moved = (alpha > amax[:, :, None]) | (beta > bmax[:, None, :]) | (beta < 0)
-    sub = None
-    if support_iters > 0 and bool(moved.any()):
-        bi, ci, si = torch.nonzero(moved, as_tuple=True)
-        g_s, v_s = g3[bi, ci], v3[bi, si]
-        init = (p[bi] - alpha[bi, ci, si, None].to(q.dtype) * g_s
-                + beta[bi, ci, si, None].to(q.dtype) * v_s).clamp_min(0) * ik[ci]
-        a_s, h_s, r_s = ratio_project(p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
-        score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
-        sub = (moved, a_s)
+    return (alpha > amax[:, :, None]) | (beta > bmax[:, None, :]) | (beta < 0)
 
-    def magnitudes(i, c1, c2):
-        al, be = alpha[i, c1, c2, None].to(q.dtype), beta[i, c1, c2, None].to(q.dtype)
-        a = (p[i] - al * g3[i, c1] + be * v3[i, c2]).clamp_min(0) * ik[c1]
-        if sub is not None:
-            rank = torch.full(moved.shape, -1, dtype=torch.long, device=q.device)
-            rank[moved] = torch.arange(int(moved.sum()), device=q.device)
+
+@dataclass
+class CandidateMagnitudes:
+    """The magnitudes |y| of a batch's candidates: the closed form on S, or the exact re-solve where S may not hold.
+
+    Called as (i, c1, c2) → (len(i), M), so that a caller builds only the candidates it keeps.
+    """
+
+    p: torch.Tensor                      # (B, M) |q| - lam1
+    g3: torch.Tensor                     # (B, C_d, M) tau matched to the signs of q
+    v3: torch.Tensor                     # (B, C_s, M) nu matched to the signs of q
+    alpha: torch.Tensor                  # (B, C_d, C_s) float64, the best root's mu/h
+    beta: torch.Tensor                   # (B, C_d, C_s) float64, the best root's mu r/h^2
+    ik: torch.Tensor                     # (C_d, M) 1 / (1 + 2 lam0 tau^2)
+    moved: torch.Tensor                  # (B, C_d, C_s) bool: may leave S
+    exact: torch.Tensor | None = None    # (moved.sum(), M) the moved ones' exact magnitudes, once re-solved
+
+    def closed_form(self, i, c1, c2) -> torch.Tensor:
+        """(p - alpha g + beta v)^+ / k on the fixed support S."""
+        al, be = self.alpha[i, c1, c2, None].to(self.p.dtype), self.beta[i, c1, c2, None].to(self.p.dtype)
+        return (self.p[i] - al * self.g3[i, c1] + be * self.v3[i, c2]).clamp_min(0) * self.ik[c1]
+
+    def __call__(self, i, c1, c2) -> torch.Tensor:
+        a = self.closed_form(i, c1, c2)
+        if self.exact is not None:
+            rank = torch.full(self.moved.shape, -1, dtype=torch.long, device=self.p.device)
+            rank[self.moved] = torch.arange(int(self.moved.sum()), device=self.p.device)
             ridx = rank[i, c1, c2]
             hit = ridx >= 0
-            a[hit] = sub[1][ridx[hit]]
+            a[hit] = self.exact[ridx[hit]]
         return a
 
+
+def resolve_moved(mags: CandidateMagnitudes, score, kk, tau, lam0: float, support_iters: int) -> None:
+    """Re-solve the candidates that may leave S exactly (:func:`ratio_project`, from their closed form).
+
+    Writes their scores into ``score`` and their magnitudes into ``mags.exact``.
+    """
+    bi, ci, si = torch.nonzero(mags.moved, as_tuple=True)
+    g_s, v_s = mags.g3[bi, ci], mags.v3[bi, si]
+    init = mags.closed_form(bi, ci, si)
+    a_s, h_s, r_s = ratio_project(mags.p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
+    score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
+    mags.exact = a_s
+
+
+def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
+               support_iters: int = 3, full: bool = True, mats: dict | None = None):
+    """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
+
+    Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
+    quartic, its roots' objectives and the score are matrix products over M (:func:`support_solution`).
+    A candidate whose thresholded solution may leave S (a cheap sufficient test) is re-solved exactly by
+    :func:`ratio_project`. Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
+    :class:`CandidateMagnitudes`) gives |y| (len(i), M) of the chosen candidates; with ``full`` the
+    (B, C_d, C_s, M) tensor of all instead. ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed
+    here when not given.
+    """
+    lam0 = float(lam0)
+    if mats is None:
+        mats = pair_mats(tau, nu, lam0)
+    pos, neg = (q > 0).to(q.dtype), (q < 0).to(q.dtype)
+    p = q.abs() - lam1                                                     # (B, M)
+    sup = (p > 0).to(q.dtype)
+    b, cd, cs, m = q.shape[0], tau.shape[0], nu.shape[0], tau.shape[1]
+    alpha, beta, score = support_solution(p, sup, pos, neg, mats, lam0, (b, cd, cs))
+    g3 = pos[:, None, :] * tau.clamp_min(0)[None] + neg[:, None, :] * (-tau).clamp_min(0)[None]   # (B, Cd, M)
+    v3 = pos[:, None, :] * nu.clamp_min(0)[None] + neg[:, None, :] * (-nu).clamp_min(0)[None]     # (B, Cs, M)
+    kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
+    mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta))
+    if support_iters > 0 and bool(mags.moved.any()):
+        resolve_moved(mags, score, kk, tau, lam0, support_iters)
     if not full:
-        return score, magnitudes
-    ii, c1, c2 = (t.reshape(-1) for t in torch.meshgrid(torch.arange(b), torch.arange(cd), torch.arange(cs), indexing="ij"))
-    return score, magnitudes(ii.to(q.device), c1.to(q.device), c2.to(q.device)).reshape(b, cd, cs, m)
+        return score, mags
+    ii, c1, c2 = (t.reshape(-1).to(q.device)
+                  for t in torch.meshgrid(torch.arange(b), torch.arange(cd), torch.arange(cs), indexing="ij"))
+    return score, mags(ii, c1, c2).reshape(b, cd, cs, m)
 
 
-def assign_batch(q, tau, nu, cfg):
-    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2."""
-    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False)
+def assign_batch(q, tau, nu, cfg, mats):
+    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2.
+
+    ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0).
+    """
+    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats)
     b, cd, cs = score.shape
     flat = score.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
@@ -292,9 +328,9 @@ def assign_batch(q, tau, nu, cfg):
     return c1, c2, y, score.min(2).values
 
 
-def assign_all(q, tau, nu, cfg):
-    """Eq. 26 over all items in batches."""
-    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg) for i in range(0, q.shape[0], cfg.batch_size)]
+def assign_all(q, tau, nu, cfg, mats):
+    """Eq. 26 over all items in batches; ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
+    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg, mats) for i in range(0, q.shape[0], cfg.batch_size)]
     return tuple(torch.cat(t) for t in zip(*outs))
 
 
@@ -494,68 +530,61 @@ def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
 
 
 # ---- the method ----------------------------------------------------------------------------------
-def fit_nt(stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
-    """Alternate the three stages of Sec. 4.2 (assignment, tau/nu, online A) for ``max_iter`` iterations."""
-    rng = seed_everything(seed)
+class Assignment(NamedTuple):
+    """Stage 1's output for all items: what the tau, nu and A updates and the result read."""
+
+    q: torch.Tensor        # (n, M) transformed items A x
+    c1: torch.Tensor       # (n,) cluster (the tau of the best pair)
+    c2: torch.Tensor       # (n,) the nu of the best pair
+    y: torch.Tensor        # (n, M) NT representation
+    scores: torch.Tensor   # (n, K) min-max score s_P, minimised over nu
+
+
+def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.random.Generator):
+    """Standardised items x (n, N) and the starting A (M, N), tau (K, M), nu (C_s, M).
+
+    Sec. 5.1: A, tau, nu i.i.d. N(0, 1) (A = I for the identity transform); with init="kmeans", tau and
+    nu are then fitted to a pixel k-means partition.
+    """
     if cfg.c_s < 1:
         raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
     x = standardise(stack.tensor(device, flat=True))                     # (n, N)
-    n, n_dim = x.shape
-    if cfg.transform == "identity":
-        m_dim = n_dim
-    else:
-        m_dim = cfg.m or default_m(n_dim)
-        if m_dim < n_dim:
-            raise InputError(f"m = {m_dim} is smaller than the item size {n_dim}: the learned A must be square or "
-                             "overcomplete (m >= N, or m = 0 for the default).")
+    n_dim = x.shape[1]
+    m_dim = n_dim if cfg.transform == "identity" else (cfg.m or default_m(n_dim))
+    if m_dim < n_dim:
+        raise InputError(f"m = {m_dim} is smaller than the item size {n_dim}: the learned A must be square or "
+                         "overcomplete (m >= N, or m = 0 for the default).")
     gen = torch.Generator(device="cpu").manual_seed(int(rng.integers(2**31)))
 
     def gauss(*shape):
         return torch.randn(*shape, generator=gen, dtype=torch.float32).to(device)
 
-    a = torch.eye(n_dim, device=device) if cfg.transform == "identity" else gauss(m_dim, n_dim)  # Sec. 5.1: N(0,1)
+    a = torch.eye(n_dim, device=device) if cfg.transform == "identity" else gauss(m_dim, n_dim)
     tau, nu = gauss(cfg.k, m_dim), gauss(cfg.c_s, m_dim)
     if cfg.init == "kmeans":
         tau, nu = kmeans_start(x, x @ a.T, tau, nu, cfg, rng)
-    history: list[float] = []
-    labels = None
-    t_start = time.perf_counter()
-    iter_times = []
-    for it in range(1, cfg.max_iter + 1):
-        t0 = time.perf_counter()
-        q = x @ a.T
-        c1, c2, y, scores = assign_all(q, tau, nu, cfg)                               # Stage 1
-        history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
-        yield Progress(it, cfg.max_iter, history[-1], "assignment")
-        changed = 1.0 if labels is None else float((labels != c1).float().mean())
-        labels = c1
-        tau = update_tau(q, y, c1, c2, tau, nu, cfg)                                  # Stage 2
-        nu = update_nu(q, y, c1, c2, tau, nu, cfg)
-        if cfg.transform == "learned":                                                 # Stage 3 (online)
-            size = max(1, int(round(cfg.batch_fraction * n)))
-            idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(device)
-            target = 0.5 * (y[idx] + tau[c1[idx]] + nu[c2[idx]])
-            a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
-            a = a - cfg.online_rho * (a - a_hat)
-        iter_times.append(time.perf_counter() - t0)
-        if it % 5 == 0 or it == cfg.max_iter:
-            yield Snapshot(cluster_means(stack, labels, cfg.k))
-        if cfg.tol > 0 and it > 1 and changed < cfg.tol:
-            break
+    return x, a, tau, nu
+
+
+def assignment_stage(x, a, tau, nu, cfg: NTConfig) -> tuple[Assignment, float]:
+    """Stage 1: q = A x and the joint assignment of Eq. 26 of every item; also the objective it reaches."""
     q = x @ a.T
-    c1, c2, y, scores = assign_all(q, tau, nu, cfg)
-    history.append(total_objective(q, y, c1, c2, tau, nu, a, scores, cfg))
-    best = scores.gather(1, c1[:, None])[:, 0]
-    threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
-    rejected = (best > threshold).cpu().numpy() if cfg.reject_quantile > 0 else None
-    state = NTState(a.cpu().numpy(), tau.cpu().numpy(), nu.cpu().numpy(), np.array(threshold))
-    return NT_METHOD.result(
-        cfg, state, labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), prototypes=cluster_means(stack, c1, cfg.k),
-        history=history, rejected=rejected,
-        params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()},
-        extras={"condition_number": np.array(condition_number(a)), "mutual_coherence": np.array(coherence(a)),
-                "m": np.array(m_dim)},
-        timing={"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))})
+    c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
+    return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, scores, cfg)
+
+
+def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator):
+    """Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch."""
+    tau = update_tau(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    nu = update_nu(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    if cfg.transform == "learned":
+        n = x.shape[0]
+        size = max(1, int(round(cfg.batch_fraction * n)))
+        idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(x.device)
+        target = 0.5 * (asg.y[idx] + tau[asg.c1[idx]] + nu[asg.c2[idx]])
+        a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
+        a = a - cfg.online_rho * (a - a_hat)
+    return tau, nu, a
 
 
 def kmeans_start(x, q, tau, nu, cfg, rng):
@@ -593,7 +622,45 @@ class NT(Method):
     paper = "Kostadinov et al., Clustering with Jointly Learned Nonlinear Transforms"
 
     def train(self, stack: Stack, cfg: NTConfig, device: torch.device, seed: int):
-        return (yield from fit_nt(stack, cfg, device, seed))
+        """Alternate the three stages of Sec. 4.2 (assignment, tau/nu, online A) for ``max_iter`` iterations."""
+        rng = seed_everything(seed)
+        x, a, tau, nu = initial_state(stack, cfg, device, rng)
+        history: list[float] = []
+        labels = None
+        t_start = time.perf_counter()
+        iter_times = []
+        for it in range(1, cfg.max_iter + 1):
+            t0 = time.perf_counter()
+            asg, objective = assignment_stage(x, a, tau, nu, cfg)                    # Stage 1
+            history.append(objective)
+            yield Progress(it, cfg.max_iter, history[-1], "assignment")
+            changed = 1.0 if labels is None else float((labels != asg.c1).float().mean())
+            labels = asg.c1
+            tau, nu, a = update_stage(x, asg, tau, nu, a, cfg, rng)                   # Stages 2 and 3
+            iter_times.append(time.perf_counter() - t0)
+            if it % 5 == 0 or it == cfg.max_iter:
+                yield Snapshot(cluster_means(stack, labels, cfg.k))
+            if cfg.tol > 0 and it > 1 and changed < cfg.tol:
+                break
+        asg, objective = assignment_stage(x, a, tau, nu, cfg)
+        history.append(objective)
+        timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}
+        return self.final_result(stack, cfg, asg, (a, tau, nu), history, timing)
+
+    def final_result(self, stack: Stack, cfg: NTConfig, asg: Assignment, params, history: list, timing: dict) -> ClusteringResult:
+        """The result of a fit from its final assignment and its fitted (A, tau, nu), with the rejections."""
+        a, tau, nu = params
+        best = asg.scores.gather(1, asg.c1[:, None])[:, 0]
+        threshold = float(torch.quantile(best.double(), 1 - cfg.reject_quantile)) if cfg.reject_quantile > 0 else math.inf
+        rejected = (best > threshold).cpu().numpy() if cfg.reject_quantile > 0 else None
+        state = NTState(a.cpu().numpy(), tau.cpu().numpy(), nu.cpu().numpy(), np.array(threshold))
+        return self.result(
+            cfg, state, labels=asg.c1.cpu().numpy(), scores=asg.scores.cpu().numpy(),
+            prototypes=cluster_means(stack, asg.c1, cfg.k), history=history, rejected=rejected,
+            params={"representation": asg.y.cpu().numpy(), "similarity_index": asg.c2.cpu().numpy()},
+            extras={"condition_number": np.array(condition_number(a)), "mutual_coherence": np.array(coherence(a)),
+                    "m": np.array(a.shape[0])},
+            timing=timing)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
@@ -604,10 +671,11 @@ class NT(Method):
         cfg = self.config_of(result)
         if batch_size is not None:
             cfg.batch_size = batch_size
+        mats = pair_mats(tau, nu, cfg.lam0)
         outs = []
         for _, b in stack.batches(SCAN_BATCH):
             q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
-            outs.append(assign_all(q, tau, nu, cfg))
+            outs.append(assign_all(q, tau, nu, cfg, mats))
         c1, c2, y, scores = (torch.cat(t) for t in zip(*outs))
         threshold = float(state.reject_threshold)
         best = scores.gather(1, c1[:, None])[:, 0]
@@ -616,4 +684,4 @@ class NT(Method):
                               params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()})
 
 
-NT_METHOD = register(NT())
+register(NT())

@@ -156,6 +156,25 @@ def path_scales(feats: np.ndarray, groups: int, spatial: int) -> np.ndarray:
     return np.where(out > 0, out, 1.0).astype(np.float32)
 
 
+def feature_steps(stack: Stack, cfg: PSSCConfig, device: torch.device, timing: dict):
+    """Generator, stage 1: the (N, F) features to cluster; returns them and the per-path divisors (or None).
+
+    With ``path_norm`` the scattering features are divided by each path's largest norm (authors' code),
+    in place so that a large data set is not held twice.
+    """
+    if cfg.features != "scattering":
+        return stack.numpy().reshape(stack.n, -1), None
+    feats = yield from scattering_features(stack, cfg, device, timing)
+    if not cfg.path_norm:
+        return feats, None
+    op_groups = Scatterer(stack.item_shape, cfg, torch.device("cpu"))
+    scales = path_scales(feats, op_groups.channels * op_groups.paths, op_groups.spatial)
+    if not feats.flags.writeable:
+        feats = np.array(feats)
+    feats.reshape(stack.n, len(scales), -1)[...] /= scales[None, :, None]     # in place: no second copy
+    return feats, scales
+
+
 # ---- stage 2: PCA + POC --------------------------------------------------------------------------
 def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
     """Generator (yields Progress per chunk): mean (F,) and covariance (F, F), both float64, from float32 rows."""
@@ -205,7 +224,30 @@ def project_steps(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device
     return torch.cat(out)
 
 
+def pca_poc_steps(feats: np.ndarray, cfg: PSSCConfig, device: torch.device, rng: np.random.Generator):
+    """Generator, stage 2: PCA to d dimensions, then POC drops the leading ones (Eq. 4).
+
+    Returns the projected items z (N, d - poc), the feature mean (F,), the basis (F, d - poc) and the
+    d leading eigenvalues.
+    """
+    d = min(cfg.pca_dim, feats.shape[1], feats.shape[0] - 1)
+    n_poc = min(cfg.poc, d - 1)
+    mean, cov = yield from covariance_steps(feats, device)
+    yield Progress(2, 4, stage="PCA eigensolver")
+    eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
+    basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
+    z = yield from project_steps(feats, mean, basis, device)
+    return z, mean, basis, eigvals
+
+
 # ---- stage 3: U-SPEC -----------------------------------------------------------------------------
+def uspec_sizes(n: int, cfg: PSSCConfig) -> tuple[int, int, int]:
+    """(p', p, k) capped for small data: p' ≤ N, p ≤ p'/2 (k-means must merge candidates), p ≥ K, k ≤ p."""
+    p_cand = min(cfg.candidates, n)
+    p = max(min(cfg.representatives, p_cand // 2), min(cfg.k, p_cand))
+    return p_cand, p, min(cfg.neighbours, p)
+
+
 def nearest_exact_steps(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192):
     """Generator (yields Progress per chunk): exact k nearest representatives, Euclidean distances (N, k)
     ascending and indices (N, k)."""
@@ -292,6 +334,50 @@ def kmeans_restarts(x: torch.Tensor, k: int, restarts: int, max_iter: int, rng: 
     return best
 
 
+def uspec_steps(z: torch.Tensor, cfg: PSSCConfig, rng: np.random.Generator, seed: int, timing: dict):
+    """Generator, stage 3: U-SPEC (Sec. 3.3) on the projected items.
+
+    Returns the items' row-normalised spectral embedding (N, K), the fitted parts ``predict`` needs
+    (PSSCState's representatives, sigma, transfer), and the result's extras and params.
+    """
+    start = time.perf_counter()
+    p_cand, p, kn = uspec_sizes(z.shape[0], cfg)
+    cand = z[torch.from_numpy(rng.choice(z.shape[0], size=p_cand, replace=False)).to(z.device)]
+    reps = random_init(cand, p, rng)
+    for it, inertia, reps, _ in lloyd(cand, reps, max_iter=cfg.rep_iter):
+        yield Progress(it, cfg.rep_iter, inertia / p_cand, "U-SPEC representatives")
+    timing["representatives_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    if cfg.knn == "hnsw":
+        dist, idx = nearest_hnsw(z, reps, kn, seed)
+    else:
+        dist, idx = yield from nearest_exact_steps(z, reps, kn)
+    sigma = float(dist.double().mean())
+    sigma = sigma if sigma > 0 else 1.0
+    aff = affinities(dist, sigma)
+    timing["knn_s"] = time.perf_counter() - start
+    start = time.perf_counter()
+    space, w, eig = transfer_cut(aff, idx, p, cfg.k)
+    timing["transfer_cut_s"] = time.perf_counter() - start
+    rep_items = nearest_exact(reps, z, 1)[1][:, 0]
+    fitted = {"representatives": reps.cpu().numpy(), "sigma": np.float64(sigma), "transfer": w.cpu().numpy()}
+    extras = {"embedding": space.cpu().numpy(), "representatives": reps.cpu().numpy(),
+              "representative_items": rep_items.cpu().numpy(), "transfer_eigenvalues": eig.cpu().numpy()}
+    params = {"nearest_representatives": idx.cpu().numpy(), "representative_affinities": aff.float().cpu().numpy()}
+    return space, fitted, extras, params
+
+
+def restart_steps(stack: Stack, space: torch.Tensor, cfg: PSSCConfig, rng: np.random.Generator):
+    """Generator, the end of stage 3 (or the k-means ablation on z): k-means restarts on ``space``, showing
+    the best clusters after the first and the last; returns the lowest-inertia (centres, labels, history)."""
+    best = None
+    for r, best in kmeans_restarts(space, cfg.k, cfg.restarts, cfg.kmeans_iter, rng):
+        yield Progress(r, cfg.restarts, best[2][-1], "k-means restarts")
+        if r == 1 or r == cfg.restarts:
+            yield Snapshot(cluster_means(stack, best[1].cpu().numpy(), cfg.k))
+    return best
+
+
 # ---- the method ----------------------------------------------------------------------------------
 def check_config(cfg: PSSCConfig, stack: Stack) -> None:
     if cfg.poc >= cfg.pca_dim:
@@ -301,96 +387,6 @@ def check_config(cfg: PSSCConfig, stack: Stack) -> None:
     if cfg.features == "scattering" and min(padded_shape(*stack.item_shape[:2], cfg.pad_to, cfg.scales)) <= 2 ** cfg.scales:
         raise InputError(f"pad_to = {cfg.pad_to} is too small for J = {cfg.scales}: the padded images must be larger than "
                          f"2^J = {2 ** cfg.scales} pixels, so raise pad_to or lower scales.")
-
-
-def uspec_sizes(n: int, cfg: PSSCConfig) -> tuple[int, int, int]:
-    """(p', p, k) capped for small data: p' ≤ N, p ≤ p'/2 (k-means must merge candidates), p ≥ K, k ≤ p."""
-    p_cand = min(cfg.candidates, n)
-    p = max(min(cfg.representatives, p_cand // 2), min(cfg.k, p_cand))
-    return p_cand, p, min(cfg.neighbours, p)
-
-
-def fit_pssc(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
-    """Scattering features → PCA + POC → U-SPEC (or k-means) → k-means restarts on the embedding."""
-    check_config(cfg, stack)
-    rng = seed_everything(seed)
-    timing: dict = {}
-    t0 = time.perf_counter()
-    # 1. features
-    state = PSSCState(item_shape=np.asarray(stack.item_shape))
-    if cfg.features == "scattering":
-        feats = yield from scattering_features(stack, cfg, device, timing)
-        if cfg.path_norm:
-            op_groups = Scatterer(stack.item_shape, cfg, torch.device("cpu"))
-            scales = path_scales(feats, op_groups.channels * op_groups.paths, op_groups.spatial)
-            if not feats.flags.writeable:
-                feats = np.array(feats)
-            feats.reshape(stack.n, len(scales), -1)[...] /= scales[None, :, None]     # in place: no second copy
-            state.path_scales = scales
-    else:
-        feats = stack.numpy().reshape(stack.n, -1)
-    timing["features_s"] = time.perf_counter() - t0
-    yield Progress(1, 4, stage="PCA")
-    # 2. PCA + POC
-    t1 = time.perf_counter()
-    d = min(cfg.pca_dim, feats.shape[1], stack.n - 1)
-    n_poc = min(cfg.poc, d - 1)
-    mean, cov = yield from covariance_steps(feats, device)
-    yield Progress(2, 4, stage="PCA eigensolver")
-    eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
-    basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
-    z = yield from project_steps(feats, mean, basis, device)
-    state.mean, state.basis = mean.float().cpu().numpy(), basis.float().cpu().numpy()
-    timing["pca_s"] = time.perf_counter() - t1
-    del cov
-    yield Progress(3, 4, stage="clustering")
-    # 3. clustering
-    t2 = time.perf_counter()
-    extras: dict = {"pca_eigenvalues": eigvals.float().cpu().numpy()}
-    params: dict = {}
-    if cfg.clustering == "uspec":
-        p_cand, p, kn = uspec_sizes(stack.n, cfg)
-        cand = z[torch.from_numpy(rng.choice(stack.n, size=p_cand, replace=False)).to(z.device)]
-        reps = random_init(cand, p, rng)
-        for it, inertia, reps, _ in lloyd(cand, reps, max_iter=cfg.rep_iter):
-            yield Progress(it, cfg.rep_iter, inertia / p_cand, "U-SPEC representatives")
-        timing["representatives_s"] = time.perf_counter() - t2
-        t3 = time.perf_counter()
-        if cfg.knn == "hnsw":
-            dist, idx = nearest_hnsw(z, reps, kn, seed)
-        else:
-            dist, idx = yield from nearest_exact_steps(z, reps, kn)
-        sigma = float(dist.double().mean())
-        sigma = sigma if sigma > 0 else 1.0
-        aff = affinities(dist, sigma)
-        timing["knn_s"] = time.perf_counter() - t3
-        t4 = time.perf_counter()
-        space, w, eig = transfer_cut(aff, idx, p, cfg.k)
-        timing["transfer_cut_s"] = time.perf_counter() - t4
-        rep_items = nearest_exact(reps, z, 1)[1][:, 0]
-        state.representatives, state.sigma, state.transfer = reps.cpu().numpy(), np.float64(sigma), w.cpu().numpy()
-        extras.update(embedding=space.cpu().numpy(), representatives=reps.cpu().numpy(),
-                      representative_items=rep_items.cpu().numpy(), transfer_eigenvalues=eig.cpu().numpy())
-        params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
-    else:
-        space = z
-    t5 = time.perf_counter()
-    best = None
-    for r, best in kmeans_restarts(space, cfg.k, cfg.restarts, cfg.kmeans_iter, rng):
-        yield Progress(r, cfg.restarts, best[2][-1], "k-means restarts")
-        if r == 1 or r == cfg.restarts:
-            yield Snapshot(cluster_means(stack, best[1].cpu().numpy(), cfg.k))
-    centers, labels, history = best
-    timing["kmeans_s"] = time.perf_counter() - t5
-    scores = torch.cdist(space, centers)
-    labels_np = scores.argmin(1).cpu().numpy()
-    protos = cluster_means(stack, labels_np, cfg.k)
-    medoid_index = medoids(scores.cpu().numpy(), labels_np, cfg.k)
-    extras.update(medoids=np.stack([stack.batch(int(i), int(i) + 1)[0] for i in medoid_index]), medoid_index=medoid_index)
-    state.centers = centers.cpu().numpy()
-    timing["clustering_s"] = time.perf_counter() - t2
-    return PSSC_METHOD.result(cfg, state, labels=labels_np, scores=scores.cpu().numpy(), prototypes=protos,
-                              history=history, params=params, extras=extras, timing=timing)
 
 
 def cluster_means(stack: Stack, labels: np.ndarray, k: int, batch_size: int = 4096) -> np.ndarray:
@@ -430,7 +426,36 @@ class PSSC(Method):
     paper = "Villar-Corrales & Morgenshtern, Scattering Transform Based Image Clustering"
 
     def train(self, stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):
-        return (yield from fit_pssc(stack, cfg, device, seed))
+        """Scattering features → PCA + POC → U-SPEC (or k-means) → k-means restarts on the embedding."""
+        check_config(cfg, stack)
+        rng = seed_everything(seed)
+        timing: dict = {}
+        start = time.perf_counter()
+        feats, scales = yield from feature_steps(stack, cfg, device, timing)
+        timing["features_s"] = time.perf_counter() - start
+        yield Progress(1, 4, stage="PCA")
+        start = time.perf_counter()
+        z, mean, basis, eigvals = yield from pca_poc_steps(feats, cfg, device, rng)
+        timing["pca_s"] = time.perf_counter() - start
+        yield Progress(3, 4, stage="clustering")
+        clustering_start = time.perf_counter()
+        space, fitted, extras, params = z, {}, {}, {}
+        if cfg.clustering == "uspec":
+            space, fitted, extras, params = yield from uspec_steps(z, cfg, rng, seed, timing)
+        start = time.perf_counter()
+        centers, _, history = yield from restart_steps(stack, space, cfg, rng)
+        timing["kmeans_s"] = time.perf_counter() - start
+        scores = torch.cdist(space, centers)
+        labels = scores.argmin(1).cpu().numpy()
+        medoid_index = medoids(scores.cpu().numpy(), labels, cfg.k)
+        extras = {"pca_eigenvalues": eigvals.float().cpu().numpy(), **extras,
+                  "medoids": np.stack([stack.batch(int(i), int(i) + 1)[0] for i in medoid_index]), "medoid_index": medoid_index}
+        state = PSSCState(item_shape=np.asarray(stack.item_shape), mean=mean.float().cpu().numpy(),
+                          basis=basis.float().cpu().numpy(), centers=centers.cpu().numpy(), path_scales=scales, **fitted)
+        timing["clustering_s"] = time.perf_counter() - clustering_start
+        return self.result(cfg, state, labels=labels, scores=scores.cpu().numpy(),
+                           prototypes=cluster_means(stack, labels, cfg.k), history=history, params=params,
+                           extras=extras, timing=timing)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Assign new images: features → stored PCA/POC projection → (U-SPEC) nearest representatives →
@@ -465,4 +490,4 @@ class PSSC(Method):
                               params=params, extras=extras)
 
 
-PSSC_METHOD = register(PSSC())
+register(PSSC())
