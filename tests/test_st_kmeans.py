@@ -137,12 +137,33 @@ def test_st_result_fields_predict_and_save(glyphs, tmp_path):
     assert np.array_equal(ticlust.predict(back, x[:10], device="cpu").labels, p.labels)
 
 
-def test_minibatch_mode_runs(glyphs):
-    x, _ = glyphs
-    r = ticlust.fit(x, "st-kmeans", k=4, device="cpu", seed=0, landmarks=3, mode="minibatch", epochs=3,
-                    batch_size=8, steps=3, affine_steps=2, predict_steps=3)
-    assert r.labels.shape == (len(x),) and np.isfinite(r.history).all() and len(r.history) >= 2
-    assert r.prototypes.shape == (4, 16, 16)
+def shifted_shapes(n_per_class=6, size=16, seed=0):
+    """Ring, vertical bar, horizontal bar (blurred), each rolled by up to ±2 pixels: only alignment separates them."""
+    from scipy.ndimage import gaussian_filter
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size] - (size - 1) / 2
+    shapes = [np.abs(np.hypot(xx, yy) - 4) < 1.2, (np.abs(xx) < 1.2) & (np.abs(yy) < 5), (np.abs(yy) < 1.2) & (np.abs(xx) < 5)]
+    x, y = [], []
+    for label, shape in enumerate(shapes):
+        shape = gaussian_filter(shape.astype(np.float32), 1.0)
+        for _ in range(n_per_class):
+            x.append(np.roll(shape, tuple(rng.integers(-2, 3, size=2)), (0, 1)))
+            y.append(label)
+    return np.stack(x), np.array(y)
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("method, extra", [("st-kmeans", {"landmarks": 3}), ("ai-kmeans", {})])
+def test_minibatch_mode_clusters_shifted_shapes(method, extra):
+    from sklearn.metrics import adjusted_rand_score
+    x, y = shifted_shapes()
+    assert adjusted_rand_score(y, ticlust.fit(x, "kmeans", k=3, device="cpu", seed=0).labels) < 0.5  # pixels fail
+    r = ticlust.fit(x, method, k=3, device="cpu", seed=0, mode="minibatch", epochs=6, batch_size=6, minibatch_steps=2,
+                    steps=10, affine_steps=10, lr=5e-2, affine_lr=5e-2, predict_steps=3, **extra)
+    assert adjusted_rand_score(y, r.labels) == 1.0
+    h = np.asarray(r.history)                       # one entry per epoch, then the final full assignment pass
+    assert len(h) >= 3 and np.all(np.diff(h) < 0), h
+    assert np.array_equal(r.labels, r.scores.argmin(1)) and np.isclose(h[-1], r.scores.min(1).mean(), rtol=1e-5)
 
 
 def test_model_selection_table(glyphs):
@@ -253,8 +274,24 @@ def test_warps_stay_within_bounds(glyphs):
     assert np.abs(r.params["displacements"]).max() <= 0.25 + 1e-5
 
 
-def test_scale_bound_defaults_differ_by_method():
-    """ST K-means defaults to the looser scale bound measured better on MNIST; AI K-means keeps 1.5."""
-    from ticlust.methods.st_kmeans import AIKMeansConfig, STKMeansConfig
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("method, extra", [("st-kmeans", {"landmarks": 3}), ("ai-kmeans", {})])
+def test_default_scale_bound_is_enforced(method, extra):
+    """Discs of radius 1.5 … 7 onto one centroid need scale factors far outside either variant's default
+    bound (ST 2, AI 1.5): with the bound left at its default, fitted and predicted warps stop exactly at it."""
+    from scipy.ndimage import gaussian_filter
+    yy, xx = np.mgrid[0:16, 0:16] - 7.5
+    x = np.stack([gaussian_filter((np.hypot(xx, yy) < rad).astype(np.float32), 0.7) for rad in (1.5, 2, 6, 7)])
+    fast = dict(k=1, device="cpu", seed=0, steps=15, affine_steps=15, max_iter=2, lr=5e-2, affine_lr=5e-2,
+                predict_steps=20, **extra)
 
-    assert STKMeansConfig().max_scale == 2.0 and AIKMeansConfig().max_scale == 1.5
+    def scales(result):
+        return np.linalg.svd(result.params["affine"][:, :, :2], compute_uv=False)
+
+    r = ticlust.fit(x, method, **fast)
+    bound = r.config["max_scale"]
+    loose = ticlust.fit(x, method, max_scale=10.0, **fast)
+    assert scales(loose).min() < 0.5 / bound                     # these data do push past the default bound
+    for sv in (scales(r), scales(ticlust.predict(r, x, device="cpu"))):
+        assert sv.min() >= 1 / bound - 1e-4 and sv.max() <= bound + 1e-4
+        assert sv.min() <= 1 / bound + 1e-3                      # and the bound is what stops them
