@@ -507,6 +507,11 @@ def _reseed(x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.
     return True
 
 
+def _warp_options(cfg) -> dict:
+    """The Aligner options both variants take from their config: low-pass, padding and affine bounds."""
+    return dict(lowpass=cfg.lowpass, padding=cfg.padding, max_scale=cfg.max_scale, max_shift=cfg.max_shift)
+
+
 def _check_images(stack: Stack, name: str) -> None:
     if not stack.is_image:
         raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
@@ -628,9 +633,12 @@ class AIKMeans(Method):
         return None
 
     def aligner(self, cfg, size, device) -> Aligner:
-        return Aligner(size, self.landmarks(cfg), device, lowpass=cfg.lowpass, padding=cfg.padding,
-                       max_scale=cfg.max_scale, max_shift=cfg.max_shift,
-                       max_displacement=math.inf if self.landmarks(cfg) is None else cfg.max_displacement)
+        """Affine warps within the config's bounds."""
+        return Aligner(size, None, device, **_warp_options(cfg))
+
+    def selection_runs(self, cfg, landmarks, lrs) -> list:
+        """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate."""
+        return [(0, dataclasses.replace(cfg, lr=lr, select=False)) for lr in lrs]
 
     def validate(self, stack: Stack) -> None:
         _check_images(stack, self.name)
@@ -668,13 +676,12 @@ class AIKMeans(Method):
     def sweep(self, stack, cfg, device, seed, landmarks=LANDMARK_GRID, lrs=LR_GRID):
         """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept.
         Returns (best result, table of every run: landmarks, lr, distortion, iterations, fit_s)."""
-        grid = [(g, lr) for g in (tuple(landmarks) if self.landmarks(cfg) is not None else (None,)) for lr in lrs]
-        subs = [dataclasses.replace(cfg, lr=lr, select=False, **({} if g is None else {"landmarks": g})) for g, lr in grid]
-        best, results = yield from best_of([lambda sub=sub: self.run(stack, sub, device, seed) for sub in subs],
+        runs = self.selection_runs(cfg, landmarks, lrs)
+        best, results = yield from best_of([lambda sub=sub: self.run(stack, sub, device, seed) for _, sub in runs],
                                            lambda i, n: f"selection {i + 1}/{n}")
-        rows = [{"landmarks": 0 if g is None else g, "lr": lr, "distortion": r.final_loss,
+        rows = [{"landmarks": g, "lr": sub.lr, "distortion": r.final_loss,
                  "iterations": r.timing.get("iterations", 0), "fit_s": r.timing.get("fit_s", 0.0)}
-                for (g, lr), r in zip(grid, results)]
+                for (g, sub), r in zip(runs, results)]
         best.extras.update({f"selection_{key}": np.array([r[key] for r in rows]) for key in rows[0]})
         best.config = {**best.config, "select": True}
         return best, rows
@@ -716,6 +723,14 @@ class STKMeans(AIKMeans):
 
     def landmarks(self, cfg) -> int | None:
         return cfg.landmarks
+
+    def aligner(self, cfg, size, device) -> Aligner:
+        """Affine + TPS warps on the config's landmark grid, within its bounds."""
+        return Aligner(size, cfg.landmarks, device, max_displacement=cfg.max_displacement, **_warp_options(cfg))
+
+    def selection_runs(self, cfg, landmarks, lrs) -> list:
+        """One model-selection run per (landmark grid side, learning rate), as in Sec. 4.2."""
+        return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g)) for g in landmarks for lr in lrs]
 
 
 ST_KMEANS = register(STKMeans())
