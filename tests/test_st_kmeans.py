@@ -11,7 +11,8 @@ from ticlust.validation import as_stack
 from ticlust.methods.base import seed_everything
 from ticlust.methods.kmeans import kmeans_plus_plus
 from ticlust.evaluation import select_model
-from ticlust.methods.st_kmeans import Aligner, _centroid_update, adam, gaussian_lowpass
+from ticlust.methods.st_kmeans import (Aligner, Alignments, Schedule, _centroid_update, _reseed, _running_mean_update,
+                                       adam, gaussian_lowpass)
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
 from ticlust.warped_digits import nonrigid_digits, rigid_digits
@@ -48,15 +49,16 @@ def test_same_seed_same_result_and_kmeans_init(glyphs):
 
 def test_centroid_is_mean_of_warped_members():
     torch.manual_seed(0)
-    al = Aligner((12, 12), 3, 0.0, "zeros", "cpu")
+    al = Aligner((12, 12), 3, "cpu")
     x = torch.rand(7, 1, 12, 12)
     mu = torch.rand(2, 1, 12, 12)
     theta = torch.randn(7, 2, 6) * 0.05
     nu = torch.randn(7, 2, 9, 2) * 0.05
     labels = torch.tensor([0, 1, 0, 0, 1, 1, 0])
-    losses = al.pair_losses(x, mu, theta, nu)
-    new = _centroid_update(al, x, theta, nu, labels, losses, mu.clone(), 4)
-    warped = al.warp_pairs(x, theta, nu)          # (7, 2, 1, 12, 12)
+    pairs = Alignments(theta, nu)
+    pairs.losses = al.pair_losses(x, mu, pairs)
+    new = _centroid_update(al, x, mu.clone(), pairs, labels, 4)
+    warped = al.warp_pairs(x, pairs)              # (7, 2, 1, 12, 12)
     for k in range(2):
         members = warped[labels == k, k]
         assert torch.allclose(new[k], members.mean(0), atol=1e-6)
@@ -74,15 +76,14 @@ def test_alignment_recovers_known_warps_and_never_worsens():
     disp = torch.randn(4, 16, 2) * 0.06
     disp[..., 0] += 0.1
     bent = warp(base, tps_grid(disp, (24, 24)), padding_mode="zeros")
-    al = Aligner((24, 24), 4, 0.07, "zeros", "cpu")
-    theta, nu = al.zeros(4, 4)
+    al = Aligner((24, 24), 4, "cpu", lowpass=0.07)
     mu = base
-    gen = al.align(bent, al.lowpass(bent), mu, al.lowpass(mu), theta, nu, 60, 150, 1e-2, 1e-2)
+    gen = al.align(al.pyramid(bent), al.pyramid(mu), al.zeros(4, 4), Schedule(60, 150, 1e-2, 1e-2))
     with pytest.raises(StopIteration) as stop:
         while True:
             next(gen)
-    th, v, loss = stop.value.value
-    start = al.pair_losses(bent, mu, *al.zeros(4, 4))
+    loss = stop.value.value.losses
+    start = al.pair_losses(bent, mu, al.zeros(4, 4))
     diag = torch.arange(4)
     assert torch.all(loss <= start + 1e-6)                 # never worse than where it started
     assert torch.all(loss[diag, diag] < 0.15 * start[diag, diag])
@@ -114,10 +115,10 @@ def test_display_grid_convention_and_aligned():
         assert np.allclose(sampled, r.aligned[i], atol=1e-4)
     lat = np.linspace(0, 15, 12)
     # a pure translation by t (normalised) moves the grid by t·W/2 pixels
-    al = Aligner((16, 16), None, 0.0, "zeros", "cpu")
+    al = Aligner((16, 16), None, "cpu")
     theta = torch.zeros(1, 6)
     theta[0, 2], theta[0, 5] = 0.25, -0.5
-    g = al.display_grids(theta, None)[0].numpy()
+    g = al.display_grids(Alignments(theta))[0].numpy()
     assert np.allclose(g[..., 0] - lat[None, :], 2.0) and np.allclose(g[..., 1] - lat[:, None], -4.0)
 
 
@@ -137,12 +138,50 @@ def test_st_result_fields_predict_and_save(glyphs, tmp_path):
     assert np.array_equal(ticlust.predict(back, x[:10], device="cpu").labels, p.labels)
 
 
-def test_minibatch_mode_runs(glyphs):
-    x, _ = glyphs
-    r = ticlust.fit(x, "st-kmeans", k=4, device="cpu", seed=0, landmarks=3, mode="minibatch", epochs=3,
-                    batch_size=8, steps=3, affine_steps=2, predict_steps=3)
-    assert r.labels.shape == (len(x),) and np.isfinite(r.history).all() and len(r.history) >= 2
-    assert r.prototypes.shape == (4, 16, 16)
+def shifted_shapes(n_per_class=6, size=16, seed=0):
+    """Ring, vertical bar, horizontal bar (blurred), each rolled by up to ±2 pixels: only alignment separates them."""
+    from scipy.ndimage import gaussian_filter
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size] - (size - 1) / 2
+    shapes = [np.abs(np.hypot(xx, yy) - 4) < 1.2, (np.abs(xx) < 1.2) & (np.abs(yy) < 5), (np.abs(yy) < 1.2) & (np.abs(xx) < 5)]
+    x, y = [], []
+    for label, shape in enumerate(shapes):
+        shape = gaussian_filter(shape.astype(np.float32), 1.0)
+        for _ in range(n_per_class):
+            x.append(np.roll(shape, tuple(rng.integers(-2, 3, size=2)), (0, 1)))
+            y.append(label)
+    return np.stack(x), np.array(y)
+
+
+def test_minibatch_centroid_is_running_mean_of_all_members_seen():
+    """Step 1/count: after any sequence of batches a centroid that was hit is the mean of every warped
+    member it has received so far (its start forgotten); a centroid never hit stays where it was."""
+    torch.manual_seed(0)
+    mu0 = torch.rand(3, 1, 4, 4)
+    mu, counts = mu0.clone(), torch.zeros(3)
+    seen = {0: [], 1: [], 2: []}
+    for size in (5, 2, 7):
+        warped, labels = torch.rand(size, 1, 4, 4), torch.randint(0, 2, (size,))
+        _running_mean_update(mu, counts, labels, warped)
+        for w, k in zip(warped, labels.tolist()):
+            seen[k].append(w)
+    for k in (0, 1):
+        assert torch.allclose(mu[k], torch.stack(seen[k]).mean(0), atol=1e-6) and counts[k] == len(seen[k])
+    assert torch.equal(mu[2], mu0[2]) and counts[2] == 0
+
+
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("method, extra", [("st-kmeans", {"landmarks": 3}), ("ai-kmeans", {})])
+def test_minibatch_mode_clusters_shifted_shapes(method, extra):
+    from sklearn.metrics import adjusted_rand_score
+    x, y = shifted_shapes()
+    assert adjusted_rand_score(y, ticlust.fit(x, "kmeans", k=3, device="cpu", seed=0).labels) < 0.5  # pixels fail
+    r = ticlust.fit(x, method, k=3, device="cpu", seed=0, mode="minibatch", epochs=6, batch_size=6, minibatch_steps=2,
+                    steps=10, affine_steps=10, lr=5e-2, affine_lr=5e-2, predict_steps=3, **extra)
+    assert adjusted_rand_score(y, r.labels) == 1.0
+    h = np.asarray(r.history)                       # one entry per epoch, then the final full assignment pass
+    assert len(h) >= 3 and np.all(np.diff(h) < 0), h
+    assert np.array_equal(r.labels, r.scores.argmin(1)) and np.isclose(h[-1], r.scores.min(1).mean(), rtol=1e-5)
 
 
 def test_model_selection_table(glyphs):
@@ -210,7 +249,6 @@ def test_generators(maker):
 
 
 def test_reseed_swap_move_lowers_distortion():
-    from ticlust.methods.st_kmeans import _reseed
     x = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 1, 2, 2).clone()
     mu = torch.zeros(3, 1, 2, 2)
     theta, nu = torch.full((4, 3, 6), 0.1), torch.full((4, 3, 4, 2), 0.1)
@@ -218,7 +256,7 @@ def test_reseed_swap_move_lowers_distortion():
     losses = torch.tensor([[1.0, 1.1, 5.0], [1.0, 1.1, 5.0], [3.0, 0.5, 4.0], [12.0, 11.0, 10.0]])
     labels = losses.argmin(1)
     before = float(losses.gather(1, labels[:, None]).sum())
-    assert _reseed(x, mu, theta, nu, losses, labels)
+    assert _reseed(x, mu, Alignments(theta, nu, losses), labels)
     assert labels.tolist() == [1, 1, 1, 0] and torch.equal(mu[0], x[3])
     assert torch.all(theta[:, 0] == 0) and torch.all(nu[:, 0] == 0) and torch.all(theta[:, 1] == 0.1)
     after = 1.1 + 1.1 + 0.5 + 0.0
@@ -226,13 +264,13 @@ def test_reseed_swap_move_lowers_distortion():
     # no move when every centroid is needed: dropping any costs more than the worst item gains
     losses = torch.tensor([[0.1, 9.0], [9.0, 0.1], [0.2, 9.0]])
     labels = losses.argmin(1)
-    assert not _reseed(x[:3], mu[:2], theta[:3, :2], nu[:3, :2], losses, labels)
+    assert not _reseed(x[:3], mu[:2], Alignments(theta[:3, :2], nu[:3, :2], losses), labels)
     assert labels.tolist() == [0, 1, 0]
 
 
 def test_warps_stay_within_bounds(glyphs):
     x, _ = glyphs
-    al = Aligner((16, 16), 3, 0.0, "zeros", "cpu", max_scale=1.5, max_shift=0.3, max_displacement=0.5)
+    al = Aligner((16, 16), 3, "cpu", max_scale=1.5, max_shift=0.3, max_displacement=0.5)
     theta = torch.randn(50, 2, 6)
     (proj,) = al.project_affine([theta])
     m = proj[..., [0, 1, 3, 4]].reshape(50, 2, 2, 2) + torch.eye(2)
@@ -253,8 +291,24 @@ def test_warps_stay_within_bounds(glyphs):
     assert np.abs(r.params["displacements"]).max() <= 0.25 + 1e-5
 
 
-def test_scale_bound_defaults_differ_by_method():
-    """ST K-means defaults to the looser scale bound measured better on MNIST; AI K-means keeps 1.5."""
-    from ticlust.methods.st_kmeans import AIKMeansConfig, STKMeansConfig
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("method, extra", [("st-kmeans", {"landmarks": 3}), ("ai-kmeans", {})])
+def test_default_scale_bound_is_enforced(method, extra):
+    """Discs of radius 1.5 … 7 onto one centroid need scale factors far outside either variant's default
+    bound (ST 2, AI 1.5): with the bound left at its default, fitted and predicted warps stop exactly at it."""
+    from scipy.ndimage import gaussian_filter
+    yy, xx = np.mgrid[0:16, 0:16] - 7.5
+    x = np.stack([gaussian_filter((np.hypot(xx, yy) < rad).astype(np.float32), 0.7) for rad in (1.5, 2, 6, 7)])
+    fast = dict(k=1, device="cpu", seed=0, steps=15, affine_steps=15, max_iter=2, lr=5e-2, affine_lr=5e-2,
+                predict_steps=20, **extra)
 
-    assert STKMeansConfig().max_scale == 2.0 and AIKMeansConfig().max_scale == 1.5
+    def scales(result):
+        return np.linalg.svd(result.params["affine"][:, :, :2], compute_uv=False)
+
+    r = ticlust.fit(x, method, **fast)
+    bound = r.config["max_scale"]
+    loose = ticlust.fit(x, method, max_scale=10.0, **fast)
+    assert scales(loose).min() < 0.5 / bound                     # these data do push past the default bound
+    for sv in (scales(r), scales(ticlust.predict(r, x, device="cpu"))):
+        assert sv.min() >= 1 / bound - 1e-4 and sv.max() <= bound + 1e-4
+        assert sv.min() <= 1 / bound + 1e-3                      # and the bound is what stops them

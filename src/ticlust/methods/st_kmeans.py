@@ -19,6 +19,7 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -97,21 +98,43 @@ def gaussian_lowpass(images: torch.Tensor, sigma: float) -> torch.Tensor:
     return x.reshape(shape)
 
 
-def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, ticker: Ticker | None = None, stage: str = "",
-         state: dict | None = None, project=None, betas=(0.9, 0.999), eps: float = 1e-8):
-    """Adam on per-pair losses (generator; returns the best parameters seen and their losses).
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+
+
+@dataclass
+class AdamState:
+    """Adam's moments (one m and v per parameter tensor) and step count t, per pair: (B, K, ...)."""
+
+    m: list[torch.Tensor]
+    v: list[torch.Tensor]
+    t: torch.Tensor
+
+    @classmethod
+    def zeros(cls, params: list[torch.Tensor]) -> AdamState:
+        return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
+                   torch.zeros(params[0].shape[:2], device=params[0].device))
+
+    def rows(self, idx) -> AdamState:
+        return AdamState([m[idx] for m in self.m], [v[idx] for v in self.v], self.t[idx])
+
+    def put_rows(self, idx, part: AdamState) -> None:
+        for whole, rows in zip(self.m + self.v + [self.t], part.m + part.v + [part.t]):
+            whole[idx] = rows
+
+
+def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, *, ticker: Ticker | None = None,
+         stage: str = "", state: AdamState | None = None, project=None):
+    """Adam on per-pair losses (generator; returns the best parameters seen, their losses, the Adam state).
 
     ``loss_fn(*params)`` gives one loss per pair (B, K); the parameters are (B, K, ...). Pairs are
     independent, so one optimiser over the summed loss is K·B separate Adam runs. Every pair keeps
     the best iterate it visits (the starting point included), which is what makes the Lloyd
-    distortion monotone. ``state`` (m, v, t per pair) carries Adam's moments across calls
-    (mini-batch mode); without it the moments start at zero.
+    distortion monotone. ``state`` carries Adam's moments across calls (mini-batch mode); without it
+    they start at zero. ``project`` maps the parameters back into their feasible set after each step.
     """
     params = [p.detach().clone() for p in params]
     best = [p.clone() for p in params]
-    if state is None:
-        state = {"m": [torch.zeros_like(p) for p in params], "v": [torch.zeros_like(p) for p in params],
-                 "t": torch.zeros(params[0].shape[:2], device=params[0].device)}
+    state = AdamState.zeros(params) if state is None else state
     best_loss = None
     for _ in range(steps):
         for p in params:
@@ -120,22 +143,8 @@ def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, ticker: Tic
         grads = torch.autograd.grad(loss.sum(), params)
         with torch.no_grad():
             loss = loss.detach()
-            if best_loss is None:
-                best_loss = loss.clone()
-            else:
-                better = loss < best_loss
-                best_loss = torch.where(better, loss, best_loss)
-                for b, p in zip(best, params):
-                    b[better] = p.detach()[better]
-            state["t"] += 1
-            t = state["t"]
-            for i, (p, g) in enumerate(zip(params, grads)):
-                m = state["m"][i].mul_(betas[0]).add_(g, alpha=1 - betas[0])
-                v = state["v"][i].mul_(betas[1]).addcmul_(g, g, value=1 - betas[1])
-                shape = t.shape + (1,) * (p.ndim - 2)
-                m_hat = m / (1 - betas[0] ** t).view(shape)
-                v_hat = v / (1 - betas[1] ** t).view(shape)
-                params[i] = (p.detach() - lr * m_hat / (v_hat.sqrt() + eps))
+            best_loss = loss.clone() if best_loss is None else _keep_better(best, best_loss, params, loss)
+            params = _adam_step(params, grads, state, lr)
             if project is not None:
                 params = project(params)
         if ticker is not None:
@@ -144,11 +153,131 @@ def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, ticker: Tic
         loss = loss_fn(*params)
         if best_loss is None:
             return params, loss, state
-        better = loss < best_loss
-        best_loss = torch.where(better, loss, best_loss)
-        for b, p in zip(best, params):
-            b[better] = p[better]
-    return best, best_loss, state
+        return best, _keep_better(best, best_loss, params, loss), state
+
+
+def _keep_better(best: list[torch.Tensor], best_loss: torch.Tensor, params: list[torch.Tensor],
+                 loss: torch.Tensor) -> torch.Tensor:
+    """Copy into ``best`` (in place) the pairs whose ``loss`` undercuts ``best_loss``; returns the new best losses."""
+    better = loss < best_loss
+    best_loss = torch.where(better, loss, best_loss)
+    for b, p in zip(best, params):
+        b[better] = p.detach()[better]
+    return best_loss
+
+
+def _adam_step(params: list[torch.Tensor], grads, state: AdamState, lr: float) -> list[torch.Tensor]:
+    """One Adam update of every pair, with its own bias correction (pairs may have taken different step counts)."""
+    beta1, beta2 = ADAM_BETAS
+    state.t += 1
+    t = state.t
+    out = []
+    for i, (p, g) in enumerate(zip(params, grads)):
+        m = state.m[i].mul_(beta1).add_(g, alpha=1 - beta1)
+        v = state.v[i].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        shape = t.shape + (1,) * (p.ndim - 2)
+        m_hat = m / (1 - beta1 ** t).view(shape)
+        v_hat = v / (1 - beta2 ** t).view(shape)
+        out.append(p.detach() - lr * m_hat / (v_hat.sqrt() + ADAM_EPS))
+    return out
+
+
+@dataclass
+class Moments:
+    """The Adam states of the two alignment stages, kept per pair across calls (mini-batch mode)."""
+
+    affine: AdamState | None = None
+    warp: AdamState | None = None
+
+    def rows(self, idx) -> Moments:
+        return Moments(*(None if s is None else s.rows(idx) for s in (self.affine, self.warp)))
+
+    def store(self, idx, part: Moments, n: int) -> None:
+        """Write a batch's states back into rows ``idx`` of these (all-item, n rows) states."""
+        self.affine = _stored(self.affine, part.affine, idx, n)
+        self.warp = _stored(self.warp, part.warp, idx, n)
+
+
+def _stored(whole: AdamState | None, part: AdamState | None, idx, n: int) -> AdamState | None:
+    if part is None:
+        return whole
+    if whole is None:
+        whole = AdamState.zeros([torch.zeros(n, *m.shape[1:], device=m.device) for m in part.m])
+    whole.put_rows(idx, part)
+    return whole
+
+
+@dataclass
+class Alignments:
+    """Per-pair alignment state of items onto centroids: the affine maps ``theta`` (N, K, 6), the TPS
+    displacements ``nu`` (N, K, ℓ, 2; None for affine only) and their losses (N, K). With one pair per
+    item (N, 6) / (N, ℓ, 2), they are each item's warp onto its assigned centroid."""
+
+    theta: torch.Tensor
+    nu: torch.Tensor | None = None
+    losses: torch.Tensor | None = None
+
+    def rows(self, idx) -> Alignments:
+        return Alignments(self.theta[idx], None if self.nu is None else self.nu[idx],
+                          None if self.losses is None else self.losses[idx])
+
+    def __setitem__(self, idx, part: Alignments) -> None:
+        self.theta[idx] = part.theta
+        if self.nu is not None:
+            self.nu[idx] = part.nu
+        self.losses[idx] = part.losses
+
+    def assigned(self, labels: torch.Tensor) -> Alignments:
+        """Each item's warp onto its assigned centroid: theta (N, 6), nu (N, ℓ, 2)."""
+        return Alignments(_take(self.theta, labels), _take(self.nu, labels))
+
+    def as_pairs(self) -> Alignments:
+        """Per-item warps (N, ...) as one pair per item (N, 1, ...)."""
+        return Alignments(self.theta[:, None], None if self.nu is None else self.nu[:, None])
+
+    def reset(self, centroids) -> None:
+        """Identity warps onto the given centroids (restarted on a raw item: identity aligns it exactly)."""
+        self.theta[:, centroids] = 0
+        if self.nu is not None:
+            self.nu[:, centroids] = 0
+
+
+def _take(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
+    """The assigned pair's parameters (N, ...) out of (N, K, ...)."""
+    if t is None:
+        return None
+    idx = labels.view(-1, 1, *([1] * (t.ndim - 2))).expand(-1, 1, *t.shape[2:])
+    return t.gather(1, idx)[:, 0]
+
+
+@dataclass
+class Pyramid:
+    """Images (B, C, H, W) and their low-passed copies, which the affine pre-alignment works on (App. B)."""
+
+    full: torch.Tensor
+    low: torch.Tensor
+
+    def rows(self, idx) -> Pyramid:
+        return Pyramid(self.full[idx], self.low[idx])
+
+
+@dataclass
+class Schedule:
+    """Adam steps and learning rates of the two alignment stages, and the ticker that counts them."""
+
+    affine_steps: int
+    steps: int
+    affine_lr: float
+    lr: float
+    ticker: Ticker | None = None
+
+    @classmethod
+    def of(cls, cfg, ticker: Ticker | None = None, steps: int | None = None) -> Schedule:
+        """The config's stages; ``steps`` (mini-batch, prediction) replaces both step counts, the affine
+        one only where the config runs an affine pre-alignment at all."""
+        if steps is None:
+            return cls(cfg.affine_steps, cfg.steps, cfg.affine_lr, cfg.lr, ticker)
+        return cls(steps if cfg.affine_steps else 0, steps, cfg.affine_lr, cfg.lr, ticker)
 
 
 class Aligner:
@@ -160,8 +289,9 @@ class Aligner:
     this is a single TPS). B is the precomputed per-pixel TPS basis (kernel inverse done once).
     """
 
-    def __init__(self, size: tuple[int, int], landmarks: int | None, lowpass: float, padding: str, device,
-                 max_scale: float = math.inf, max_shift: float = math.inf, max_displacement: float = math.inf):
+    def __init__(self, size: tuple[int, int], landmarks: int | None, device, *, lowpass: float = 0.0,
+                 padding: str = "zeros", max_scale: float = math.inf, max_shift: float = math.inf,
+                 max_displacement: float = math.inf):
         self.size = size
         self.max_scale, self.max_shift = max_scale, max_shift
         self.max_nu = max_displacement * 2.0 / (landmarks - 1) if landmarks else math.inf
@@ -188,6 +318,9 @@ class Aligner:
             out = out.reshape(*lead, *self.low_size)
         return out
 
+    def pyramid(self, images: torch.Tensor) -> Pyramid:
+        return Pyramid(images, self.lowpass(images))
+
     def project_affine(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """Keep affine maps feasible: singular values in [1/max_scale, max_scale], |shift| ≤ max_shift.
         Unbounded warps let an image shrink or slide off the frame until it matches any dim centroid."""
@@ -209,13 +342,15 @@ class Aligner:
             return params
         return [p.clamp(-self.max_nu, self.max_nu) for p in params]
 
-    def zeros(self, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def zeros(self, n: int, k: int) -> Alignments:
+        """Identity warps of n items onto k centroids, their losses not yet known (inf)."""
         theta = torch.zeros(n, k, 6, device=self.device)
         nu = torch.zeros(n, k, self.n_landmarks, 2, device=self.device) if self.landmarks else None
-        return theta, nu
+        return Alignments(theta, nu, torch.full((n, k), math.inf, device=self.device))
 
-    def grid(self, theta: torch.Tensor, nu: torch.Tensor | None, low: bool = False) -> torch.Tensor:
+    def grid(self, warps: Alignments, low: bool = False) -> torch.Tensor:
         """Sampling grids (..., h, w, 2) for affine parameters (..., 6) and displacements (..., ℓ, 2)."""
+        theta, nu = warps.theta, warps.nu
         pts = self.low_points if low else self.points
         p = theta.reshape(-1, 6)
         px, py = pts[:, 0], pts[:, 1]
@@ -228,73 +363,79 @@ class Aligner:
             gx, gy = gx + disp[:, 0], gy + disp[:, 1]
         return torch.stack([gx, gy], -1).reshape(*theta.shape[:-1], *(self.low_size if low else self.size), 2)
 
-    def warp_pairs(self, x: torch.Tensor, theta: torch.Tensor, nu: torch.Tensor | None, low: bool = False) -> torch.Tensor:
-        """Items x (B, C, H, W) warped by the (B, K) pair parameters: (B, K, C, h, w)."""
-        return warp(x[:, None], self.grid(theta, nu, low), padding_mode=self.padding)
+    def warp_pairs(self, x: torch.Tensor, warps: Alignments, low: bool = False) -> torch.Tensor:
+        """Items x (B, C, H, W) warped by the (B, K) pair warps: (B, K, C, h, w)."""
+        return warp(x[:, None], self.grid(warps, low), padding_mode=self.padding)
 
-    def pair_losses(self, x, mu, theta, nu, low: bool = False) -> torch.Tensor:
+    def pair_losses(self, x: torch.Tensor, mu: torch.Tensor, warps: Alignments, low: bool = False) -> torch.Tensor:
         """||T(x_i, ν_ik) − μ_k||² for all pairs, (B, K)."""
-        return ((self.warp_pairs(x, theta, nu, low) - mu[None]) ** 2).sum((-3, -2, -1))
+        return ((self.warp_pairs(x, warps, low) - mu[None]) ** 2).sum((-3, -2, -1))
 
-    def align(self, x, x_low, mu, mu_low, theta, nu, steps_a: int, steps_b: int, lr_a: float, lr_b: float,
-              ticker: Ticker | None = None, states: dict | None = None):
-        """Improve the (B, K) alignments of items x onto centroids mu (generator).
+    def align(self, x: Pyramid, mu: Pyramid, start: Alignments, schedule: Schedule, moments: Moments | None = None):
+        """Improve the (B, K) alignments of items x onto centroids mu, warm-started from ``start`` (generator).
 
-        Stage A: Adam on the affine map of the low-passed images, warm-started from ``theta``.
-        Stage B: Adam at full resolution on the landmark displacements (or, with no landmarks, on the
-        affine map), started per pair from the best of (old affine, old ν), (new affine, old ν) and
-        (new affine, ν = 0). Returns (theta, nu, losses), never worse per pair than the input.
+        Stage A (when it has steps) pre-aligns the affine maps on the low-passed images; stage B then
+        refines at full resolution. Returns the Alignments with their losses, never worse per pair
+        than ``start``. ``moments`` carries each stage's Adam state across calls (updated in place).
         """
         with torch.no_grad():
-            start_loss = self.pair_losses(x, mu, theta, nu)
-        theta_a = theta
-        if steps_a > 0:
-            theta_a, _, st = yield from adam(lambda th: self.pair_losses(x_low, mu_low, th, None, low=True), [theta],
-                                             steps_a, lr_a, ticker, "affine pre-alignment",
-                                             None if states is None else states.get("a"), self.project_affine)
-            theta_a = theta_a[0]
-            if states is not None:
-                states["a"] = st
-            with torch.no_grad():
-                cands = [(theta_a, nu)] + ([(theta_a, torch.zeros_like(nu))] if nu is not None else [])
-                for th_c, nu_c in cands:
-                    loss_c = self.pair_losses(x, mu, th_c, nu_c)
-                    better = loss_c < start_loss
-                    start_loss = torch.where(better, loss_c, start_loss)
-                    theta = torch.where(better[..., None], th_c, theta)
-                    if nu is not None:
-                        nu = torch.where(better[..., None, None], nu_c, nu)
-        stage = "TPS alignment" if nu is not None else "affine alignment"
-        prev = None if states is None else states.get("b")
-        if nu is not None:
-            fixed = theta
-            (nu_new,), loss, st = yield from adam(lambda v: self.pair_losses(x, mu, fixed, v), [nu], steps_b, lr_b,
-                                                  ticker, stage, prev, self.project_tps)
-            better = loss < start_loss
-            nu = torch.where(better[..., None, None], nu_new, nu)
-        else:
-            (th_new,), loss, st = yield from adam(lambda th: self.pair_losses(x, mu, th, None), [theta], steps_b,
-                                                  lr_b, ticker, stage, prev, self.project_affine)
-            better = loss < start_loss
-            theta = torch.where(better[..., None], th_new, theta)
-        if states is not None:
-            states["b"] = st
-        return theta, nu, torch.where(better, loss, start_loss)
+            best = Alignments(start.theta, start.nu, self.pair_losses(x.full, mu.full, start))
+        if schedule.affine_steps > 0:
+            best = yield from self._pre_align(x, mu, best, schedule, moments)
+        return (yield from self._refine(x.full, mu.full, best, schedule, moments))
 
-    def display_grids(self, theta: torch.Tensor, nu: torch.Tensor | None) -> torch.Tensor:
+    def _pre_align(self, x: Pyramid, mu: Pyramid, best: Alignments, schedule: Schedule, moments: Moments | None):
+        """Stage A: Adam on the affine maps of the low-passed images. Each pair then keeps the best of
+        (old affine, old ν), (new affine, old ν) and (new affine, ν = 0) as stage B's start."""
+        (theta_a,), _, st = yield from adam(
+            lambda th: self.pair_losses(x.low, mu.low, Alignments(th), low=True), [best.theta], schedule.affine_steps,
+            schedule.affine_lr, ticker=schedule.ticker, stage="affine pre-alignment",
+            state=None if moments is None else moments.affine, project=self.project_affine)
+        if moments is not None:
+            moments.affine = st
+        theta, nu, start_loss = best.theta, best.nu, best.losses
+        with torch.no_grad():
+            cands = [(theta_a, nu)] + ([(theta_a, torch.zeros_like(nu))] if nu is not None else [])
+            for th_c, nu_c in cands:
+                loss_c = self.pair_losses(x.full, mu.full, Alignments(th_c, nu_c))
+                better = loss_c < start_loss
+                start_loss = torch.where(better, loss_c, start_loss)
+                theta = torch.where(better[..., None], th_c, theta)
+                if nu is not None:
+                    nu = torch.where(better[..., None, None], nu_c, nu)
+        return Alignments(theta, nu, start_loss)
+
+    def _refine(self, x: torch.Tensor, mu: torch.Tensor, start: Alignments, schedule: Schedule, moments: Moments | None):
+        """Stage B at full resolution: Adam on the landmark displacements with the affine maps fixed or,
+        with no landmarks, on the affine maps. A pair keeps its start where Adam found nothing better."""
+        if start.nu is not None:   # the displacements move, the affine maps stay
+            stage, param, project, warps = "TPS alignment", start.nu, self.project_tps, partial(Alignments, start.theta)
+        else:
+            stage, param, project, warps = "affine alignment", start.theta, self.project_affine, Alignments
+        (new,), loss, st = yield from adam(
+            lambda p: self.pair_losses(x, mu, warps(p)), [param], schedule.steps, schedule.lr, ticker=schedule.ticker,
+            stage=stage, state=None if moments is None else moments.warp, project=project)
+        if moments is not None:
+            moments.warp = st
+        better = loss < start.losses
+        out = warps(torch.where(better.view(*better.shape, *[1] * (param.ndim - 2)), new, param))
+        out.losses = torch.where(better, loss, start.losses)
+        return out
+
+    def display_grids(self, warps: Alignments) -> torch.Tensor:
         """(N, gh, gw, 2) pixel (x, y) positions in each item of a regular lattice of the prototype frame."""
         lattice = (min(self.size[0], DISPLAY_LATTICE), min(self.size[1], DISPLAY_LATTICE))
         pix = lattice_pixels(self.size, lattice, self.device)
         pts = to_normalized(pix, self.size).reshape(-1, 2)
-        g = affine_points(theta, pts)
-        if nu is not None:
-            g = g + tps_basis(self.landmarks).interpolation_matrix(pts).float() @ nu
-        return to_pixels(g, self.size).reshape(theta.shape[0], *lattice, 2)
+        g = affine_points(warps.theta, pts)
+        if warps.nu is not None:
+            g = g + tps_basis(self.landmarks).interpolation_matrix(pts).float() @ warps.nu
+        return to_pixels(g, self.size).reshape(warps.theta.shape[0], *lattice, 2)
 
-    def target_landmarks(self, theta: torch.Tensor, nu: torch.Tensor) -> torch.Tensor:
+    def target_landmarks(self, warps: Alignments) -> torch.Tensor:
         """Pixel positions in the item of the landmarks: A(s_j) + ν_j, (N, ℓ, 2)."""
         src = tps_basis(self.landmarks).sources.to(self.device, torch.float32)
-        return to_pixels(affine_points(theta, src) + nu, self.size)
+        return to_pixels(affine_points(warps.theta, src) + warps.nu, self.size)
 
 
 # ---- shared pieces of the training loop ----------------------------------------------------------
@@ -302,42 +443,42 @@ def _chunks(n: int, size: int):
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
 
-def _take(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
-    """The assigned pair's parameters (N, ...) out of (N, K, ...)."""
-    if t is None:
-        return None
-    idx = labels.view(-1, 1, *([1] * (t.ndim - 2))).expand(-1, 1, *t.shape[2:])
-    return t.gather(1, idx)[:, 0]
-
-
-def _warp_assigned(aligner: Aligner, x, theta, nu, labels, chunk: int) -> torch.Tensor:
-    """Every item warped onto its assigned centroid, (N, C, H, W)."""
-    th, v = _take(theta, labels), _take(nu, labels)
+def _warp_assigned(aligner: Aligner, x: torch.Tensor, own: Alignments, chunk: int) -> torch.Tensor:
+    """Every item warped by its own warp (N, ...) onto its assigned centroid, (N, C, H, W)."""
     out = []
     with torch.no_grad():
         for s in _chunks(x.shape[0], chunk * 8):
-            out.append(aligner.warp_pairs(x[s], th[s, None], None if v is None else v[s, None])[:, 0])
+            out.append(aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0])
     return torch.cat(out)
 
 
-def _centroid_update(aligner, x, theta, nu, labels, losses, mu, chunk):
+def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.Tensor,
+                     chunk: int) -> torch.Tensor:
     """Eq. 4: the mean of the warped members. An emptied cluster restarts on the worst-fitted item."""
     k = mu.shape[0]
-    warped = _warp_assigned(aligner, x, theta, nu, labels, chunk)
+    warped = _warp_assigned(aligner, x, pairs.assigned(labels), chunk)
     sums = torch.zeros_like(mu).index_add_(0, labels, warped)
     counts = torch.bincount(labels, minlength=k)
     new = sums / counts.clamp_min(1).to(mu.dtype).view(-1, 1, 1, 1)
     empty = torch.nonzero(counts == 0).flatten()
     if len(empty):
-        worst = torch.argsort(losses.gather(1, labels[:, None])[:, 0], descending=True)[: len(empty)]
+        worst = torch.argsort(pairs.losses.gather(1, labels[:, None])[:, 0], descending=True)[: len(empty)]
         new[empty] = x[worst]
-        theta[:, empty] = 0       # the new centroid is that raw item: identity is its exact alignment
-        if nu is not None:
-            nu[:, empty] = 0
+        pairs.reset(empty)
     return new
 
 
-def _reseed(x, mu, theta, nu, losses, labels) -> bool:
+def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, warped: torch.Tensor) -> None:
+    """Mini-batch K-means step (in place): each hit centroid moves to the running mean of every warped
+    member it has had (step 1/count); ``counts`` (K,) accumulates the members."""
+    add = torch.bincount(labels, minlength=mu.shape[0]).to(counts.dtype)
+    counts += add
+    sums = torch.zeros_like(mu).index_add_(0, labels, warped)
+    hit = add > 0
+    mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
+
+
+def _reseed(x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.Tensor) -> bool:
     """Swap move: drop the centroid whose members lose least by going to their runner-up, restart it
     on the worst-fitted image. Done (in place) only when it lowers the distortion: the members'
     runner-up costs (with their stored warps) plus 0 for that image (identity warp onto itself) must
@@ -346,6 +487,7 @@ def _reseed(x, mu, theta, nu, losses, labels) -> bool:
     k = mu.shape[0]
     if k < 2:
         return False
+    losses = pairs.losses
     best, runner_up, runner_up_index = own_and_runner_up(losses, labels)
     loss_of = torch.zeros(k, device=x.device, dtype=losses.dtype).index_add_(0, labels, runner_up - best)
     counts = torch.bincount(labels, minlength=k)
@@ -359,42 +501,15 @@ def _reseed(x, mu, theta, nu, losses, labels) -> bool:
     labels[members] = runner_up_index[members]
     labels[far] = a
     mu[a] = x[far]
-    theta[:, a] = 0
-    if nu is not None:
-        nu[:, a] = 0
+    pairs.reset(a)
     losses[:, a] = float("inf")
     losses[far, a] = 0.0
     return True
 
 
-def _align_all(aligner, x, x_low, mu, theta, nu, cfg, steps_a, steps_b, ticker):
-    """All N×K alignments against the current centroids, chunk by chunk (generator)."""
-    mu_low = aligner.lowpass(mu)
-    losses = torch.empty(x.shape[0], mu.shape[0], device=x.device)
-    for s in _chunks(x.shape[0], cfg.chunk):
-        th, v, loss = yield from aligner.align(x[s], x_low[s], mu, mu_low, theta[s], None if nu is None else nu[s],
-                                               steps_a, steps_b, cfg.affine_lr, cfg.lr, ticker)
-        theta[s] = th
-        if nu is not None:
-            nu[s] = v
-        losses[s] = loss
-    return losses
-
-
-def _result(method: Method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, history, extras, chunk, timing):
-    protos = from_nchw(mu, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy()
-    warped = _warp_assigned(aligner, x, theta, nu, labels, chunk)
-    th, v = _take(theta, labels), _take(nu, labels)
-    params = {"affine": affine_matrix(th).cpu().numpy()}
-    if v is not None:
-        params["displacements"] = v.cpu().numpy()
-        params["landmarks"] = aligner.target_landmarks(th, v).cpu().numpy()
-    return method.result(
-        cfg, STState(mu.cpu().numpy()), labels=labels.cpu().numpy(), scores=losses.cpu().numpy(), prototypes=protos,
-        history=history,
-        aligned=from_nchw(warped, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy(),
-        aligned_kind="item-on-prototype", grids=aligner.display_grids(th, v).cpu().numpy(), params=params,
-        extras=extras, timing=timing)
+def _warp_options(cfg) -> dict:
+    """The Aligner options both variants take from their config: low-pass, padding and affine bounds."""
+    return dict(lowpass=cfg.lowpass, padding=cfg.padding, max_scale=cfg.max_scale, max_shift=cfg.max_shift)
 
 
 def _check_images(stack: Stack, name: str) -> None:
@@ -402,118 +517,105 @@ def _check_images(stack: Stack, name: str) -> None:
         raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
 
 
+@dataclass
+class _Run:
+    """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass)."""
+
+    cfg: AIKMeansConfig
+    stack: Stack
+    aligner: Aligner
+    x: Pyramid
+
+    def items(self, images: torch.Tensor) -> np.ndarray:
+        """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C)."""
+        return from_nchw(images, self.stack.channels > 1).cpu().numpy()
+
+    def align_all(self, mu: torch.Tensor, pairs: Alignments, schedule: Schedule):
+        """All N×K alignments against centroids mu, chunk by chunk, improved in ``pairs`` (generator)."""
+        mu = self.aligner.pyramid(mu)
+        for s in _chunks(self.stack.n, self.cfg.chunk):
+            pairs[s] = yield from self.aligner.align(self.x.rows(s), mu, pairs.rows(s), schedule)
+
+    def outputs(self, pairs: Alignments, labels: torch.Tensor) -> dict:
+        """The result fields for these assignments: scores, aligned items, display grids, warp parameters."""
+        own = pairs.assigned(labels)
+        params = {"affine": affine_matrix(own.theta).cpu().numpy()}
+        if own.nu is not None:
+            params["displacements"] = own.nu.cpu().numpy()
+            params["landmarks"] = self.aligner.target_landmarks(own).cpu().numpy()
+        return dict(labels=labels.cpu().numpy(), scores=pairs.losses.cpu().numpy(),
+                    aligned=self.items(_warp_assigned(self.aligner, self.x.full, own, self.cfg.chunk)),
+                    aligned_kind="item-on-prototype", grids=self.aligner.display_grids(own).cpu().numpy(), params=params)
+
+
 # ---- training ------------------------------------------------------------------------------------
-def _lloyd(method: AIKMeans, stack: Stack, cfg, device, seed: int):
-    """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes."""
-    start = time.perf_counter()
-    rng = seed_everything(seed)
-    x = to_nchw(stack.tensor(device))
-    size = tuple(x.shape[-2:])
-    mu = kmeans_plus_plus(x.reshape(x.shape[0], -1), cfg.k, rng).reshape(cfg.k, *x.shape[1:])
-    init = mu.clone()
-    aligner = method.aligner(cfg, size, device)
-    x_low = aligner.lowpass(x)
-    n_chunks = len(_chunks(stack.n, cfg.chunk))
-    if cfg.mode == "minibatch":
-        out = yield from _minibatch(stack, cfg, x, x_low, mu, aligner, rng)
-        mu, theta, nu, losses, labels, history, iters = out
-    else:
-        ticker = Ticker(cfg.max_iter * n_chunks * (cfg.affine_steps + cfg.steps))
-        theta, nu = aligner.zeros(stack.n, cfg.k)
-        history, prev = [], None
-        for it in range(1, cfg.max_iter + 1):
-            losses = yield from _align_all(aligner, x, x_low, mu, theta, nu, cfg, cfg.affine_steps, cfg.steps, ticker)
-            labels = losses.argmin(1)
-            history.append(float(losses.gather(1, labels[:, None]).sum()) / stack.n)
-            yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {it}")
-            if it == cfg.max_iter:
-                break
-            moved = cfg.reseed and _reseed(x, mu, theta, nu, losses, labels)
-            if prev is not None and torch.equal(prev, labels) and not moved:
-                break
-            mu = _centroid_update(aligner, x, theta, nu, labels, losses, mu, cfg.chunk)
-            prev = labels
-            yield Snapshot(from_nchw(mu, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy())
-        iters = it
-    extras = {"initial_prototypes": from_nchw(init, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy()}
-    timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
-    return _result(method, cfg, aligner, stack, x, mu, theta, nu, losses, labels, history, extras, cfg.chunk, timing)
+def _lloyd(run: _Run, mu: torch.Tensor):
+    """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes.
+    Returns (centroids, alignments, labels, distortion history, iterations)."""
+    cfg, n = run.cfg, run.stack.n
+    ticker = Ticker(cfg.max_iter * len(_chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
+    schedule = Schedule.of(cfg, ticker)
+    pairs = run.aligner.zeros(n, cfg.k)
+    history, prev = [], None
+    for it in range(1, cfg.max_iter + 1):
+        yield from run.align_all(mu, pairs, schedule)
+        labels = pairs.losses.argmin(1)
+        history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
+        yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {it}")
+        if it == cfg.max_iter:
+            break
+        moved = cfg.reseed and _reseed(run.x.full, mu, pairs, labels)
+        if prev is not None and torch.equal(prev, labels) and not moved:
+            break
+        mu = _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
+        prev = labels
+        yield Snapshot(run.items(mu))
+    return mu, pairs, labels, history, it
 
 
-def _minibatch(stack, cfg, x, x_low, mu, aligner, rng):
+def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
     """Mini-batch variant: each batch's K alignments advance by a few Adam steps (moments kept per
     pair across epochs), then the assigned centroids move to the running mean of their warped
-    members (per-centroid step 1/count, as in mini-batch K-means). Ends with a full assignment pass."""
-    n, k = stack.n, cfg.k
-    theta, nu = aligner.zeros(n, k)
-    states = {"a": None, "b": None}
-    keys = ("a", "b")
-    global_states: dict = {}
-    counts = torch.zeros(k, device=x.device)
-    labels = torch.full((n,), -1, dtype=torch.long, device=x.device)
+    members (per-centroid step 1/count, as in mini-batch K-means). Ends with a full assignment pass.
+    Returns (centroids, alignments, labels, distortion history, epochs)."""
+    cfg, n = run.cfg, run.stack.n
+    pairs, moments = run.aligner.zeros(n, cfg.k), Moments()
+    counts = torch.zeros(cfg.k, device=mu.device)
+    labels = torch.full((n,), -1, dtype=torch.long, device=mu.device)
     batches = _chunks(n, cfg.batch_size)
     ticker = Ticker(cfg.epochs * len(batches) * (cfg.minibatch_steps * (2 if cfg.affine_steps else 1))
                     + len(_chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
-    history = []
-    epoch = 0
+    schedule = Schedule.of(cfg, ticker, cfg.minibatch_steps)
+    history, epoch = [], 0
     for epoch in range(1, cfg.epochs + 1):
-        order = torch.from_numpy(rng.permutation(n)).to(x.device)
+        order = torch.from_numpy(rng.permutation(n)).to(mu.device)
         total, changed = 0.0, 0
         for s in batches:
             idx = order[s]
-            states = {key: _gather_state(global_states.get(key), idx) for key in keys}
-            mu_low = aligner.lowpass(mu)
-            th, v, loss = yield from aligner.align(x[idx], x_low[idx], mu, mu_low, theta[idx],
-                                                   None if nu is None else nu[idx],
-                                                   cfg.minibatch_steps if cfg.affine_steps else 0,
-                                                   cfg.minibatch_steps, cfg.affine_lr, cfg.lr, ticker, states)
-            for key in keys:
-                global_states[key] = _scatter_state(global_states.get(key), states.get(key), idx, n)
-            theta[idx] = th
-            if nu is not None:
-                nu[idx] = v
-            lab = loss.argmin(1)
+            batch_moments = moments.rows(idx)
+            aligned = yield from run.aligner.align(run.x.rows(idx), run.aligner.pyramid(mu), pairs.rows(idx),
+                                                   schedule, batch_moments)
+            moments.store(idx, batch_moments, n)
+            pairs[idx] = aligned
+            lab = aligned.losses.argmin(1)
             changed += int((lab != labels[idx]).sum())
             labels[idx] = lab
-            total += float(loss.gather(1, lab[:, None]).sum())
+            total += float(aligned.losses.gather(1, lab[:, None]).sum())
             with torch.no_grad():
-                warped = aligner.warp_pairs(x[idx], _take(th, lab)[:, None],
-                                            None if v is None else _take(v, lab)[:, None])[:, 0]
-                add = torch.bincount(lab, minlength=k).to(counts.dtype)
-                counts += add
-                sums = torch.zeros_like(mu).index_add_(0, lab, warped)
-                hit = add > 0
-                mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
+                warped = run.aligner.warp_pairs(run.x.full[idx], aligned.assigned(lab).as_pairs())[:, 0]
+                _running_mean_update(mu, counts, lab, warped)
         history.append(total / n)
         yield Progress(ticker.step, ticker.total, history[-1], f"epoch {epoch}")
-        yield Snapshot(from_nchw(mu, stack.channels > 1 and len(stack.item_shape) == 3).cpu().numpy())
+        yield Snapshot(run.items(mu))
         if epoch > 1 and changed == 0:
             break
-    losses = yield from _align_all(aligner, x, x_low, mu, theta, nu, cfg, cfg.affine_steps, cfg.steps, ticker)
-    labels = losses.argmin(1)
-    history.append(float(losses.gather(1, labels[:, None]).sum()) / n)
-    return mu, theta, nu, losses, labels, history, epoch
+    yield from run.align_all(mu, pairs, Schedule.of(cfg, ticker))
+    labels = pairs.losses.argmin(1)
+    history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
+    return mu, pairs, labels, history, epoch
 
 
-def _gather_state(state, idx):
-    if state is None:
-        return None
-    return {"m": [m[idx] for m in state["m"]], "v": [v[idx] for v in state["v"]], "t": state["t"][idx]}
-
-
-def _scatter_state(glob, state, idx, n):
-    if state is None:
-        return glob
-    if glob is None:
-        glob = {"m": [torch.zeros(n, *m.shape[1:], device=m.device) for m in state["m"]],
-                "v": [torch.zeros(n, *v.shape[1:], device=v.device) for v in state["v"]],
-                "t": torch.zeros(n, *state["t"].shape[1:], device=state["t"].device)}
-    for g, s in zip(glob["m"] + glob["v"] + [glob["t"]], state["m"] + state["v"] + [state["t"]]):
-        g[idx] = s
-    return glob
-
-
-# ---- prediction ----------------------------------------------------------------------------------
+# ---- the two methods -----------------------------------------------------------------------------
 @dataclass
 class STState(FittedState):
     centers: np.ndarray   # (K, C, H, W) centroids
@@ -531,8 +633,12 @@ class AIKMeans(Method):
         return None
 
     def aligner(self, cfg, size, device) -> Aligner:
-        return Aligner(size, self.landmarks(cfg), cfg.lowpass, cfg.padding, device, cfg.max_scale, cfg.max_shift,
-                       math.inf if self.landmarks(cfg) is None else cfg.max_displacement)
+        """Affine warps within the config's bounds."""
+        return Aligner(size, None, device, **_warp_options(cfg))
+
+    def selection_runs(self, cfg, landmarks, lrs) -> list:
+        """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate."""
+        return [(0, dataclasses.replace(cfg, lr=lr, select=False)) for lr in lrs]
 
     def validate(self, stack: Stack) -> None:
         _check_images(stack, self.name)
@@ -544,24 +650,44 @@ class AIKMeans(Method):
         if cfg.select:
             best, _ = yield from self.sweep(stack, cfg, device, seed)
             return best
-        return (yield from _lloyd(self, stack, cfg, device, seed))
+        return (yield from self._fit(stack, cfg, device, seed))
+
+    def _start(self, stack: Stack, cfg, x: torch.Tensor, device) -> _Run:
+        aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
+        return _Run(cfg, stack, aligner, aligner.pyramid(x))
+
+    def _fit(self, stack: Stack, cfg, device: torch.device, seed: int):
+        """One run from K-means++ centroids, Lloyd iterations or mini-batches (generator; returns the result)."""
+        start = time.perf_counter()
+        rng = seed_everything(seed)
+        x = to_nchw(stack.tensor(device))
+        mu = kmeans_plus_plus(x.reshape(x.shape[0], -1), cfg.k, rng).reshape(cfg.k, *x.shape[1:])
+        init = mu.clone()
+        run = self._start(stack, cfg, x, device)
+        if cfg.mode == "minibatch":
+            mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
+        else:
+            mu, pairs, labels, history, iters = yield from _lloyd(run, mu)
+        extras = {"initial_prototypes": run.items(init)}
+        timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
+        return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, extras=extras,
+                           timing=timing, **run.outputs(pairs, labels))
 
     def sweep(self, stack, cfg, device, seed, landmarks=LANDMARK_GRID, lrs=LR_GRID):
         """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept.
         Returns (best result, table of every run: landmarks, lr, distortion, iterations, fit_s)."""
-        grid = [(g, lr) for g in (tuple(landmarks) if self.landmarks(cfg) is not None else (None,)) for lr in lrs]
-        subs = [dataclasses.replace(cfg, lr=lr, select=False, **({} if g is None else {"landmarks": g})) for g, lr in grid]
-        best, results = yield from best_of([lambda sub=sub: self.run(stack, sub, device, seed) for sub in subs],
+        runs = self.selection_runs(cfg, landmarks, lrs)
+        best, results = yield from best_of([lambda sub=sub: self.run(stack, sub, device, seed) for _, sub in runs],
                                            lambda i, n: f"selection {i + 1}/{n}")
-        rows = [{"landmarks": 0 if g is None else g, "lr": lr, "distortion": r.final_loss,
+        rows = [{"landmarks": g, "lr": sub.lr, "distortion": r.final_loss,
                  "iterations": r.timing.get("iterations", 0), "fit_s": r.timing.get("fit_s", 0.0)}
-                for (g, lr), r in zip(grid, results)]
+                for (g, sub), r in zip(runs, results)]
         best.extras.update({f"selection_{key}": np.array([r[key] for r in rows]) for key in rows[0]})
         best.config = {**best.config, "select": True}
         return best, rows
 
     def align_new(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None):
-        """Optimise the alignments of new images onto the fixed centroids: (cfg, aligner, x, mu, theta, nu, losses)."""
+        """Optimise the alignments of new images onto the fixed centroids: (run, centroids, alignments)."""
         _check_images(stack, self.name)
         cfg = self.config_of(result)
         if batch_size is not None:
@@ -571,28 +697,25 @@ class AIKMeans(Method):
         x = to_nchw(stack.tensor(device))
         if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
             raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
-        aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
-        theta, nu = aligner.zeros(stack.n, mu.shape[0])
-        losses = drain(_align_all(aligner, x, aligner.lowpass(x), mu, theta, nu, cfg,
-                                  cfg.predict_steps if cfg.affine_steps else 0, cfg.predict_steps, None))
-        return cfg, aligner, x, mu, theta, nu, losses
+        run = self._start(stack, cfg, x, device)
+        pairs = run.aligner.zeros(stack.n, mu.shape[0])
+        drain(run.align_all(mu, pairs, Schedule.of(cfg, steps=cfg.predict_steps)))
+        return run, mu, pairs
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Assign new images with the centroids fixed: only their alignments are optimised."""
         start = time.perf_counter()
-        cfg, aligner, x, mu, theta, nu, losses = self.align_new(result, stack, device, batch_size)
-        labels = losses.argmin(1)
-        out = _result(self, cfg, aligner, stack, x, mu, theta, nu, losses, labels, [], {}, cfg.chunk,
-                      {"fit_s": time.perf_counter() - start})
-        out.config, out.prototypes, out.state = result.config, result.prototypes, result.state
-        return out
+        run, _, pairs = self.align_new(result, stack, device, batch_size)
+        labels = pairs.losses.argmin(1)
+        timing = {"fit_s": time.perf_counter() - start}
+        return self.predicted(result, timing=timing, **run.outputs(pairs, labels))
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device):
         """For the alignment inspector: one image warped onto every centroid, and its distance to each."""
-        _, aligner, x, _, theta, nu, losses = self.align_new(result, stack, device)
+        run, _, pairs = self.align_new(result, stack, device)
         with torch.no_grad():
-            warped = aligner.warp_pairs(x[:1], theta[:1], None if nu is None else nu[:1])[0]
-        return from_nchw(warped, stack.channels > 1).cpu().numpy(), losses[0].cpu().numpy()
+            warped = run.aligner.warp_pairs(run.x.full[:1], pairs.rows(slice(0, 1)))[0]
+        return run.items(warped), pairs.losses[0].cpu().numpy()
 
 
 class STKMeans(AIKMeans):
@@ -600,6 +723,14 @@ class STKMeans(AIKMeans):
 
     def landmarks(self, cfg) -> int | None:
         return cfg.landmarks
+
+    def aligner(self, cfg, size, device) -> Aligner:
+        """Affine + TPS warps on the config's landmark grid, within its bounds."""
+        return Aligner(size, cfg.landmarks, device, max_displacement=cfg.max_displacement, **_warp_options(cfg))
+
+    def selection_runs(self, cfg, landmarks, lrs) -> list:
+        """One model-selection run per (landmark grid side, learning rate), as in Sec. 4.2."""
+        return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g)) for g in landmarks for lr in lrs]
 
 
 ST_KMEANS = register(STKMeans())
