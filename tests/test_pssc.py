@@ -191,3 +191,20 @@ def test_bad_parameters_and_inputs_fail_clearly(digits):
     r = ticlust.fit(x[:80], method="pssc", k=4, features="pixels", **{**SMALL, "candidates": 80, "representatives": 20})
     with pytest.raises(InputError, match="same shape"):
         ticlust.predict(r, np.random.rand(5, 12, 12))
+
+
+def test_dual_pca_spans_the_same_components_as_the_covariance():
+    """With more features than items, PCA through the N×N Gram matrix gives the covariance's leading
+    eigenvalues and (up to sign) eigenvectors, so large crops need no F×F matrix."""
+    rng = np.random.default_rng(2)
+    x = (rng.normal(size=(40, 300)) * np.linspace(3, 0.1, 300)).astype(np.float32)
+    dev = torch.device("cpu")
+    mean, cov = drain(pssc.covariance_steps(x, dev))
+    vals_c, vecs_c = pssc.top_eigenvectors(cov, 5, "eigh", rng)
+    mean_g, gram = drain(pssc.gram_steps(x, dev, chunk=16))
+    vals_g, vecs_g = pssc.top_eigenvectors(gram, 5, "eigh", rng)
+    basis = drain(pssc.dual_basis(x, mean_g, vecs_g, vals_g, dev, chunk=16))
+    torch.testing.assert_close(mean_g, mean)
+    torch.testing.assert_close(vals_g, vals_c, rtol=1e-5, atol=1e-8)
+    cos = (basis * vecs_c).sum(0).abs() / (basis.norm(dim=0) * vecs_c.norm(dim=0))
+    assert bool((cos > 1 - 1e-5).all()) and torch.allclose(basis.norm(dim=0), torch.ones(5, dtype=basis.dtype), atol=1e-5)

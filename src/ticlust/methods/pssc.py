@@ -179,10 +179,7 @@ def feature_steps(stack: Stack, cfg: PSSCConfig, device: torch.device, timing: d
 def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
     """Generator (yields Progress per chunk): mean (F,) and covariance (F, F), both float64, from float32 rows."""
     n, f = x.shape
-    total = torch.zeros(f, dtype=torch.float64, device=device)
-    for s in range(0, n, chunk):
-        total += torch.as_tensor(x[s:s + chunk], device=device).sum(0, dtype=torch.float64)
-    mean = total / n
+    mean = feature_mean(x, device, chunk)
     mean32 = mean.float()
     cov = torch.zeros((f, f), dtype=torch.float64, device=device)
     steps = -(-n // chunk)
@@ -191,6 +188,48 @@ def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
         cov += (xc.T @ xc).double()
         yield Progress(i + 1, steps, stage="PCA covariance")
     return mean, cov / n
+
+
+DUAL_PCA_FEATURES = 8192   # above this many features (a 512 MiB float64 covariance), PCA goes through the N×N Gram matrix
+
+
+def feature_mean(x: np.ndarray, device: torch.device, chunk: int = 2048) -> torch.Tensor:
+    """Mean (F,) in float64 of float32 rows, in chunks."""
+    total = torch.zeros(x.shape[1], dtype=torch.float64, device=device)
+    for s in range(0, x.shape[0], chunk):
+        total += torch.as_tensor(x[s:s + chunk], device=device).sum(0, dtype=torch.float64)
+    return total / x.shape[0]
+
+
+def gram_steps(x: np.ndarray, device: torch.device, chunk: int = 1024):
+    """Generator (yields Progress per block row): mean (F,) and the centred Gram matrix Xc Xc^T / N (N, N),
+    float64 — the dual of the covariance: the same nonzero eigenvalues, for N < F."""
+    n = x.shape[0]
+    mean = feature_mean(x, device)
+    mean32 = mean.float()
+    gram = torch.zeros((n, n), dtype=torch.float64, device=device)
+    starts = list(range(0, n, chunk))
+    for i, s in enumerate(starts):
+        rows = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+        for t in starts[i:]:
+            block = (rows @ (torch.as_tensor(x[t:t + chunk], device=device) - mean32).T).double()
+            gram[s:s + len(rows), t:t + block.shape[1]] = block
+            gram[t:t + block.shape[1], s:s + len(rows)] = block.T
+        yield Progress(i + 1, len(starts), stage="PCA Gram matrix")
+    return mean, gram / n
+
+
+def dual_basis(x: np.ndarray, mean: torch.Tensor, vecs: torch.Tensor, vals: torch.Tensor, device: torch.device,
+               chunk: int = 1024):
+    """Generator: covariance eigenvectors (F, d) from Gram eigenpairs: w = Xc^T v / sqrt(N λ)."""
+    mean32 = mean.float()
+    out = torch.zeros((x.shape[1], vecs.shape[1]), dtype=torch.float64, device=device)
+    steps = -(-x.shape[0] // chunk)
+    for i, s in enumerate(range(0, x.shape[0], chunk)):
+        rows = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+        out += (rows.T @ vecs[s:s + len(rows)].float()).double()
+        yield Progress(i + 1, steps, stage="PCA basis")
+    return out / torch.sqrt(x.shape[0] * vals.clamp_min(1e-12))[None]
 
 
 def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Generator, power: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
@@ -230,11 +269,18 @@ def pca_poc_steps(feats: np.ndarray, cfg: PSSCConfig, device: torch.device, rng:
     Returns the projected items z (N, d - poc), the feature mean (F,), the basis (F, d - poc) and the
     d leading eigenvalues.
     """
-    d = min(cfg.pca_dim, feats.shape[1], feats.shape[0] - 1)
+    n, f = feats.shape
+    d = min(cfg.pca_dim, f, n - 1)
     n_poc = min(cfg.poc, d - 1)
-    mean, cov = yield from covariance_steps(feats, device)
-    yield Progress(2, 4, stage="PCA eigensolver")
-    eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
+    if f > DUAL_PCA_FEATURES and n < f:        # large crops: the F×F covariance would not fit, N×N does
+        mean, gram = yield from gram_steps(feats, device)
+        yield Progress(2, 4, stage="PCA eigensolver")
+        eigvals, eigvecs = top_eigenvectors(gram, d, cfg.pca_solver, rng)
+        eigvecs = yield from dual_basis(feats, mean, eigvecs, eigvals, device)
+    else:
+        mean, cov = yield from covariance_steps(feats, device)
+        yield Progress(2, 4, stage="PCA eigensolver")
+        eigvals, eigvecs = top_eigenvectors(cov, d, cfg.pca_solver, rng)
     basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
     z = yield from project_steps(feats, mean, basis, device)
     return z, mean, basis, eigvals
