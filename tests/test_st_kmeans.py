@@ -312,3 +312,20 @@ def test_default_scale_bound_is_enforced(method, extra):
     for sv in (scales(r), scales(ticlust.predict(r, x, device="cpu"))):
         assert sv.min() >= 1 / bound - 1e-4 and sv.max() <= bound + 1e-4
         assert sv.min() <= 1 / bound + 1e-3                      # and the bound is what stops them
+
+
+def test_inspector_replays_the_fits_warps_for_fitted_items(glyphs):
+    """For an item of the fitted stack the inspector shows the fit's own alignments: its scores are the
+    result's row (so its chosen and runner-up clusters are the result's), and the warped image onto the
+    assigned centroid is the result's aligned image."""
+    from ticlust.api import align_one
+
+    x, _ = glyphs
+    r = ticlust.fit(x[:16], "st-kmeans", k=3, device="cpu", seed=0, landmarks=3, **FAST)
+    for i in range(16):
+        warped, scores = align_one(r, x[i], device="cpu", index=i)
+        np.testing.assert_array_equal(scores, r.scores[i])
+        assert int(np.argmin(scores)) == r.labels[i]
+        np.testing.assert_allclose(warped[r.labels[i]], r.aligned[i], atol=1e-5)
+    fresh_warped, fresh_scores = align_one(r, x[0], device="cpu")   # a new image: aligned from scratch
+    assert fresh_warped.shape == warped.shape and fresh_scores.shape == (3,)

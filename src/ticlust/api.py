@@ -115,19 +115,24 @@ def fitted_scale(items, result: ClusteringResult):
     return items
 
 
-def align_one(result: ClusteringResult, item, device: str = "auto") -> tuple[np.ndarray, np.ndarray]:
-    """Every prototype aligned onto one new item, and the item's score to each: ((K, *item), (K,)).
+def align_one(result: ClusteringResult, item, device: str = "auto", index: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Every prototype aligned onto one item, and the item's score to each: ((K, *item), (K,)).
 
     Methods that align (DTI, ST/AI K-means) compute the alignments on demand; the others return the
-    prototypes themselves with the item's scores.
+    prototypes themselves with the item's scores. ``index``: the item's place in the fitted stack, if it
+    is one of them — its scores are then the result's own (the inspector agrees with the assignment).
     """
     spec = get_method(result.method)
+    if index is not None and not 0 <= int(index) < result.n:
+        raise InputError(f"index = {index} is outside the fitted stack of {result.n} items.")
     item = np.asarray(item)[None]
     lo, hi = result.config.get("input_range", (0.0, 1.0))
     stack = Stack(item, lo, hi)
     dev = resolve_device(device)
     if spec.align is not None:
-        return spec.align(result, stack, dev)
+        return spec.align(result, stack, dev, index=None if index is None else int(index))
+    if index is not None:
+        return np.asarray(result.prototypes), np.asarray(result.scores[int(index)])
     scores = spec.predict(result, stack, dev).scores[0]
     return np.asarray(result.prototypes), scores
 

@@ -166,7 +166,9 @@ class Method:
     state: type = object           # the fitted-state dataclass (a result.FittedState) ``predict`` reads
     inputs: tuple[str, ...] = ("images",)   # any of "images", "vectors", "landmarks"
     paper: str = ""
-    align: Callable[..., Any] | None = None  # align(result, one-item Stack, device) -> ((K, ...), (K,))
+    # align(result, one-item Stack, device, index=None) -> (every prototype aligned onto the item (K, ...),
+    # its scores (K,)); ``index``: the item's place in the fitted stack, when it is one of those
+    align: Callable[..., Any] | None = None
 
     # ---- config ----------------------------------------------------------------------------------
     @property

@@ -602,8 +602,9 @@ class DTIKMeans(Method):
         fields, _ = _infer(model, stack, device, cfg, weights, autocast, batch_size or cfg.infer_batch_size)
         return self.predicted(result, **fields)
 
-    def align(self, result: ClusteringResult, stack: Stack, device: torch.device):
-        """For the alignment inspector: every prototype transformed onto one image, and the image's scores."""
+    def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
+        """For the alignment inspector: every prototype transformed onto one image, and the image's scores
+        (a function of the image alone: ``index`` in the fitted stack changes nothing)."""
         model, cfg, weights, autocast = self._inference_setup(result, stack, device)
         model.eval()
         xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))

@@ -539,10 +539,11 @@ class _Run:
     def outputs(self, pairs: Alignments, labels: torch.Tensor) -> dict:
         """The result fields for these assignments: scores, aligned items, display grids, warp parameters."""
         own = pairs.assigned(labels)
-        params = {"affine": affine_matrix(own.theta).cpu().numpy()}
+        params = {"affine": affine_matrix(own.theta).cpu().numpy(), "pair_theta": pairs.theta.cpu().numpy()}
         if own.nu is not None:
             params["displacements"] = own.nu.cpu().numpy()
             params["landmarks"] = self.aligner.target_landmarks(own).cpu().numpy()
+            params["pair_nu"] = pairs.nu.cpu().numpy()   # every (item, centroid) warp: the inspector replays them
         return dict(labels=labels.cpu().numpy(), scores=pairs.losses.cpu().numpy(),
                     aligned=self.items(_warp_assigned(self.aligner, self.x.full, own, self.cfg.chunk)),
                     aligned_kind="item-on-prototype", grids=self.aligner.display_grids(own).cpu().numpy(), params=params)
@@ -710,8 +711,23 @@ class AIKMeans(Method):
         timing = {"fit_s": time.perf_counter() - start}
         return self.predicted(result, timing=timing, **run.outputs(pairs, labels))
 
-    def align(self, result: ClusteringResult, stack: Stack, device: torch.device):
-        """For the alignment inspector: one image warped onto every centroid, and its distance to each."""
+    def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
+        """For the alignment inspector: one image warped onto every centroid, and its distance to each.
+
+        For item ``index`` of the fitted stack the fit's own warps are replayed (no optimisation: the
+        scores are the result's, so the inspector and the assignment agree); a new image is aligned
+        from scratch as in ``predict``.
+        """
+        if index is not None and "pair_theta" in result.params:
+            cfg = self.config_of(result)
+            x = to_nchw(stack.tensor(device))
+            run = self._start(stack, cfg, x, device)
+            nu = result.params.get("pair_nu")
+            pairs = Alignments(torch.from_numpy(np.asarray(result.params["pair_theta"][index:index + 1])).to(device),
+                               None if nu is None else torch.from_numpy(np.asarray(nu[index:index + 1])).to(device))
+            with torch.no_grad():
+                warped = run.aligner.warp_pairs(run.x.full[:1], pairs)[0]
+            return run.items(warped), np.asarray(result.scores[index])
         run, _, pairs = self.align_new(result, stack, device)
         with torch.no_grad():
             warped = run.aligner.warp_pairs(run.x.full[:1], pairs.rows(slice(0, 1)))[0]
