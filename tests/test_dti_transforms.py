@@ -196,3 +196,22 @@ def test_gradcheck(name):
 def test_invalid_tps_shape():
     with pytest.raises(ValueError):
         T.tps_grid(torch.zeros(1, 10), (5, 5))
+
+
+@pytest.mark.parametrize("padding", ["zeros", "border"])
+def test_deterministic_sampler_equals_grid_sample_in_value_and_gradient(padding):
+    from ticlust.transforms.sampler import bilinear_sample
+
+    gen = torch.Generator().manual_seed(0)
+    images = torch.rand(3, 2, 9, 7, generator=gen, dtype=torch.float64, requires_grad=True)
+    grid = (torch.rand(3, 5, 6, 2, generator=gen, dtype=torch.float64) * 2.6 - 1.3).requires_grad_(True)
+    grid.data[0, 0, 0] = torch.tensor([-1.0 + 1 / 7, -1.0 + 1 / 9])     # exactly on a pixel centre
+    ref = torch.nn.functional.grid_sample(images, grid, mode="bilinear", padding_mode=padding, align_corners=False)
+    out = bilinear_sample(images, grid, padding)
+    torch.testing.assert_close(out, ref)
+    weights = torch.rand(ref.shape, generator=gen, dtype=torch.float64)
+    g_ref = torch.autograd.grad((ref * weights).sum(), (images, grid))
+    g_out = torch.autograd.grad((out * weights).sum(), (images, grid))
+    torch.testing.assert_close(g_out[0], g_ref[0])
+    torch.testing.assert_close(g_out[1], g_ref[1])
+    assert torch.autograd.gradcheck(lambda im: bilinear_sample(im, grid.detach(), padding), (images,))

@@ -7,7 +7,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .device import describe, resolve_device
+from .device import describe, reproducible, resolve_device
 from .errors import InputError
 from .methods import Done, Progress, get_method
 from .methods.base import Event, Method, best_of, drain
@@ -45,7 +45,8 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     dev = resolve_device(device)
     start = time.perf_counter()
     candidates = [lambda r=r: spec.run(items, cfg, dev, int(seed) + r) for r in range(runs)]
-    best, results = yield from with_eta(best_of(candidates, lambda i, n: f"run {i + 1}/{n}"), start)
+    with reproducible(dev):
+        best, results = yield from with_eta(best_of(candidates, lambda i, n: f"run {i + 1}/{n}"), start)
     best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
     if isinstance(items, Stack):  # new items are later scaled like the training stack
         best.config["input_range"] = [items.lo, items.hi]

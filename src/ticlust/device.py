@@ -1,7 +1,9 @@
 """Choosing the compute device, falling back to the CPU, and retrying CUDA out-of-memory with smaller batches."""
 from __future__ import annotations
 
+import os
 import warnings
+from contextlib import contextmanager
 from typing import Callable, TypeVar
 
 import torch
@@ -33,6 +35,26 @@ def resolve_device(requested: str | torch.device | None = "auto") -> torch.devic
         warnings.warn("No CUDA GPU is available, so ticlust runs on the CPU instead.", DeviceFallbackWarning, stacklevel=2)
         return torch.device("cpu")
     raise InputError(f"Unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
+
+
+@contextmanager
+def reproducible(device: torch.device):
+    """On CUDA, deterministic kernels while a run lasts (the previous setting is restored after).
+
+    torch then picks deterministic index_add / scatter / convolution kernels and cuBLAS a fixed workspace;
+    bilinear warps use ticlust's own sampler (transforms.sampler). Where no deterministic kernel exists
+    torch warns instead of stopping. The CPU is deterministic already and is left alone.
+    """
+    if device.type != "cuda":
+        yield
+        return
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
 
 
 def with_oom_retry(work: Callable[[int], T], batch_size: int, min_batch_size: int = 1) -> T:

@@ -14,6 +14,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .sampler import bilinear_sample
+
 
 # ---- coordinates ---------------------------------------------------------------------------------
 def identity_points(size: tuple[int, int], device=None, dtype=torch.float32) -> torch.Tensor:
@@ -54,13 +56,18 @@ def warp(images: torch.Tensor, grid: torch.Tensor, padding_mode: str = "border",
 
     One ``grid_sample`` call for the whole batch: e.g. prototypes (1, K, C, H, W) with grids
     (B, K, H, W, 2) give the B×K warped prototypes, items (B, 1, C, H, W) the B×K warped items.
+    On CUDA, bilinear warps go through :func:`bilinear_sample`, whose backward has no atomic adds, so
+    the same seed gives the same run (on the CPU ``grid_sample`` is already deterministic, and faster).
     """
     lead = torch.broadcast_shapes(images.shape[:-3], grid.shape[:-3])
     c, h, w = images.shape[-3:]
     ho, wo = grid.shape[-3:-1]
     imgs = images.expand(*lead, c, h, w).reshape(-1, c, h, w)
     grd = grid.to(images.dtype).expand(*lead, ho, wo, 2).reshape(-1, ho, wo, 2)
-    out = F.grid_sample(imgs, grd, mode=mode, padding_mode=padding_mode, align_corners=False)
+    if imgs.is_cuda and mode == "bilinear" and padding_mode in ("zeros", "border"):
+        out = bilinear_sample(imgs, grd, padding_mode)
+    else:
+        out = F.grid_sample(imgs, grd, mode=mode, padding_mode=padding_mode, align_corners=False)
     return out.reshape(*lead, c, ho, wo)
 
 
