@@ -112,6 +112,13 @@ def feature_key(stack: Stack, cfg: PSSCConfig, batch_size: int = 4096) -> str:
     return h.hexdigest()
 
 
+def scattering_batch(cfg: PSSCConfig, op: "Scatterer") -> int:
+    """Images per scattering batch: ``batch_size`` up to 32×32 padded pixels, proportionally fewer for larger
+    images, so the wavelet intermediates (which grow with the area) stay within about the same memory."""
+    area = op.hp * op.wp
+    return max(1, min(cfg.batch_size, cfg.batch_size * 1024 // area))
+
+
 def scattering_features(stack: Stack, cfg: PSSCConfig, device: torch.device, timing: dict):
     """Generator: yields Progress while scattering; returns the (N, F) float32 features (cached on disk)."""
     path = None
@@ -130,8 +137,9 @@ def scattering_features(stack: Stack, cfg: PSSCConfig, device: torch.device, tim
     start = time.perf_counter()
     op = Scatterer(stack.item_shape, cfg, device)
     feats = np.empty((stack.n, op.dim), dtype=np.float32)
-    total = -(-stack.n // cfg.batch_size)
-    for i, (s, batch) in enumerate(stack.batches(cfg.batch_size)):
+    batch_size = scattering_batch(cfg, op)
+    total = -(-stack.n // batch_size)
+    for i, (s, batch) in enumerate(stack.batches(batch_size)):
         feats[s:s + len(batch)] = op(batch).cpu().numpy()
         yield Progress(i + 1, total, stage="scattering")
     timing["scattering_s"] = time.perf_counter() - start
