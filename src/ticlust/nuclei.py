@@ -3,12 +3,12 @@
 Three kinds of nucleus, equally many of each, at random positions, orientations and sizes:
 
 - ``round``: a disc of radius r;
-- ``elongated``: an ellipse with semi-axes 1.5 r and 0.65 r;
-- ``dividing``: a dumbbell, two discs of radius 0.8 r whose centres lie 1.4 r apart (a waist of
-  about 0.8 r across).
+- ``elongated``: an ellipse with semi-axes 1.45 r and 0.7 r;
+- ``dividing``: a dumbbell, two discs of radius 0.75 r whose centres lie 1.3 r apart (a waist of
+  about 0.75 r across).
 
-The three have about the same area (≈ π r², within 15 %) and the two non-round kinds the same
-length (3 r), so neither size nor brightness tells them apart: only the shape does, seen under any
+The three have about the same area (π r², 1.02 π r², 1.09 π r²) and the two non-round kinds about
+the same length (2.9 r, 2.8 r), so neither size nor brightness tells them apart: only the shape does, seen under any
 rotation, position and size. r is drawn per nucleus (default 6-9 px); every outline is wobbled by
 random low harmonics (2-4) of the angle (a few % of the radius). Each nucleus has its own
 brightness (log-normal) and a smooth chromatin texture; the field has a background offset, is
@@ -76,7 +76,7 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
     harmonics = rng.normal(0, wobble, (n, 3)) * (wobble > 0)
     phases = rng.uniform(0, 2 * np.pi, (n, 3))
     bright = brightness * np.exp(rng.normal(0, brightness_spread, n))
-    reach = 1.5 * r * (1 + 3 * np.abs(harmonics).sum(1) / 3) + 1      # bounding radius of each nucleus
+    reach = 1.45 * r * (1 + np.abs(harmonics).sum(1)) + 1              # bounding radius of each nucleus
     centres = _place(reach, (h, w), spacing, rng)
     ids = rng.permutation(n) + 1
     labels = np.zeros((h, w), np.int32)
@@ -114,8 +114,8 @@ def _inside(kind: int, v: np.ndarray, u: np.ndarray, angle: float, harm: np.ndar
     if kind == 0:
         return a ** 2 + b ** 2 <= 1.0
     if kind == 1:
-        return (a / 1.5) ** 2 + (b / 0.65) ** 2 <= 1.0
-    return np.minimum((a - 0.7) ** 2 + b ** 2, (a + 0.7) ** 2 + b ** 2) <= 0.8 ** 2
+        return (a / 1.45) ** 2 + (b / 0.7) ** 2 <= 1.0
+    return np.minimum((a - 0.65) ** 2 + b ** 2, (a + 0.65) ** 2 + b ** 2) <= 0.75 ** 2
 
 
 def _place(reach: np.ndarray, shape, spacing: float, rng: np.random.Generator, tries: int = 200) -> np.ndarray:

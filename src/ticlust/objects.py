@@ -12,8 +12,8 @@ never modified and nothing is random: the same input gives the same output.
 
 The table is a dict of equal-length 1-D NumPy columns, in stack order (frame, then label id):
 ``label, frame, centroid_y, centroid_x, bbox_y0, bbox_x0, bbox_y1, bbox_x1`` (bounding box, end
-exclusive, field pixels), ``area`` (pixels), ``touches_border`` and ``scale`` (the zoom applied to
-the object, 1 unless ``rescale``).
+exclusive, field pixels), ``area`` (pixels), ``touches_border``, ``scale`` (the zoom applied to the
+object, 1 unless ``rescale``) and ``angle`` (the object's major axis in radians when ``orient``, else 0).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from scipy import ndimage
 from .data import InputError
 
 TABLE_COLUMNS = ("label", "frame", "centroid_y", "centroid_x", "bbox_y0", "bbox_x0", "bbox_y1", "bbox_x1",
-                 "area", "touches_border", "scale")
+                 "area", "touches_border", "scale", "angle")
 #: The largest crop side chosen automatically; larger objects need ``size=`` or ``rescale=True``.
 MAX_AUTO_SIZE = 128
 #: Label ids above this are renumbered before ``find_objects`` (whose list is as long as the largest id).
@@ -166,7 +166,7 @@ def _frame_objects(lab: np.ndarray):
 def _measure(field: _Field):
     """One pass over the frames: per object its id, frame, centroid, bbox, area, border contact,
     plus (for pass 2) its slice and id in the working label array."""
-    cols = {c: [] for c in TABLE_COLUMNS if c != "scale"}
+    cols = {c: [] for c in TABLE_COLUMNS if c not in ("scale", "angle")}
     where = []
     for t in range(field.frames):
         lab = field.label_frame(t)
@@ -212,16 +212,20 @@ def _load_frames(field: _Field, where):
 
 # ---- objects -------------------------------------------------------------------------------------
 def objects_from_labels(image, labels, size: int | None = None, *, keep_border: bool = False,
-                        keep_context: bool = False, rescale: bool = False, margin: int = 1, fill: float = 0,
-                        channel_axis: int | None = None, channels=None, max_size: int = MAX_AUTO_SIZE):
+                        keep_context: bool = False, rescale: bool = False, orient: bool = False, margin: int = 1,
+                        fill: float = 0, channel_axis: int | None = None, channels=None, max_size: int = MAX_AUTO_SIZE):
     """Cut every labelled object out of ``image`` into a stack of ``size``×``size`` crops.
 
-    Each crop is centred on the object's centroid (rounded to a pixel; exact when ``rescale``) and
-    keeps the image's dtype. Pixels outside the object (other objects included) are set to ``fill``
-    unless ``keep_context``; pixels beyond the field's edge are always ``fill``. Objects touching the
-    field's border are left out unless ``keep_border``. ``rescale`` zooms each object so that its
-    farthest pixel from the centroid lies ``margin`` pixels inside the crop (the zoom is in the
-    table's ``scale`` column; bilinear image, nearest-neighbour mask).
+    Each crop is centred on the object's centroid and keeps the image's dtype. Pixels outside the
+    object (other objects included) are set to ``fill`` unless ``keep_context``; pixels beyond the
+    field's edge are always ``fill``. Objects touching the field's border are left out unless
+    ``keep_border``. By default the crop is a plain copy of the field around the centroid rounded to
+    a pixel. Two options resample it instead (bilinear image, mask = its bilinear 0.5 level, about the
+    exact centroid): ``rescale`` zooms each object so that its outline (the outer edge of its
+    farthest pixel) lies ``margin`` pixels inside the crop, and ``orient`` turns it so that its major
+    principal axis points along +x, its longer tail to the right (the convention of
+    :func:`shapes_from_labels`); the table's ``scale`` and ``angle`` columns record the zoom and the
+    axis's direction in the field (radians from +x towards +y, y pointing down).
 
     ``size``: the crop side; by default the smallest multiple of 4 that holds every kept object with
     ``margin`` pixels around it (the median object when ``rescale``), at most ``max_size``.
@@ -238,35 +242,41 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
     max_size = _whole(max_size, "max_size", 4)
     if size is not None:
         size = _whole(size, "size", 4)
+    dtype = np.dtype(image.dtype)
+    fill_value = _fill(fill, dtype)
     table, where = _measure(field)
     table, where = _select(table, where, keep_border, "clustering")
     n = len(where)
     cy, cx = table["centroid_y"], table["centroid_x"]
-    if rescale:
-        radius = _radii(field, where, cy, cx)
-        side = size or min(max_size, _round4(2 * (float(np.median(radius)) + margin + 0.5)))
-        scale = (side / 2 - margin - 0.5) / np.maximum(radius, 0.5)
+    resample = rescale or orient
+    angle = np.zeros(n)
+    if resample:
+        radius, angle = _pose(field, where, cy, cx, orient)
+        need = 2 * (radius + margin)
+        side = size or min(max_size, _round4(float(np.median(need) if rescale else need.max())))
+        scale = (side / 2 - margin) / radius if rescale else np.ones(n)
+        too_big = np.flatnonzero(radius * scale > side / 2 + 1e-9) if not rescale else np.zeros(0, int)
     else:
         ry, rx = np.rint(cy).astype(np.int64), np.rint(cx).astype(np.int64)
         need = 2 * np.max(np.stack([ry - table["bbox_y0"], table["bbox_y1"] - ry,
                                     rx - table["bbox_x0"], table["bbox_x1"] - rx]), axis=0) + 2 * margin
         side = size or min(max_size, _round4(int(need.max())))
         too_big = np.flatnonzero(need - 2 * margin > side)
-        if len(too_big):
-            worst = too_big[np.argmax(need[too_big])]
-            where_txt = f" (frame {int(table['frame'][worst])})" if field.time else ""
-            raise InputError(f"{len(too_big)} object{'s are' if len(too_big) > 1 else ' is'} larger than the {side}×{side} crop "
-                             f"(label {int(table['label'][worst])}{where_txt} needs {int(need[worst] - 2 * margin)} px): give a larger "
-                             f"size, rescale=True, or remove such objects from the labels.")
         scale = np.ones(n)
+    if len(too_big):
+        worst = too_big[np.argmax(need[too_big])]
+        where_txt = f" (frame {int(table['frame'][worst])})" if field.time else ""
+        raise InputError(f"{len(too_big)} object{'s are' if len(too_big) > 1 else ' is'} larger than the {side}×{side} crop "
+                         f"(label {int(table['label'][worst])}{where_txt} needs {int(math.ceil(need[worst] - 2 * margin))} px): "
+                         f"give a larger size, rescale=True, or remove such objects from the labels.")
     table["scale"] = np.asarray(scale, np.float64)
-    dtype = np.dtype(image.dtype)
+    table["angle"] = np.asarray(angle, np.float64)
     shape = (n, side, side) if field.squeeze else (n, side, side, field.n_channels)
     out = np.empty(shape, dtype=dtype)
-    fill_value = _fill(fill, dtype)
     for pos, lab, t, sl, obj_id in _load_frames(field, where):
-        if rescale:
-            crop = _zoomed(field, lab, t, obj_id, cy[pos], cx[pos], scale[pos], side, keep_context, fill_value, dtype)
+        if resample:
+            crop = _resampled(field, lab, t, obj_id, cy[pos], cx[pos], scale[pos], angle[pos], side, keep_context,
+                              fill_value, dtype)
         else:
             crop = _plain(field, lab, t, obj_id, int(ry[pos]), int(rx[pos]), side, keep_context, fill_value, dtype)
         if dtype.kind == "f" and not np.isfinite(crop).all():
@@ -315,37 +325,58 @@ def _plain(field, lab, t, obj_id, ry, rx, side, keep_context, fill, dtype):
     return crop
 
 
-def _radii(field, where, cy, cx) -> np.ndarray:
-    """Each object's farthest pixel (its centre) from the centroid, in pixels."""
-    out = np.empty(len(where))
+def _pose(field, where, cy, cx, orient: bool):
+    """Per object: its outline's reach from the centroid (farthest pixel centre + 0.5 px) and, when
+    ``orient``, the direction of its major principal axis towards its longer tail (radians)."""
+    radius, angle = np.empty(len(where)), np.zeros(len(where))
     for pos, lab, t, sl, obj_id in _load_frames(field, where):
         ys, xs = np.nonzero(lab[sl] == obj_id)
-        out[pos] = np.sqrt(((ys + sl[0].start - cy[pos]) ** 2 + (xs + sl[1].start - cx[pos]) ** 2).max())
-    return out
+        dy, dx = ys + sl[0].start - cy[pos], xs + sl[1].start - cx[pos]
+        radius[pos] = np.sqrt((dy ** 2 + dx ** 2).max()) + 0.5
+        if orient:
+            angle[pos] = _axis_angle(dx, dy)
+    return radius, angle
 
 
-def _zoomed(field, lab, t, obj_id, cy, cx, scale, side, keep_context, fill, dtype):
-    """A crop in which the object is zoomed by ``scale`` about its exact centroid."""
+def _axis_angle(dx: np.ndarray, dy: np.ndarray) -> float:
+    """Direction (radians, in (x, y)) of the major principal axis of centred pixel offsets, pointing to
+    the side with the positive third moment (the longer tail); ties go to +x, then +y."""
+    d = np.stack([dx, dy], 1).astype(np.float64)
+    _, v = np.linalg.eigh(d.T @ d / len(d))
+    axis = v[:, 1]
+    skew = float(((d @ axis) ** 3).mean())
+    if abs(skew) <= 1e-9 * max(1.0, float((d ** 2).sum(1).mean()) ** 1.5):
+        skew = 0.0
+    if skew < 0 or (skew == 0 and (axis[0] < -1e-12 or (abs(axis[0]) <= 1e-12 and axis[1] < 0))):
+        axis = -axis
+    return float(np.arctan2(axis[1], axis[0]))
+
+
+def _resampled(field, lab, t, obj_id, cy, cx, scale, angle, side, keep_context, fill, dtype):
+    """A crop about the exact centroid: crop +x along ``angle`` in the field, zoomed by ``scale``."""
     half = (side - 1) / 2.0
-    reach = half / scale + 2                                   # field pixels the crop can see
+    reach = half * math.sqrt(2) / scale + 2                      # field pixels the crop can see
     y0, y1 = max(int(math.floor(cy - reach)), 0), min(int(math.ceil(cy + reach)) + 1, field.height)
     x0, x1 = max(int(math.floor(cx - reach)), 0), min(int(math.ceil(cx + reach)) + 1, field.width)
-    grid = (np.arange(side) - half) / scale
-    yy = (cy - y0) + grid[:, None] + np.zeros((1, side))
-    xx = (cx - x0) + grid[None, :] + np.zeros((side, 1))
-    coords = np.stack([yy, xx])
-    block = field.window(t, slice(y0, y1), slice(x0, x1)).astype(np.float64)
-    mask = lab[y0:y1, x0:x1] == obj_id
-    inside = ndimage.map_coordinates(np.ones(mask.shape), coords, order=0, mode="constant", cval=0.0) > 0.5
-    keep = inside if keep_context else inside & (ndimage.map_coordinates(mask.astype(np.float64), coords, order=0,
-                                                                          mode="constant", cval=0.0) > 0.5)
     crop = np.full((side, side, field.n_channels), fill, dtype=dtype)
-    for c in range(field.n_channels):
-        vals = ndimage.map_coordinates(block[..., c], coords, order=1, mode="nearest")
+    if y1 <= y0 or x1 <= x0:
+        return crop
+    v, u = np.mgrid[0:side, 0:side].astype(np.float64) - half
+    c, s = math.cos(angle) / scale, math.sin(angle) / scale
+    coords = np.stack([(cy - y0) + s * u + c * v, (cx - x0) + c * u - s * v])
+    seen = ndimage.map_coordinates(np.ones((y1 - y0, x1 - x0)), coords, order=1, mode="constant", cval=0.0) >= 0.5
+    if keep_context:
+        keep = seen
+    else:
+        mask = (lab[y0:y1, x0:x1] == obj_id).astype(np.float64)
+        keep = seen & (ndimage.map_coordinates(mask, coords, order=1, mode="constant", cval=0.0) >= 0.5)
+    block = field.window(t, slice(y0, y1), slice(x0, x1))
+    for ch in range(field.n_channels):
+        vals = ndimage.map_coordinates(block[..., ch].astype(np.float64), coords, order=1, mode="nearest")
         if dtype.kind in "iu":
             info = np.iinfo(dtype)
             vals = np.clip(np.rint(vals), info.min, info.max)
-        crop[..., c][keep] = vals[keep].astype(dtype)
+        crop[..., ch][keep] = vals[keep].astype(dtype)
     return crop
 
 
@@ -356,9 +387,10 @@ def shapes_from_labels(labels, n_points: int = 64, *, keep_border: bool = False,
     The contour is the 0.5 iso-line of the object's mask (holes filled; the largest piece when the
     object has several), traced by marching squares. Every contour runs the same way round — positive
     signed area in (x, y), i.e. clockwise on screen where y points down — and starts at a point
-    defined the same way for every object: ``start="major-axis"`` the contour's farthest point along
-    the mask's major principal axis, on the side of its longer tail (third moment ≥ 0), so the start
-    turns with the object; ``start="east"`` its farthest point towards +x (fixed in the field).
+    defined the same way for every object: where the ray from the object's centroid leaves the
+    contour (its outermost crossing), the ray pointing along the mask's major principal axis on the
+    side of its longer tail (third moment ≥ 0) for ``start="major-axis"``, so that the start turns
+    with the object, or towards +x for ``start="east"`` (fixed in the field).
 
     Returns ``(landmarks, table)``: landmarks (N, n_points, 2) float64 in (x, y) field pixels (the
     convention of :mod:`ticlust.landmarks`), ready for ``shape-kmeans``; table as for
@@ -371,7 +403,7 @@ def shapes_from_labels(labels, n_points: int = 64, *, keep_border: bool = False,
     field = _Field(labels, labels, None, None)
     table, where = _measure(field)
     table, where = _select(table, where, keep_border, "shape clustering")
-    table["scale"] = np.ones(len(where))
+    table["scale"], table["angle"] = np.ones(len(where)), np.zeros(len(where))
     out = np.empty((len(where), n_points, 2))
     for pos, lab, t, sl, obj_id in _load_frames(field, where):
         mask = lab[sl] == obj_id
@@ -396,20 +428,35 @@ def contour_landmarks(mask: np.ndarray, n_points: int, start: str = "major-axis"
     if start == "east":
         direction = np.array([1.0, 0.0])
     else:
-        d = np.stack([xs - centre[0], ys - centre[1]], 1)
-        cov = d.T @ d / len(d)
-        w, v = np.linalg.eigh(cov)
-        direction = v[:, 1]
-        skew = float(((d @ direction) ** 3).mean())
-        if skew < 0 or (skew == 0 and (direction[0] < 0 or (direction[0] == 0 and direction[1] < 0))):
-            direction = -direction
-    first = int(np.argmax((poly - centre) @ direction))
-    poly = np.roll(poly, -first, axis=0)
+        theta = _axis_angle(xs - centre[0], ys - centre[1])
+        direction = np.array([math.cos(theta), math.sin(theta)])
+    poly = _start_on_ray(poly, centre, direction)
     closed = np.vstack([poly, poly[:1]])
     seg = np.sqrt((np.diff(closed, axis=0) ** 2).sum(1))
     arc = np.concatenate([[0.0], np.cumsum(seg)])
     at = np.arange(n_points) * (arc[-1] / n_points)
     return np.stack([np.interp(at, arc, closed[:, 0]), np.interp(at, arc, closed[:, 1])], 1)
+
+
+def _start_on_ray(poly: np.ndarray, centre: np.ndarray, direction: np.ndarray) -> np.ndarray:
+    """The closed polygon re-started where the ray from ``centre`` along ``direction`` leaves it
+    (the outermost crossing, interpolated on its edge); the farthest vertex along the ray if none."""
+    rel = poly - centre
+    side = rel[:, 0] * direction[1] - rel[:, 1] * direction[0]      # which side of the ray's line
+    nxt = np.roll(side, -1)
+    cross = np.flatnonzero((side <= 0) != (nxt <= 0))
+    best, at = -np.inf, None
+    for i in cross.tolist():
+        t = side[i] / (side[i] - nxt[i])
+        point = poly[i] + t * (poly[(i + 1) % len(poly)] - poly[i])
+        along = float((point - centre) @ direction)
+        if along > best:
+            best, at = along, (i, point)
+    if at is None or best <= 0:
+        return np.roll(poly, -int(np.argmax(rel @ direction)), axis=0)
+    i, point = at
+    rest = np.roll(poly, -(i + 1), axis=0)                            # vertices after the crossing, in order
+    return np.vstack([point[None], rest])
 
 
 def _signed_area(xy: np.ndarray) -> float:
