@@ -3,9 +3,10 @@ cost of cutting them out.
 
 Sections (``--sections``, default all):
   accuracy  the generated nuclei field (ticlust.nuclei_field: 300 nuclei of 3 kinds, 1024×1024,
-            seed 0): objects_from_labels (border objects left out), then every image method with
-            K=3 and its defaults — ACC (Hungarian), NMI, ARI, extraction + fit time. Slow on a CPU
-            (DTI and ST K-means take minutes): run it alone.
+            seed 0): objects_from_labels (border objects left out; ``--extractions``: default
+            crops, and crops turned to their major axis), then every image method with K=3 and
+            its defaults — ACC (Hungarian), NMI, ARI, extraction + fit time. Slow on a CPU (DTI
+            and NT take minutes each): run it alone.
   shapes    shapes_from_labels on the same field → shape-kmeans K=3; and the osteosarcoma check:
             the raw cell contours of ../shared/datasets rasterised into a label image, traced back by
             shapes_from_labels, compared with the dataset's own 100-point resampling.
@@ -53,10 +54,15 @@ def load() -> str:
 
 
 def commit() -> str:
+    if os.environ.get("BENCH_COMMIT"):          # a run from an exported copy of the tree says which commit it is
+        return os.environ["BENCH_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
     except OSError:
         return "?"
+
+
+EXTRACTIONS = {"default": {}, "orient": {"orient": True}, "orient+rescale": {"orient": True, "rescale": True}}
 
 
 def accuracy(args) -> dict:
@@ -64,30 +70,33 @@ def accuracy(args) -> dict:
 
     torch.set_num_threads(args.threads)
     field = nuclei_field(n=args.n, shape=(args.side, args.side), seed=args.seed)
-    t0 = time.perf_counter()
-    stack, table = objects_from_labels(field.image, field.labels)
-    extract_s = time.perf_counter() - t0
-    truth = field.kind_of(table["label"])
-    out = {"n_field": args.n, "side": args.side, "seed": args.seed, "n_objects": int(len(stack)),
-           "crop": list(stack.shape[1:]), "per_kind": np.bincount(truth).tolist(), "extract_s": round(extract_s, 3),
-           "threads": args.threads, "rows": []}
-    print(f"{len(stack)} objects, crops {stack.shape[1:]}, kinds {np.bincount(truth)}, extraction {extract_s:.3f} s", flush=True)
-    for method in args.methods:
-        row = {"method": method, "load_before": load()}
-        t1 = time.perf_counter()
-        try:
-            res = ticlust.fit(stack, method=method, k=3, device="cpu", seed=args.seed, progress=False)
-            row.update({k: round(v, 4) for k, v in evaluate(truth, res.labels).items()})
-            row["sizes"] = res.cluster_sizes().tolist()
-        except Exception as exc:  # report, do not hide: the row says what failed
-            row["error"] = f"{type(exc).__name__}: {exc}"[:300]
-        row["fit_s"] = round(time.perf_counter() - t1, 2)
-        row["total_s"] = round(row["fit_s"] + extract_s, 2)
-        row["load_after"] = load()
-        row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
-        out["rows"].append(row)
-        print(json.dumps(row), flush=True)
-        save("accuracy", out)
+    out = {"n_field": args.n, "side": args.side, "seed": args.seed, "threads": args.threads, "extractions": {}, "rows": []}
+    for extraction in args.extractions:
+        t0 = time.perf_counter()
+        stack, table = objects_from_labels(field.image, field.labels, **EXTRACTIONS[extraction])
+        extract_s = time.perf_counter() - t0
+        truth = field.kind_of(table["label"])
+        out["extractions"][extraction] = {"options": EXTRACTIONS[extraction], "n_objects": int(len(stack)),
+                                          "crop": list(stack.shape[1:]), "per_kind": np.bincount(truth).tolist(),
+                                          "extract_s": round(extract_s, 3)}
+        print(f"{extraction}: {len(stack)} objects, crops {stack.shape[1:]}, kinds {np.bincount(truth)}, "
+              f"extraction {extract_s:.3f} s", flush=True)
+        for method in args.methods:
+            row = {"extraction": extraction, "method": method, "load_before": load()}
+            t1 = time.perf_counter()
+            try:
+                res = ticlust.fit(stack, method=method, k=3, device="cpu", seed=args.seed, progress=False)
+                row.update({k: round(v, 4) for k, v in evaluate(truth, res.labels).items()})
+                row["sizes"] = res.cluster_sizes().tolist()
+            except Exception as exc:  # report, do not hide: the row says what failed
+                row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+            row["fit_s"] = round(time.perf_counter() - t1, 2)
+            row["total_s"] = round(row["fit_s"] + extract_s, 2)
+            row["load_after"] = load()
+            row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+            out["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            save("accuracy", out)
     return out
 
 
@@ -214,19 +223,23 @@ def write_md(allres: dict) -> None:
     acc = allres.get("accuracy")
     if acc:
         lines += [f"## Clustering the generated nuclei field (K=3), {acc['when']}, commit {acc['commit']}", "",
-                  f"`ticlust.nuclei_field(n={acc['n_field']}, shape=({acc['side']}, {acc['side']}), seed={acc['seed']})`; "
-                  f"`objects_from_labels` (defaults: border objects left out, background masked) kept "
-                  f"{acc['n_objects']} objects (round / elongated / dividing: {' / '.join(map(str, acc['per_kind']))}) as "
-                  f"{'×'.join(map(str, acc['crop']))} uint16 crops in {acc['extract_s']} s. Every method with its defaults, "
-                  f"seed {acc['seed']}, CPU, {acc['threads']} torch threads; total = extraction + fit.", "",
-                  "| method | ACC | NMI | ARI | cluster sizes | fit s | total s | peak RSS MiB | load before → after |",
-                  "|---|---|---|---|---|---|---|---|---|"]
+                  f"`ticlust.nuclei_field(n={acc['n_field']}, shape=({acc['side']}, {acc['side']}), seed={acc['seed']})`, "
+                  "cut out by `objects_from_labels` (border objects left out, background masked) with the options below; "
+                  f"every method with its defaults, seed {acc['seed']}, CPU, {acc['threads']} torch threads; "
+                  "total = extraction + fit; ACC is Hungarian.", ""]
+        for name, ex in acc["extractions"].items():
+            lines.append(f"- **{name}** (`{ex['options'] or 'defaults'}`): {ex['n_objects']} objects (round / elongated / "
+                         f"dividing: {' / '.join(map(str, ex['per_kind']))}), {'×'.join(map(str, ex['crop']))} uint16 crops, "
+                         f"extraction {ex['extract_s']} s")
+        lines += ["", "| extraction | method | ACC | NMI | ARI | cluster sizes | fit s | total s | peak RSS MiB | load before → after |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in acc["rows"]:
             if "error" in r:
-                lines.append(f"| {r['method']} | failed: {r['error']} | | | | {r['fit_s']} | | | {r['load_before']} → {r['load_after']} |")
+                lines.append(f"| {r['extraction']} | {r['method']} | failed: {r['error']} | | | | {r['fit_s']} | | | "
+                             f"{r['load_before']} → {r['load_after']} |")
             else:
-                lines.append(f"| {r['method']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']} | {r['fit_s']} | "
-                             f"{r['total_s']} | {r['peak_rss_mib']} | {r['load_before']} → {r['load_after']} |")
+                lines.append(f"| {r['extraction']} | {r['method']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']} | "
+                             f"{r['fit_s']} | {r['total_s']} | {r['peak_rss_mib']} | {r['load_before']} → {r['load_after']} |")
         lines.append("")
     sh = allres.get("shapes")
     if sh:
@@ -266,6 +279,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", nargs="+", default=["accuracy", "shapes", "timing"], choices=["accuracy", "shapes", "timing"])
     ap.add_argument("--methods", nargs="+", default=list(IMAGE_METHODS))
+    ap.add_argument("--extractions", nargs="+", default=["default", "orient"], choices=list(EXTRACTIONS))
     ap.add_argument("--n", type=int, default=300, help="nuclei in the accuracy field")
     ap.add_argument("--side", type=int, default=1024, help="side of the accuracy field")
     ap.add_argument("--seed", type=int, default=0)
