@@ -163,6 +163,23 @@ def test_orient_turns_the_major_axis_along_x():
     assert (3 * turned < unturned).all()
 
 
+def test_normalize_divides_each_object_by_its_mean():
+    labels = np.zeros((60, 60), np.int32)
+    disc(labels, 15, 15, 6, 1)
+    disc(labels, 40, 40, 6, 2)
+    rng = np.random.default_rng(1)
+    texture = rng.uniform(0.5, 1.5, (13, 13))
+    image = np.full((60, 60), 7, np.uint16)
+    image[9:22, 9:22] = np.rint(100 * texture)
+    image[34:47, 34:47] = np.rint(300 * texture)                  # the same object, three times as bright
+    for kw in ({}, {"orient": True, "rescale": True}, {"keep_context": True}):
+        stack, _ = objects_from_labels(image, labels, normalize=True, **kw)
+        obj = np.asarray([objects_from_labels(np.ones_like(image), labels, **{**kw, "keep_context": False})[0] > 0])[0]
+        assert stack.dtype == np.float32
+        assert stack[0][obj[0]].mean() == pytest.approx(1.0, rel=1e-5) and stack[1][obj[1]].mean() == pytest.approx(1.0, rel=1e-5)
+        assert np.abs(stack[0][obj[0]] - stack[1][obj[1]]).max() < 0.02
+
+
 def test_huge_sparse_label_ids():
     image, labels = small_field()
     big = np.where(labels > 0, labels.astype(np.int64) * 10_000_000, 0)
@@ -381,6 +398,12 @@ def test_cli_fit_field_with_labels_one_row_per_kept_object(tmp_path):
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert {int(r["label"]) for r in rows} == ids
+    out = cli("fit", tmp_path / "field.tif", "--labels", tmp_path / "mask.tif", "--orient", "--rescale", "--normalize",
+              "--crop-size", "24", "--method", "kmeans", "--k", "3", "-o", tmp_path / "o.npz", "--csv", tmp_path / "o.csv", "--quiet")
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader(open(tmp_path / "o.csv")))
+    assert {int(r["label"]) for r in rows} == ids - border and {"angle", "scale"} <= set(rows[0])
+    assert ticlust.load_result(tmp_path / "o.npz").prototypes.shape == (3, 24, 24)
     tifffile.imwrite(tmp_path / "small.tif", labels[:-1])
     out = cli("fit", tmp_path / "field.tif", "--labels", tmp_path / "small.tif", "-o", tmp_path / "x.npz", "--quiet")
     assert out.returncode == 2 and "labels have shape" in out.stderr and "Traceback" not in out.stderr

@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--channel", type=int, help="with --labels: cluster this channel of a multi-channel field")
     fit.add_argument("--rescale", action="store_true", help="with --labels: zoom every object to fill the crop")
     fit.add_argument("--orient", action="store_true", help="with --labels: turn every object's major axis along x")
+    fit.add_argument("--normalize", action="store_true", help="with --labels: divide every object by its mean brightness")
 
     gui = sub.add_parser("gui", help="open napari with ticlust docked and a sample stack loaded")
     gui.add_argument("--sample", choices=sorted(SAMPLES), default="digits")
@@ -83,8 +84,9 @@ def _fit(args) -> int:
     if args.labels is not None:
         data, objects = _objects(args, data)
         source = f"{objects['label'].size} objects of {args.input}"
-    elif args.keep_border or args.rescale or args.orient or args.crop_size is not None or args.channel is not None:
-        raise InputError("--keep-border, --crop-size, --channel, --rescale and --orient only apply with --labels MASK.")
+    elif args.keep_border or args.rescale or args.orient or args.normalize or args.crop_size is not None \
+            or args.channel is not None:
+        raise InputError("--keep-border, --crop-size, --channel, --rescale, --orient and --normalize only apply with --labels MASK.")
     index = random_subset(int(data.shape[0]), args.max_images, args.seed)
     if index is not None:
         data = np.asarray(data[index])
@@ -126,7 +128,8 @@ def _objects(args, field):
         items, table = shapes_from_labels(mask, keep_border=args.keep_border)
     else:
         items, table = objects_from_labels(field, mask, size=args.crop_size, keep_border=args.keep_border,
-                                           channels=args.channel, rescale=args.rescale, orient=args.orient)
+                                           channels=args.channel, rescale=args.rescale, orient=args.orient,
+                                           normalize=args.normalize)
         if items.ndim == 4 and items.shape[-1] != 3:
             raise InputError(f"The field has {items.shape[-1]} channels: choose one with --channel (ticlust clusters grey or RGB objects).")
     unused = {name for name, used in (("scale", args.rescale), ("angle", args.orient)) if not used}

@@ -212,20 +212,23 @@ def _load_frames(field: _Field, where):
 
 # ---- objects -------------------------------------------------------------------------------------
 def objects_from_labels(image, labels, size: int | None = None, *, keep_border: bool = False,
-                        keep_context: bool = False, rescale: bool = False, orient: bool = False, margin: int = 1,
+                        keep_context: bool = False, rescale: bool = False, orient: bool = False,
+                        normalize: bool = False, margin: int = 1,
                         fill: float = 0, channel_axis: int | None = None, channels=None, max_size: int = MAX_AUTO_SIZE):
     """Cut every labelled object out of ``image`` into a stack of ``size``×``size`` crops.
 
-    Each crop is centred on the object's centroid and keeps the image's dtype. Pixels outside the
-    object (other objects included) are set to ``fill`` unless ``keep_context``; pixels beyond the
-    field's edge are always ``fill``. Objects touching the field's border are left out unless
+    Each crop is centred on the object's centroid and keeps the image's dtype (float32 with
+    ``normalize``). Pixels outside the object (other objects included) are set to ``fill`` unless
+    ``keep_context``; pixels beyond the field's edge are always ``fill``. Objects touching the field's border are left out unless
     ``keep_border``. By default the crop is a plain copy of the field around the centroid rounded to
     a pixel. Two options resample it instead (bilinear image, mask = its bilinear 0.5 level, about the
     exact centroid): ``rescale`` zooms each object so that its outline (the outer edge of its
     farthest pixel) lies ``margin`` pixels inside the crop, and ``orient`` turns it so that its major
     principal axis points along +x, its longer tail to the right (the convention of
     :func:`shapes_from_labels`); the table's ``scale`` and ``angle`` columns record the zoom and the
-    axis's direction in the field (radians from +x towards +y, y pointing down).
+    axis's direction in the field (radians from +x towards +y, y pointing down). ``normalize``
+    divides each crop (per channel) by the mean of its object's pixels, so that objects of different
+    brightness compare by their pattern; the stack is then float32.
 
     ``size``: the crop side; by default the smallest multiple of 4 that holds every kept object with
     ``margin`` pixels around it (the median object when ``rescale``), at most ``max_size``.
@@ -272,16 +275,20 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
     table["scale"] = np.asarray(scale, np.float64)
     table["angle"] = np.asarray(angle, np.float64)
     shape = (n, side, side) if field.squeeze else (n, side, side, field.n_channels)
-    out = np.empty(shape, dtype=dtype)
+    out = np.empty(shape, dtype=np.float32 if normalize else dtype)
     for pos, lab, t, sl, obj_id in _load_frames(field, where):
         if resample:
-            crop = _resampled(field, lab, t, obj_id, cy[pos], cx[pos], scale[pos], angle[pos], side, keep_context,
-                              fill_value, dtype)
+            crop, obj = _resampled(field, lab, t, obj_id, cy[pos], cx[pos], scale[pos], angle[pos], side, keep_context,
+                                   fill_value, dtype)
         else:
-            crop = _plain(field, lab, t, obj_id, int(ry[pos]), int(rx[pos]), side, keep_context, fill_value, dtype)
+            crop, obj = _plain(field, lab, t, obj_id, int(ry[pos]), int(rx[pos]), side, keep_context, fill_value, dtype)
         if dtype.kind == "f" and not np.isfinite(crop).all():
             raise InputError(f"The image holds NaN or infinite values in object {obj_id}"
                              f"{f' (frame {t})' if field.time else ''}: replace them before cutting objects out.")
+        if normalize:
+            crop = crop.astype(np.float32)
+            level = crop[obj].mean(axis=0) if obj.any() else np.zeros(crop.shape[-1], np.float32)
+            crop /= np.where(level > 0, level, 1).astype(np.float32)
         out[pos] = crop[..., 0] if field.squeeze else crop
     return out, table
 
@@ -312,17 +319,19 @@ def _plain(field, lab, t, obj_id, ry, rx, side, keep_context, fill, dtype):
     fy0, fx0 = max(y0, 0), max(x0, 0)
     fy1, fx1 = min(y0 + side, field.height), min(x0 + side, field.width)
     crop = np.full((side, side, field.n_channels), fill, dtype=dtype)
+    obj = np.zeros((side, side), bool)
     if fy1 <= fy0 or fx1 <= fx0:
-        return crop
+        return crop, obj
     rows, cols = slice(fy0, fy1), slice(fx0, fx1)
     block = field.window(t, rows, cols)
     inner = (slice(fy0 - y0, fy1 - y0), slice(fx0 - x0, fx1 - x0))
+    mask = lab[rows, cols] == obj_id
+    obj[inner] = mask
     if keep_context:
         crop[inner] = block
     else:
-        mask = lab[rows, cols] == obj_id
         crop[inner][mask] = block[mask]
-    return crop
+    return crop, obj
 
 
 def _pose(field, where, cy, cx, orient: bool):
@@ -360,16 +369,14 @@ def _resampled(field, lab, t, obj_id, cy, cx, scale, angle, side, keep_context, 
     x0, x1 = max(int(math.floor(cx - reach)), 0), min(int(math.ceil(cx + reach)) + 1, field.width)
     crop = np.full((side, side, field.n_channels), fill, dtype=dtype)
     if y1 <= y0 or x1 <= x0:
-        return crop
+        return crop, np.zeros((side, side), bool)
     v, u = np.mgrid[0:side, 0:side].astype(np.float64) - half
     c, s = math.cos(angle) / scale, math.sin(angle) / scale
     coords = np.stack([(cy - y0) + s * u + c * v, (cx - x0) + c * u - s * v])
     seen = ndimage.map_coordinates(np.ones((y1 - y0, x1 - x0)), coords, order=1, mode="constant", cval=0.0) >= 0.5
-    if keep_context:
-        keep = seen
-    else:
-        mask = (lab[y0:y1, x0:x1] == obj_id).astype(np.float64)
-        keep = seen & (ndimage.map_coordinates(mask, coords, order=1, mode="constant", cval=0.0) >= 0.5)
+    mask = (lab[y0:y1, x0:x1] == obj_id).astype(np.float64)
+    obj = seen & (ndimage.map_coordinates(mask, coords, order=1, mode="constant", cval=0.0) >= 0.5)
+    keep = seen if keep_context else obj
     block = field.window(t, slice(y0, y1), slice(x0, x1))
     for ch in range(field.n_channels):
         vals = ndimage.map_coordinates(block[..., ch].astype(np.float64), coords, order=1, mode="nearest")
@@ -377,7 +384,7 @@ def _resampled(field, lab, t, obj_id, cy, cx, scale, angle, side, keep_context, 
             info = np.iinfo(dtype)
             vals = np.clip(np.rint(vals), info.min, info.max)
         crop[..., ch][keep] = vals[keep].astype(dtype)
-    return crop
+    return crop, obj
 
 
 # ---- shapes --------------------------------------------------------------------------------------
