@@ -62,7 +62,8 @@ def commit() -> str:
         return "?"
 
 
-EXTRACTIONS = {"default": {}, "orient": {"orient": True}, "orient+rescale": {"orient": True, "rescale": True}}
+EXTRACTIONS = {"default": {}, "orient": {"orient": True}, "orient+rescale": {"orient": True, "rescale": True},
+               "orient+rescale+normalize": {"orient": True, "rescale": True, "normalize": True}}
 
 
 def accuracy(args) -> dict:
@@ -71,12 +72,20 @@ def accuracy(args) -> dict:
     torch.set_num_threads(args.threads)
     field = nuclei_field(n=args.n, shape=(args.side, args.side), seed=args.seed)
     out = {"n_field": args.n, "side": args.side, "seed": args.seed, "threads": args.threads, "extractions": {}, "rows": []}
+    prev = json.loads(JSON.read_text()).get("accuracy") if JSON.exists() else None
+    if prev and all(prev.get(k) == out[k] for k in ("n_field", "side", "seed", "threads")):
+        # keep the extractions measured before (another run) and replace only those measured now
+        for name, ex in prev["extractions"].items():
+            if name not in args.extractions:
+                out["extractions"][name] = {"when": prev.get("when"), "commit": prev.get("commit"), **ex}
+        out["rows"] = [r for r in prev["rows"] if r["extraction"] not in args.extractions]
     for extraction in args.extractions:
         t0 = time.perf_counter()
         stack, table = objects_from_labels(field.image, field.labels, **EXTRACTIONS[extraction])
         extract_s = time.perf_counter() - t0
         truth = field.kind_of(table["label"])
-        out["extractions"][extraction] = {"options": EXTRACTIONS[extraction], "n_objects": int(len(stack)),
+        out["extractions"][extraction] = {"when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "commit": commit(),
+                                          "options": EXTRACTIONS[extraction], "n_objects": int(len(stack)),
                                           "crop": list(stack.shape[1:]), "per_kind": np.bincount(truth).tolist(),
                                           "extract_s": round(extract_s, 3)}
         print(f"{extraction}: {len(stack)} objects, crops {stack.shape[1:]}, kinds {np.bincount(truth)}, "
@@ -176,7 +185,7 @@ def _to_polygon(p: np.ndarray, poly: np.ndarray) -> np.ndarray:
 
 def timing(args) -> dict:
     out = {"rows": []}
-    for side, n in ((2048, 2000), (4096, 10000)):
+    for side, n, options in ((2048, 2000, {}), (2048, 2000, EXTRACTIONS["orient+rescale+normalize"]), (4096, 10000, {})):
         field = nuclei_field(n=n, shape=(side, side), seed=args.seed)
         field_mib = field.image.nbytes / 2 ** 20
         labels_mib = field.labels.nbytes / 2 ** 20
@@ -184,16 +193,16 @@ def timing(args) -> dict:
         for _ in range(args.repeats):
             load0 = load()
             t0 = time.perf_counter()
-            stack, table = objects_from_labels(field.image, field.labels)
+            stack, table = objects_from_labels(field.image, field.labels, **options)
             times.append(time.perf_counter() - t0)
         tracemalloc.start()
-        stack, table = objects_from_labels(field.image, field.labels)
+        stack, table = objects_from_labels(field.image, field.labels, **options)
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         t1 = time.perf_counter()
         marks, _ = shapes_from_labels(field.labels, n_points=64)
         shapes_s = time.perf_counter() - t1
-        row = {"side": side, "nuclei": n, "objects_kept": int(len(stack)), "crop": list(stack.shape[1:]),
+        row = {"side": side, "nuclei": n, "options": options, "objects_kept": int(len(stack)), "crop": list(stack.shape[1:]),
                "extract_s_min": round(min(times), 3), "extract_s_median": round(float(np.median(times)), 3),
                "repeats": args.repeats, "shapes_s": round(shapes_s, 3), "field_mib": round(field_mib, 1),
                "labels_mib": round(labels_mib, 1), "stack_mib": round(stack.nbytes / 2 ** 20, 1),
@@ -222,15 +231,16 @@ def write_md(allres: dict) -> None:
              "the load average (1/5/15 min) is given beside every number, and times are inflated by it.", ""]
     acc = allres.get("accuracy")
     if acc:
-        lines += [f"## Clustering the generated nuclei field (K=3), {acc['when']}, commit {acc['commit']}", "",
+        lines += ["## Clustering the generated nuclei field (K=3)", "",
                   f"`ticlust.nuclei_field(n={acc['n_field']}, shape=({acc['side']}, {acc['side']}), seed={acc['seed']})`, "
                   "cut out by `objects_from_labels` (border objects left out, background masked) with the options below; "
                   f"every method with its defaults, seed {acc['seed']}, CPU, {acc['threads']} torch threads; "
                   "total = extraction + fit; ACC is Hungarian.", ""]
         for name, ex in acc["extractions"].items():
             lines.append(f"- **{name}** (`{ex['options'] or 'defaults'}`): {ex['n_objects']} objects (round / elongated / "
-                         f"dividing: {' / '.join(map(str, ex['per_kind']))}), {'×'.join(map(str, ex['crop']))} uint16 crops, "
-                         f"extraction {ex['extract_s']} s")
+                         f"dividing: {' / '.join(map(str, ex['per_kind']))}), {'×'.join(map(str, ex['crop']))} crops, "
+                         f"extraction {ex['extract_s']} s; measured {ex.get('when', acc['when'])}, commit "
+                         f"{ex.get('commit', acc['commit'])}")
         lines += ["", "| extraction | method | ACC | NMI | ARI | cluster sizes | fit s | total s | peak RSS MiB | load before → after |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in acc["rows"]:
@@ -266,9 +276,9 @@ def write_md(allres: dict) -> None:
                   "the repeats; peak alloc: tracemalloc's peak of NumPy/Python allocations during one call, output stack "
                   "included; the field and labels themselves are inputs, not counted). `shapes_from_labels(n_points=64)` "
                   "on the same labels.", "",
-                  "| field | nuclei | kept | crop | extract s (min / median) | shapes s | field MiB | labels MiB | stack MiB | peak alloc MiB | load |",
-                  "|---|---|---|---|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['side']}×{r['side']} | {r['nuclei']} | {r['objects_kept']} | {'×'.join(map(str, r['crop']))} | "
+                  "| field | nuclei | options | kept | crop | extract s (min / median) | shapes s | field MiB | labels MiB | stack MiB | peak alloc MiB | load |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['side']}×{r['side']} | {r['nuclei']} | {r.get('options') or 'defaults'} | {r['objects_kept']} | {'×'.join(map(str, r['crop']))} | "
                   f"{r['extract_s_min']} / {r['extract_s_median']} (×{r['repeats']}) | {r['shapes_s']} | {r['field_mib']} | "
                   f"{r['labels_mib']} | {r['stack_mib']} | {r['peak_alloc_mib']} | {r['load']} |" for r in tm["rows"]]
         lines.append("")
