@@ -111,6 +111,19 @@ def test_channel_layouts_and_time_series():
     assert s1.shape == (8, 16, 16, 3) and np.array_equal(s1, s2)
 
 
+def test_memmap_and_dask_inputs(tmp_path):
+    da = pytest.importorskip("dask.array")
+    image, labels = small_field()
+    ref, ref_table = objects_from_labels(image, labels, size=16)
+    np.save(tmp_path / "im.npy", image)
+    mm = np.load(tmp_path / "im.npy", mmap_mode="r")
+    for im, lab in ((mm, labels), (da.from_array(image, chunks=(16, 16)), da.from_array(labels, chunks=(16, 16)))):
+        stack, table = objects_from_labels(im, lab, size=16)
+        assert np.array_equal(stack, ref) and np.array_equal(table["centroid_x"], ref_table["centroid_x"])
+    marks, _ = shapes_from_labels(da.from_array(labels, chunks=(16, 16)), n_points=12)
+    assert np.array_equal(marks, shapes_from_labels(labels, n_points=12)[0])
+
+
 def test_channel_axis_settles_an_ambiguous_layout():
     labels = np.zeros((3, 3), np.int32)
     labels[1, 1] = 1
@@ -355,6 +368,10 @@ def test_nuclei_field_is_seeded_balanced_and_labelled():
         nuclei_field(n=500, shape=(64, 64))
     with pytest.raises(InputError, match="radius"):
         nuclei_field(radius=(9, 3))
+    with pytest.raises(InputError, match="seed"):
+        nuclei_field(seed="one")
+    with pytest.raises(InputError, match="n="):
+        nuclei_field(n=0)
 
 
 def test_nuclei_sample_and_assignments_columns(tmp_path):

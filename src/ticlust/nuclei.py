@@ -59,7 +59,12 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
     """
     n = _count(n)
     h, w = _shape(shape)
-    lo, hi = (float(v) for v in radius)
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise InputError(f"seed={seed!r} must be a whole number.")
+    try:
+        lo, hi = (float(v) for v in radius)
+    except (TypeError, ValueError):
+        raise InputError(f"radius={radius!r} must be a range (low, high) in pixels.") from None
     if not 2.0 <= lo <= hi:
         raise InputError(f"radius={radius!r} must be a range (low, high) with 2 ≤ low ≤ high pixels.")
     for name, value in (("wobble", wobble), ("blur", blur), ("brightness_spread", brightness_spread), ("background", background),
