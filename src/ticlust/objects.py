@@ -164,8 +164,8 @@ def _frame_objects(lab: np.ndarray):
 
 
 def _measure(field: _Field):
-    """One pass over the frames: per object its id, frame, centroid, bbox, area, border contact,
-    plus (for pass 2) its slice and id in the working label array."""
+    """One pass over the frames: per object its id, frame, centroid, bbox, area and border contact
+    (the table), and where to find it again: (frame, bounding-box slice, id)."""
     cols = {c: [] for c in TABLE_COLUMNS if c not in ("scale", "angle")}
     where = []
     for t in range(field.frames):
@@ -195,7 +195,7 @@ def _select(table, where, keep_border: bool, what: str):
     n_keep = int(keep.sum())
     if n_keep < 2:
         cut = n_all - n_keep
-        why = f" after leaving out {cut} that touch{'es' if cut == 1 else ''} the image border (keep_border=True keeps them)" if cut else ""
+        why = f" after leaving out {cut} that touch{'es' if cut == 1 else ''} the image border (keep_border=True, or --keep-border, keeps them)" if cut else ""
         raise InputError(f"The segmentation gives {n_keep} object{'' if n_keep == 1 else 's'}{why}: {what} needs at least 2 objects.")
     idx = np.flatnonzero(keep)
     return {c: v[idx] for c, v in table.items()}, [where[i] for i in idx]
