@@ -78,7 +78,9 @@ def accuracy(args) -> dict:
         for name, ex in prev["extractions"].items():
             if name not in args.extractions:
                 out["extractions"][name] = {"when": prev.get("when"), "commit": prev.get("commit"), **ex}
-        out["rows"] = [r for r in prev["rows"] if r["extraction"] not in args.extractions]
+        now = {(e, m, json.dumps(params_for(args, m), sort_keys=True)) for e in args.extractions for m in args.methods}
+        out["rows"] = [r for r in prev["rows"]
+                       if (r["extraction"], r["method"], json.dumps(r.get("params", {}), sort_keys=True)) not in now]
     for extraction in args.extractions:
         t0 = time.perf_counter()
         stack, table = objects_from_labels(field.image, field.labels, **EXTRACTIONS[extraction])
@@ -91,10 +93,12 @@ def accuracy(args) -> dict:
         print(f"{extraction}: {len(stack)} objects, crops {stack.shape[1:]}, kinds {np.bincount(truth)}, "
               f"extraction {extract_s:.3f} s", flush=True)
         for method in args.methods:
-            row = {"extraction": extraction, "method": method, "load_before": load()}
+            params = params_for(args, method)
+            row = {"extraction": extraction, "method": method, "params": params, "commit": commit(),
+                   "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load()}
             t1 = time.perf_counter()
             try:
-                res = ticlust.fit(stack, method=method, k=3, device="cpu", seed=args.seed, progress=False)
+                res = ticlust.fit(stack, method=method, k=3, device="cpu", seed=args.seed, progress=False, **params)
                 row.update({k: round(v, 4) for k, v in evaluate(truth, res.labels).items()})
                 row["sizes"] = res.cluster_sizes().tolist()
             except Exception as exc:  # report, do not hide: the row says what failed
@@ -106,6 +110,17 @@ def accuracy(args) -> dict:
             out["rows"].append(row)
             print(json.dumps(row), flush=True)
             save("accuracy", out)
+    return out
+
+
+def params_for(args, method: str) -> dict:
+    """The method parameters given as --set METHOD:NAME=VALUE (strings, coerced by the method's config)."""
+    out = {}
+    for item in args.set:
+        target, _, assignment = item.partition(":")
+        name, _, value = assignment.partition("=")
+        if target == method:
+            out[name] = value
     return out
 
 
@@ -234,7 +249,7 @@ def write_md(allres: dict) -> None:
         lines += ["## Clustering the generated nuclei field (K=3)", "",
                   f"`ticlust.nuclei_field(n={acc['n_field']}, shape=({acc['side']}, {acc['side']}), seed={acc['seed']})`, "
                   "cut out by `objects_from_labels` (border objects left out, background masked) with the options below; "
-                  f"every method with its defaults, seed {acc['seed']}, CPU, {acc['threads']} torch threads; "
+                  f"every method with its defaults unless the row names a parameter, seed {acc['seed']}, CPU, {acc['threads']} torch threads; "
                   "total = extraction + fit; ACC is Hungarian.", ""]
         for name, ex in acc["extractions"].items():
             lines.append(f"- **{name}** (`{ex['options'] or 'defaults'}`): {ex['n_objects']} objects (round / elongated / "
@@ -245,10 +260,10 @@ def write_md(allres: dict) -> None:
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in acc["rows"]:
             if "error" in r:
-                lines.append(f"| {r['extraction']} | {r['method']} | failed: {r['error']} | | | | {r['fit_s']} | | | "
+                lines.append(f"| {r['extraction']} | {label(r)} | failed: {r['error']} | | | | {r['fit_s']} | | | "
                              f"{r['load_before']} → {r['load_after']} |")
             else:
-                lines.append(f"| {r['extraction']} | {r['method']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']} | "
+                lines.append(f"| {r['extraction']} | {label(r)} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']} | "
                              f"{r['fit_s']} | {r['total_s']} | {r['peak_rss_mib']} | {r['load_before']} → {r['load_after']} |")
         lines.append("")
     sh = allres.get("shapes")
@@ -285,11 +300,18 @@ def write_md(allres: dict) -> None:
     (RESULTS / "objects.md").write_text("\n".join(lines))
 
 
+def label(row: dict) -> str:
+    params = row.get("params") or {}
+    return row["method"] + (" (" + ", ".join(f"{k}={v}" for k, v in params.items()) + ")" if params else "")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sections", nargs="+", default=["accuracy", "shapes", "timing"], choices=["accuracy", "shapes", "timing"])
     ap.add_argument("--methods", nargs="+", default=list(IMAGE_METHODS))
     ap.add_argument("--extractions", nargs="+", default=["default", "orient"], choices=list(EXTRACTIONS))
+    ap.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE",
+                    help="a method parameter instead of its default (repeatable); the row says so")
     ap.add_argument("--n", type=int, default=300, help="nuclei in the accuracy field")
     ap.add_argument("--side", type=int, default=1024, help="side of the accuracy field")
     ap.add_argument("--seed", type=int, default=0)
