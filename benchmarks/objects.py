@@ -250,7 +250,8 @@ def write_md(allres: dict) -> None:
                   f"`ticlust.nuclei_field(n={acc['n_field']}, shape=({acc['side']}, {acc['side']}), seed={acc['seed']})`, "
                   "cut out by `objects_from_labels` (border objects left out, background masked) with the options below; "
                   f"every method with its defaults unless the row names a parameter, seed {acc['seed']}, CPU, {acc['threads']} torch threads; "
-                  "total = extraction + fit; ACC is Hungarian.", ""]
+                  "total = extraction + fit; ACC is Hungarian; peak RSS is the benchmark process's peak so far (monotone "
+                  "within one run).", ""]
         for name, ex in acc["extractions"].items():
             lines.append(f"- **{name}** (`{ex['options'] or 'defaults'}`): {ex['n_objects']} objects (round / elongated / "
                          f"dividing: {' / '.join(map(str, ex['per_kind']))}), {'×'.join(map(str, ex['crop']))} crops, "
