@@ -7,7 +7,10 @@ from .readers import read_input  # noqa: E402
 from .samples import sample  # noqa: E402
 from .methods import available_methods, get_method  # noqa: E402
 from .metrics import evaluate  # noqa: E402
+from .nuclei import nuclei_field  # noqa: E402
+from .objects import objects_from_labels, shapes_from_labels  # noqa: E402
 from .result import ClusteringResult, load_result  # noqa: E402
 
 __all__ = ["fit", "run", "predict", "load_result", "ClusteringResult", "InputError", "available_methods",
-           "get_method", "evaluate", "read_input", "sample", "__version__"]
+           "get_method", "evaluate", "read_input", "sample", "__version__",
+           "objects_from_labels", "shapes_from_labels", "nuclei_field"]

@@ -41,6 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("-o", "--output", default="ticlust_result.npz", help="where to save the result (.npz)")
     fit.add_argument("--csv", help="also write the assignments table here")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
+    # objects from a segmentation (issue 14): INPUT is a field, --labels its label image
+    fit.add_argument("--labels", help="label image of INPUT (.tif/.npy/.npz; 0 = background): cluster its objects "
+                     "(cut out and masked; contours as landmarks for shape-kmeans), one CSV row per object")
+    fit.add_argument("--keep-border", action="store_true", help="with --labels: keep objects that touch the image border")
+    fit.add_argument("--crop-size", type=int, help="with --labels: crop side in pixels (default: fits the largest object)")
+    fit.add_argument("--channel", type=int, help="with --labels: cluster this channel of a multi-channel field")
+    fit.add_argument("--rescale", action="store_true", help="with --labels: zoom every object to fill the crop")
+    fit.add_argument("--orient", action="store_true", help="with --labels: turn every object's major axis along x")
+    fit.add_argument("--normalize", action="store_true", help="with --labels: divide every object by its mean brightness")
 
     gui = sub.add_parser("gui", parents=[common], help="open napari with ticlust docked and a sample stack loaded")
     gui.add_argument("--sample", choices=sorted(SAMPLES), default="digits")
@@ -106,10 +115,18 @@ def _fit(args) -> int:
     else:
         data, labels = read_input(args.input, key=args.key, labels_key=args.labels_key)
         source = args.input
+    objects = None
+    if args.labels is not None:
+        data, objects = _objects(args, data)
+        source = f"{objects['label'].size} objects of {args.input}"
+    elif args.keep_border or args.rescale or args.orient or args.normalize or args.crop_size is not None \
+            or args.channel is not None:
+        raise InputError("--keep-border, --crop-size, --channel, --rescale, --orient and --normalize only apply with --labels MASK.")
     index = random_subset(int(data.shape[0]), args.max_images, args.seed)
     if index is not None:
         data = np.asarray(data[index])
         labels = None if labels is None else labels[index]
+        objects = None if objects is None else {c: v[index] for c, v in objects.items()}
     params = {}
     for item in args.set:
         if "=" not in item:
@@ -125,7 +142,7 @@ def _fit(args) -> int:
                      progress=not args.quiet, **params)
     out = result.save(args.output)
     if args.csv:
-        result.assignments_table(args.csv)
+        result.assignments_table(args.csv, columns=objects)
     sizes = ", ".join(str(s) for s in result.cluster_sizes())
     print(f"device {result.device}; {result.timing['total_s']:.1f} s; final loss {result.final_loss:.6g}")
     print(f"cluster sizes: {sizes}")
@@ -134,6 +151,25 @@ def _fit(args) -> int:
         print("ACC {acc:.4f}  ACC(majority) {acc_majority:.4f}  NMI {nmi:.4f}  ARI {ari:.4f}".format(**scores))
     print(f"saved {out}")
     return 0
+
+
+def _objects(args, field):
+    """Cut the objects of --labels out of the field INPUT (or trace their contours for shape-kmeans)."""
+    from .objects import TABLE_COLUMNS, objects_from_labels, shapes_from_labels
+
+    if args.input is None:
+        raise InputError("--labels needs the field image as INPUT (it does not apply to --sample).")
+    mask, _ = read_input(args.labels)
+    if args.method == "shape-kmeans":
+        items, table = shapes_from_labels(mask, keep_border=args.keep_border)
+    else:
+        items, table = objects_from_labels(field, mask, size=args.crop_size, keep_border=args.keep_border,
+                                           channels=args.channel, rescale=args.rescale, orient=args.orient,
+                                           normalize=args.normalize)
+        if items.ndim == 4 and items.shape[-1] != 3:
+            raise InputError(f"The field has {items.shape[-1]} channels: choose one with --channel (ticlust clusters grey or RGB objects).")
+    unused = {name for name, used in (("scale", args.rescale), ("angle", args.orient)) if not used}
+    return items, {c: table[c] for c in TABLE_COLUMNS if c not in unused}
 
 
 def _gui(sample_name: str) -> int:

@@ -129,16 +129,22 @@ class ClusteringResult:
         np.savez_compressed(path, **arrays)
         return path
 
-    def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None) -> list[dict]:
+    def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None,
+                          columns: dict | None = None) -> list[dict]:
         """One row per item: cluster, its score, the runner-up and its score (and rejection).
 
-        Written as CSV when ``path`` is given; the rows are returned either way.
+        ``columns``: extra per-item columns ({name: N values}, e.g. an object table), written after
+        ``item``. Written as CSV when ``path`` is given; the rows are returned either way.
         """
+        columns = {} if columns is None else {str(c): np.asarray(v) for c, v in columns.items()}
+        bad = [c for c, v in columns.items() if v.shape != (self.n,)]
+        if bad:
+            raise ValueError(f"extra column(s) {', '.join(bad)} need one value per item ({self.n}).")
         order = np.argsort(self.scores, axis=1)
         rows = []
         for i in range(self.n):
-            row = {"item": i if names is None else names[i], "cluster": int(self.labels[i]),
-                   "score": float(self.scores[i, self.labels[i]])}
+            row = {"item": i if names is None else names[i], **{c: v[i].item() for c, v in columns.items()},
+                   "cluster": int(self.labels[i]), "score": float(self.scores[i, self.labels[i]])}
             if self.k > 1:
                 runner = int(order[i, 0] if order[i, 0] != self.labels[i] else order[i, 1])
                 row["runner_up"] = runner

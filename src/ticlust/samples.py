@@ -5,12 +5,14 @@ import numpy as np
 
 from .errors import InputError
 from .landmarks import sample_landmarks
+from .nuclei import nuclei_sample
 
 
 SAMPLES = {
     "digits": "1,797 handwritten digits (scikit-learn's bundled set), upsampled to 32×32, labels 0-9",
     "glyphs": "600 synthetic glyphs of 4 kinds under random affine and elastic warps, 32×32, with labels",
     "shapes": "100 landmark shapes (8 landmarks) from two mean shapes, rotated, shifted and noisy, with labels",
+    "nuclei": "~290 nuclei (round, elongated, dividing) cut out of a generated 1024×1024 uint16 field, 32×32, with kinds",
 }
 
 
@@ -22,6 +24,8 @@ def sample(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         return glyphs_sample(seed=seed)
     if name == "shapes":
         return sample_landmarks(seed=seed)
+    if name == "nuclei":
+        return nuclei_sample(seed=seed)
     raise InputError(f"Unknown sample {name!r}: choose one of {', '.join(SAMPLES)}.")
 
 
