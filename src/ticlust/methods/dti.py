@@ -24,7 +24,7 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
-from .base import Method, Progress, Snapshot, own_and_runner_up, param, register, seed_everything
+from .base import Method, Progress, Snapshot, drain, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .kmeans import kmeans_plus_plus
 
@@ -490,10 +490,10 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     return params, recon, sq_distances(xb[:, None], recon, weights)
 
 
-def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int) -> tuple[dict, float]:
-    """Every item aligned by the model, with all its modules: the result's fields (scores, labels,
-    aligned prototypes, per-module parameters, display grids; GMM: responsibilities, variances and
-    mixing weights) and the mean loss over the items."""
+def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int):
+    """Every item aligned by the model, with all its modules (generator: Progress per batch, so a long
+    pass can be cancelled): returns the result's fields (scores, labels, aligned prototypes, per-module
+    parameters, display grids; GMM: responsibilities, variances and mixing weights) and the mean loss."""
     model.eval()
     modules, gmm = model.sequence.names, model.gmm
     active = len(modules)
@@ -502,7 +502,9 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
     scores, aligned, grids, loss_terms = [], [], [], []
     per_module = {m: [] for m in modules}
     resp = []
-    for _, batch in stack.batches(batch_size):
+    n_batches = -(-stack.n // batch_size)
+    for i, (_, batch) in enumerate(stack.batches(batch_size)):
+        yield Progress(i, n_batches, float("nan"), "Aligning every image")
         xb = to_nchw(torch.from_numpy(batch).to(device))
         params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg)
         labels = score.argmin(1)
@@ -562,16 +564,16 @@ class DTIKMeans(Method):
                 run.end_epoch(tally)
                 yield Snapshot(_protos_numpy(run.model, run.channels_last))
             train_s = time.perf_counter() - run.start
-            yield Progress(run.total, run.total, run.history[-1] if run.history else float("nan"), "Aligning every image")
-            return self._fitted(run, train_s)
+            return (yield from self._fitted(run, train_s))
         finally:
             torch.set_num_threads(before)
 
-    def _fitted(self, run: DTIRun, train_s: float) -> ClusteringResult:
-        """The result of a finished run: every item aligned by the final model, the run's report and the weights."""
+    def _fitted(self, run: DTIRun, train_s: float):
+        """The result of a finished run (generator): every item aligned by the final model, the run's report
+        and the weights."""
         cfg, model = run.cfg, run.model
-        fields, final_loss = _infer(model, run.stack, run.device, cfg, run.weights, run.autocast,
-                                    max(run.batch_size, cfg.infer_batch_size))
+        fields, final_loss = yield from _infer(model, run.stack, run.device, cfg, run.weights, run.autocast,
+                                               max(run.batch_size, cfg.infer_batch_size))
         timing, extras = run.report(train_s)
         fields["extras"].update(extras)
         state = DTIState(np.asarray(run.modules), {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})
@@ -599,7 +601,7 @@ class DTIKMeans(Method):
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
         model, cfg, weights, autocast = self._inference_setup(result, stack, device)
-        fields, _ = _infer(model, stack, device, cfg, weights, autocast, batch_size or cfg.infer_batch_size)
+        fields, _ = drain(_infer(model, stack, device, cfg, weights, autocast, batch_size or cfg.infer_batch_size))
         return self.predicted(result, **fields)
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
