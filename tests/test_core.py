@@ -52,7 +52,7 @@ def test_metrics_hand_computed():
 @pytest.mark.parametrize("data, fragment", [
     (np.zeros((0, 8, 8)), "empty"),
     (np.zeros((8, 8)), "single image"),
-    (np.zeros((5, 8, 8, 4)), "RGBA"),
+    (np.zeros((5, 8, 8, 12)), "3-D volumes"),
     (np.zeros((5, 6, 8, 8)), "3-D volumes"),
     (np.ones((5, 8, 8)), "constant"),
     (np.array([["a"]]), "dtype"),
@@ -288,3 +288,19 @@ def test_landmark_files_read_as_landmarks(tmp_path):
         np.testing.assert_allclose(array, shapes, atol=1e-4)
         res = ticlust.fit(array, method="shape-kmeans", k=2, seed=0)
         assert evaluate(groups, res.labels)["ari"] == 1.0
+
+
+@pytest.mark.parametrize("layout", ["last", "first"])
+@pytest.mark.parametrize("channels", [2, 4, 5])
+def test_multichannel_stacks_are_accepted_channels_last(layout, channels):
+    """Microscopy stacks with 2, 4 or more channels, channels last (N,H,W,C) or first (N,C,H,W)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((12, 16, 16, channels)).astype(np.float32)
+    x[:6, :8] += 1.0
+    data = x if layout == "last" else np.moveaxis(x, -1, 1)
+    stack = as_stack(data)
+    assert stack.item_shape == (16, 16, channels) and stack.channels == channels
+    np.testing.assert_allclose(stack.numpy(), (x - x.min()) / (x.max() - x.min()), rtol=1e-6)
+    res = ticlust.fit(data, method="kmeans", k=2, seed=0, progress=False)
+    assert res.prototypes.shape == (2, 16, 16, channels)
+    assert len(set(res.labels[:6])) == 1 and len(set(res.labels[6:])) == 1 and res.labels[0] != res.labels[-1]
