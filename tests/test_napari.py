@@ -14,14 +14,28 @@ from ticlust._napari.widget import TiclustWidget  # noqa: E402
 pytestmark = pytest.mark.gui
 
 
+def dock(viewer) -> TiclustWidget:
+    """The widget docked the way a user docks it (Plugins > ticlust): napari builds it and injects the viewer."""
+    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    assert isinstance(widget, TiclustWidget)
+    return widget
+
+
 @pytest.fixture
 def viewer_widget(make_napari_viewer):
     viewer = make_napari_viewer()
     images = samples.digits()[0][0][:300]
     viewer.add_image(images, name="digits")
-    widget = TiclustWidget(viewer)
-    viewer.window.add_dock_widget(widget, name="ticlust")
-    return viewer, widget
+    return viewer, dock(viewer)
+
+
+def test_plugin_menu_route_docks_the_widget(make_napari_viewer):
+    """napari's own route (Plugins > ticlust) must inject the viewer; building the class by hand hides that."""
+    viewer = make_napari_viewer()
+    viewer.add_image(np.random.default_rng(0).random((6, 16, 16)), name="stack")
+    dock_widget, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    assert isinstance(widget, TiclustWidget) and dock_widget.isVisible()
+    assert widget.input.value == "stack"
 
 
 def run_to_end(qtbot, widget, timeout=60_000):
@@ -98,7 +112,7 @@ def test_bad_input_shows_a_notification(make_napari_viewer, qtbot):
     stack = np.random.default_rng(0).random((20, 16, 16)).astype(np.float32)
     stack[3, 2, 2] = np.nan
     viewer.add_image(stack, name="broken")
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     messages = []
     from napari.utils.notifications import notification_manager
 
@@ -121,7 +135,7 @@ def test_save_and_reopen_through_reader(viewer_widget, qtbot, tmp_path):
     assert read is not None
     layers = viewer.open(str(path), plugin="napari-ticlust")
     assert layers[0].data.shape == (5, 32, 32)
-    widget2 = TiclustWidget(viewer)
+    widget2 = dock(viewer)
     widget2.input.value = "digits"
     widget2.load_result(path)
     assert widget2.result.k == 5
@@ -166,7 +180,7 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     viewer.open_sample("napari-ticlust", "shapes")
     points = viewer.layers["shapes"]
     before = np.asarray(points.data).copy()
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     widget.method.value = "shape-kmeans"
     assert widget.input.choices == ("shapes",)      # only Points layers for a landmark method
     widget.input.value = "shapes"
@@ -199,7 +213,7 @@ def test_rgb_stack_and_gmm(make_napari_viewer, qtbot):
     stack = (rng.random((40, 12, 12, 3)) * 255).astype(np.uint8)
     stack[:20, :6] = 255          # two visibly different groups
     viewer.add_image(stack, name="rgb", rgb=True)
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     widget.method.value = "gmm"
     widget.input.value = "rgb"
     widget.k.value = 2
@@ -218,7 +232,7 @@ def fitted_on_glyphs(make_napari_viewer, qtbot, method, n, **params):
     """A viewer with the first n glyphs and the widget after a K=4 run of ``method`` with ``params``."""
     viewer = make_napari_viewer()
     viewer.add_image(samples.glyphs()[0][0][:n], name="glyphs")
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     widget.method.value = method
     widget.input.value = "glyphs"
     widget.k.value = 4

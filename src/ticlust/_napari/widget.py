@@ -1,6 +1,5 @@
 """The ticlust dock widget: pick an input layer, a method and its parameters, Run (or Cancel), and
 watch the prototypes sharpen; then step through the stack to inspect each image's assignment."""
-from __future__ import annotations
 
 import time
 from pathlib import Path
@@ -10,6 +9,7 @@ from magicgui.widgets import ComboBox, Container, Label, LineEdit, ProgressBar, 
 from napari.layers import Image, Points
 from napari.qt.threading import create_worker
 from napari.utils.notifications import show_error, show_info
+from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
 
 from .. import api
 from ..data import InputError
@@ -25,7 +25,7 @@ LIVE_UPDATE_S = 0.4  # at most this often the live prototypes layer is redrawn
 class TiclustWidget(Container):
     """Dock widget driving ``ticlust.run`` in a napari thread worker."""
 
-    def __init__(self, viewer: "napari.viewer.Viewer"):  # noqa: F821
+    def __init__(self, viewer: Viewer):
         super().__init__(labels=True)
         self.viewer = viewer
         self.worker = None
