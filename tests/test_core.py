@@ -220,8 +220,23 @@ def test_run_yields_progress_snapshots_and_done():
     events = list(ticlust.run(x, method="kmeans", k=3, seed=0))
     assert isinstance(events[-1], Done)
     progress = [e for e in events if isinstance(e, Progress)]
-    assert progress and all(p.total >= p.step >= 1 for p in progress) and progress[-1].eta is not None
+    assert progress and all(p.total >= p.step >= 1 for p in progress)
+    assert progress[0].eta is None    # no guess before the stage has shown its pace
     assert any(isinstance(e, Snapshot) and e.prototypes.shape == (3, 8, 8) for e in events)
+
+
+def test_eta_comes_from_the_current_stage_pace_only():
+    """Setup time and earlier stages must not skew the ETA (a 2 s K-means once said 4 minutes)."""
+    from ticlust.api import StagePace, format_eta
+
+    pace = StagePace()
+    assert pace.eta("Lloyd iteration 1", 1, 299, now=100.0) is None        # first step: nothing measured yet
+    assert pace.eta("Lloyd iteration 2", 2, 298, now=100.1) is None        # too few steps, too little time
+    assert pace.eta("Lloyd iteration 5", 5, 295, now=100.4) is None        # enough steps, under 2 s
+    assert pace.eta("Lloyd iteration 21", 21, 279, now=102.1) == pytest.approx(2.1 / 20 * 279)
+    assert pace.eta("identity+affine", 22, 100, now=103.0) is None         # a new stage starts over
+    assert pace.eta("identity+affine", 30, 92, now=107.0) == pytest.approx(4.0 / 8 * 92)
+    assert format_eta(None) == "ETA estimating…" and "pace" in format_eta(61.0) and "1m01s" in format_eta(61.0)
 
 
 # ---- result --------------------------------------------------------------------------------------
