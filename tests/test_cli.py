@@ -18,6 +18,9 @@ def test_methods_lists_parameters():
     out = cli("methods")
     assert out.returncode == 0
     assert "kmeans" in out.stdout and "gmm" in out.stdout and "variance_floor = 0.01" in out.stdout
+    # papers by their authors and titles, not by the numbers of our copies ("(000)")
+    assert "(000)" not in out.stdout and "Cosentino et al., Spatial Transformer K-Means" in out.stdout
+    assert "Kostadinov et al." in out.stdout and "Villar-Corrales" in out.stdout
 
 
 def test_fit_sample_prints_scores_and_saves(tmp_path):

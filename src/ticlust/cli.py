@@ -49,10 +49,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+PAPERS = {  # the papers in ../shared/papers, by the number the method specs carry
+    "000": "Cosentino et al., Spatial Transformer K-Means",
+    "001": "Villar-Corrales & Morgenshtern, Scattering Transform Based Image Clustering using Projection onto Orthogonal Complement",
+    "002": "Gattone et al., On the geodesic distance in shapes K-means clustering",
+    "003": "Monnier et al. 2020, Deep Transformation-Invariant Clustering",
+    "004": "Kostadinov et al., Clustering with Jointly Learned Nonlinear Transforms Over Discriminating Min-Max Similarity/Dissimilarity Assignment",
+}
+
+
+def paper_name(paper: str) -> str:
+    """A method spec's paper as people cite it: '000' becomes 'Cosentino et al., ...'; a spec that
+    already names its paper after the number keeps that name."""
+    number, _, rest = paper.partition(" ")
+    if number.isdigit() and len(number) == 3:
+        return rest.strip() or PAPERS.get(number, f"paper {number}")
+    return paper
+
+
 def _methods() -> int:
     for name in available_methods():
         spec = get_method(name)
-        print(f"{name}: {spec.title} [{', '.join(spec.inputs)}]" + (f" ({spec.paper})" if spec.paper else ""))
+        print(f"{name}: {spec.title} [{', '.join(spec.inputs)}]" + (f" — {paper_name(spec.paper)}" if spec.paper else ""))
         for info in param_infos(spec.config):
             choices = f" one of {', '.join(map(str, info.choices))};" if info.choices else ""
             print(f"    {info.name} = {info.default!r}:{choices} {info.doc}")
@@ -105,14 +123,29 @@ def _gui(sample_name: str) -> int:
         import napari
     except ImportError:
         raise InputError("napari is not installed: install the GUI with `pip install 'napari-ticlust[gui]'`.") from None
-    from ._napari.widget import TiclustWidget
-
-    viewer = napari.Viewer(title="ticlust")
-    images, labels = sample(sample_name)
-    viewer.add_image(images, name=f"{sample_name} sample", metadata={"labels": labels})
-    viewer.window.add_dock_widget(TiclustWidget(viewer), name="ticlust", area="right")
+    gui_viewer(sample_name)
     napari.run()
     return 0
+
+
+GUI_SIZE = (1600, 1000)
+
+
+def gui_viewer(sample_name: str = "digits"):
+    """napari sized to fit the screen (at most 1600x1000), a sample opened as File > Open Sample does,
+    and ticlust docked the way Plugins > ticlust docks it."""
+    import napari
+    from qtpy.QtGui import QGuiApplication
+
+    viewer = napari.Viewer(title="ticlust")
+    window = viewer.window._qt_window
+    screen = (window.screen() or QGuiApplication.primaryScreen()).availableGeometry()
+    width, height = min(GUI_SIZE[0], screen.width()), min(GUI_SIZE[1], screen.height())
+    window.resize(width, height)
+    window.move(screen.left(), screen.top())
+    viewer.open_sample("napari-ticlust", sample_name)
+    viewer.window.add_plugin_dock_widget("napari-ticlust")
+    return viewer
 
 
 if __name__ == "__main__":
