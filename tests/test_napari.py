@@ -8,6 +8,7 @@ import pytest
 napari = pytest.importorskip("napari")
 
 from ticlust import load_result  # noqa: E402
+from ticlust.methods import get_method  # noqa: E402
 from ticlust._napari import layers as L  # noqa: E402
 from ticlust._napari import reader, samples  # noqa: E402
 from ticlust._napari.widget import TiclustWidget  # noqa: E402
@@ -241,10 +242,61 @@ def test_save_load_restores_the_form_and_file_open_shows_everything(viewer_widge
         fresh.close()
 
 
-def test_sample_data_opens_from_menu(make_napari_viewer):
+def test_sample_data_opens_from_menu_and_says_its_class_count(make_napari_viewer):
+    from npe2 import PluginManager
+
     viewer = make_napari_viewer()
     viewer.open_sample("napari-ticlust", "glyphs")
     assert viewer.layers["glyphs"].data.shape == (600, 32, 32)
+    names = {s.key: s.display_name for s in PluginManager.instance().get_manifest("napari-ticlust").contributions.sample_data}
+    assert "4 classes" in names["glyphs"] and "10 classes" in names["digits"] and "2 classes" in names["shapes"]
+    widget = dock(viewer)
+    assert "4 classes" in widget.status.value      # the widget says so too, before anyone runs K = 10
+
+
+def test_gui_command_fits_the_screen_and_uses_the_plugin_route(qtbot):
+    """`ticlust gui` opened wider than a 1600x1000 screen with Run cut off."""
+    from qtpy.QtGui import QGuiApplication
+
+    from ticlust.cli import GUI_SIZE, gui_viewer
+
+    viewer = gui_viewer("glyphs")
+    try:
+        window = viewer.window._qt_window
+        screen = QGuiApplication.primaryScreen().availableGeometry()
+        assert window.width() <= max(min(GUI_SIZE[0], screen.width()), window.minimumSizeHint().width())
+        assert window.height() <= max(min(GUI_SIZE[1], screen.height()), window.minimumSizeHint().height())
+        widget = next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustWidget))
+        assert widget.input.value == "glyphs"
+        # every method's form fits the dock: essentials up front, at most three of them
+        for method in widget.method.choices:
+            widget.method.value = method
+            assert len(widget.params) <= 3
+            assert widget.native.minimumSizeHint().width() <= 420, method
+            assert widget.k.value == get_method(method).config().k
+    finally:
+        viewer.close()
+
+
+def test_multichannel_stack_runs_with_channels_on_their_own_slider(make_napari_viewer, qtbot):
+    """(N, C, H, W) with C = 2 was refused as 'a stack of 3-D volumes'."""
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(0)
+    stack = rng.random((30, 2, 16, 16)).astype(np.float32)
+    stack[:15, 0, :8] += 1.0
+    viewer.add_image(stack, name="two channels")
+    widget = dock(viewer)
+    widget.input.value = "two channels"
+    widget.k.value = 2
+    run_to_end(qtbot, widget)
+    labels = widget.result.labels
+    assert len(set(labels[:15])) == 1 and len(set(labels[15:])) == 1 and labels[0] != labels[-1]
+    protos = viewer.layers["two channels prototypes"]
+    scene = L.Scene(16, 16, 2)
+    assert protos.data.shape == (2, *scene.grid_shape(scene.mosaic_columns))    # channel axis first, like the input
+    frames = inspected(qtbot, widget, viewer, 20, "two channels")
+    assert frames.metadata["chosen"] == labels[20]
+    assert viewer.layers["two channels inspector"].data.shape == (2, *scene.grid_shape(scene.inspector_columns))
 
 
 def test_manifest_ships_inside_the_wheel(tmp_path):
@@ -297,10 +349,23 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     assert len(viewer.layers["shapes mean shapes"].data) == 2
     assert len(viewer.layers["shapes aligned"].data) == len(before)
     np.testing.assert_array_equal(np.asarray(points.data), before)
+    # readable: the raw ring is hidden behind a gallery (one row of cells per cluster), ellipses are
+    # tinted, a legend names the colours and the units
+    assert not points.visible
+    gallery = viewer.layers["shapes clusters"]
+    centres = np.asarray(gallery.data).reshape(result.n, n_landmarks, 2).mean(1)
+    spread = np.ptp(before.reshape(result.n, n_landmarks, 2), axis=1).max()
+    nearest = np.sort(np.linalg.norm(centres[:, None] - centres[None], axis=-1), axis=1)[:, 1]
+    assert nearest.min() > spread                                    # no two shapes overlap any more
+    assert np.all(viewer.layers["shapes landmark ellipses"].face_color[:, 3] > 0.2)
+    legend = viewer.layers["shapes legend"].metadata
+    assert legend["texts"][:2] == [f"cluster {c}: {n} shapes" for c, n in enumerate(result.cluster_sizes())]
+    assert "units" in legend["units"]
     points.selected_data = {0}
-    sizes = viewer.layers["shapes aligned"].size
-    assert sizes[:n_landmarks].min() > sizes[n_landmarks:].max()   # shape 0 highlighted
-    assert "shape 0" in widget.status.value
+    for name in ("shapes aligned", "shapes clusters"):
+        sizes = viewer.layers[name].size
+        assert sizes[:n_landmarks].min() >= 2.5 * sizes[n_landmarks:].max() - 1e-9   # shape 0 highlighted
+    assert "shape 0 → cluster" in widget.status.value
     # a tpsDig file opens as a Points layer ready for clustering
     write_tps(tmp_path / "s.tps", result.aligned[:5])
     layer = viewer.open(str(tmp_path / "s.tps"), plugin="napari-ticlust")[0]

@@ -29,7 +29,7 @@ CHOSEN_COLOR = np.array([1.0, 0.85, 0.0, 1.0])
 RUNNER_UP_COLOR = np.array([0.0, 0.8, 1.0, 1.0])
 OTHER_COLOR = np.array([0.55, 0.55, 0.55, 1.0])
 # line widths in screen pixels; layers hold data units, so widths are divided by the camera zoom
-SCREEN_WIDTHS = {"grid": 1.5, "chosen": 3.0, "runner_up": 2.0, "other": 1.0, "ellipse": 2.0, "mean": 2.5}
+SCREEN_WIDTHS = {"grid": 1.5, "chosen": 3.0, "runner_up": 2.0, "other": 1.0, "ellipse": 1.5, "mean": 3.0}
 INSPECTOR_COLUMNS = 5
 
 
@@ -173,10 +173,10 @@ def text_raster(scene: Scene, columns: int, texts: list[str], colors, factor: in
     return np.asarray(canvas), factor
 
 
-def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, metadata=None):
-    """Show an RGBA text raster whose pixels are 1/factor data pixels, its top-left at ``offset``."""
-    scale = (1.0 / factor, 1.0 / factor)
-    translate = (offset[0] - 0.5 + 0.5 / factor, offset[1] - 0.5 + 0.5 / factor)
+def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, metadata=None, unit: float = 1.0):
+    """Show an RGBA text raster whose pixels are unit/factor data units, its top-left at ``offset``."""
+    scale = (unit / factor, unit / factor)
+    translate = (offset[0] + unit * (-0.5 + 0.5 / factor), offset[1] + unit * (-0.5 + 0.5 / factor))
     if name in viewer.layers:
         layer = viewer.layers[name]
         layer.data = raster
@@ -453,7 +453,7 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     span = float(np.max(np.ptp(raw, axis=1))) if raw.size else 1.0
     spacing = 1.25 * max(span, 1e-9)
     gallery = landmark_gallery(raw, result.labels, spacing)
-    size = 0.06 * spacing
+    size = 0.09 * spacing
     point_colors = np.array([cluster_color(int(result.labels[s])) for s in np.repeat(np.arange(result.n), raw.shape[1])])
     _set_points(viewer, names["landmarks"], gallery, point_colors, size)
     made = [names["landmarks"]]
@@ -479,7 +479,7 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
         ellipses = [place(box[:, ::-1]) for box in corners.reshape(-1, 4, 2)]
         edge = np.repeat([cluster_color(c) for c in range(k)], means.shape[1], axis=0)
         face = edge.copy()
-        face[:, 3] = 0.15
+        face[:, 3] = 0.3
         px = [SCREEN_WIDTHS["ellipse"]] * len(ellipses)
         set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, [p / viewer.scene.camera.zoom for p in px],
                    face_color=face, metadata={"screen_widths": px})
@@ -492,13 +492,16 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     viewer.layers[names["means"]].metadata["screen_widths"] = px
     made.append(names["means"])
     sizes = result.cluster_sizes()
-    legend_scene = Scene(max(2, round(spacing * 0.1)), max(4, round(spacing * 1.6)), k)
-    texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)]
-    raster, factor = text_raster(Scene(legend_scene.h, legend_scene.w, k), 1, texts, [cluster_color(c) for c in range(k)])
-    offset = (g_lo[0] - legend_scene.grid_shape(1)[0] - spacing * 0.3, g_lo[1])
-    set_text_layer(viewer, names["legend"], raster, factor, offset,
-                   metadata={"texts": texts, "units": "gallery and aligned view: the input's own units; "
-                                                      "aligned view scaled to fit (Procrustes-aligned coordinates)"})
+    texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)] + [
+        "left: every shape, by cluster (input units)", "right: Procrustes-aligned, mean ± 2 sd per landmark"]
+    colors = [cluster_color(c) for c in range(k)] + [np.ones(4), np.ones(4)]
+    legend = Scene(1, 30, len(texts))
+    raster, factor = text_raster(legend, 1, texts, colors)
+    unit = 0.1 * spacing
+    offset = (g_lo[0] - (legend.grid_shape(1)[0] + 2) * unit, g_lo[1])
+    set_text_layer(viewer, names["legend"], raster, factor, offset, unit=unit,
+                   metadata={"texts": texts, "units": "gallery: the input's own units; aligned view: Procrustes-"
+                                                      f"aligned coordinates scaled by {zoom:.3g} to fit"})
     made.append(names["legend"])
     return made
 
