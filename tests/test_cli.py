@@ -63,6 +63,13 @@ def test_fit_npy_tif_and_folder(tmp_path):
         assert out.returncode == 0, out.stderr
         labels.append(ticlust.load_result(tmp_path / f"{source}.npz").labels)
     assert np.array_equal(labels[0], labels[1]) and np.array_equal(labels[0], labels[2])
+    # a folder's assignments table names each row by its file, also for a random subset
+    out = cli("fit", folder, "--k", "4", "--max-images", "10", "-o", tmp_path / "sub.npz", "--csv", tmp_path / "sub.csv",
+              "--quiet")
+    assert out.returncode == 0, out.stderr
+    rows = (tmp_path / "sub.csv").read_text().splitlines()
+    assert rows[0].startswith("item,") and len(rows) == 11
+    assert all(row.split(",")[0].endswith(".png") for row in rows[1:])
 
 
 def test_error_exits_2_with_one_sentence(tmp_path):

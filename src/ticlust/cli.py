@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 import warnings
 
 import numpy as np
 
-from .data import SAMPLES, InputError, random_subset, read_input, sample
+from .data import SAMPLES, InputError, folder_images, random_subset, read_input, sample
 from .methods import available_methods, get_method
 from .methods.base import param_infos
 
@@ -89,10 +90,13 @@ def _fit(args) -> int:
     else:
         data, labels = read_input(args.input, key=args.key, labels_key=args.labels_key)
         source = args.input
+    # a folder's rows are named by their files (the CSV is useless without them)
+    names = [p.name for p in folder_images(args.input)] if args.input and Path(args.input).is_dir() else None
     index = random_subset(int(data.shape[0]), args.max_images, args.seed)
     if index is not None:
         data = np.asarray(data[index])
         labels = None if labels is None else labels[index]
+        names = None if names is None else [names[i] for i in index]
     params = {}
     for item in args.set:
         if "=" not in item:
@@ -107,7 +111,7 @@ def _fit(args) -> int:
                      progress=not args.quiet, **params)
     out = result.save(args.output)
     if args.csv:
-        result.assignments_table(args.csv)
+        result.assignments_table(args.csv, names=names)
     sizes = ", ".join(str(s) for s in result.cluster_sizes())
     print(f"device {result.device}; {result.timing['total_s']:.1f} s; final loss {result.final_loss:.6g}")
     print(f"cluster sizes: {sizes}")
