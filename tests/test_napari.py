@@ -358,6 +358,8 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     nearest = np.sort(np.linalg.norm(centres[:, None] - centres[None], axis=-1), axis=1)[:, 1]
     assert nearest.min() > spread                                    # no two shapes overlap any more
     assert np.all(viewer.layers["shapes landmark ellipses"].face_color[:, 3] > 0.2)
+    zoom = viewer.camera.zoom
+    assert np.allclose(np.asarray(viewer.layers["shapes mean shapes"].edge_width) * zoom, L.SCREEN_WIDTHS["mean"])
     legend = viewer.layers["shapes legend"].metadata
     assert legend["texts"][:2] == [f"cluster {c}: {n} shapes" for c, n in enumerate(result.cluster_sizes())]
     assert "units" in legend["units"]

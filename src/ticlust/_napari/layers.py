@@ -224,6 +224,7 @@ def zoom_widths(layer, zoom: float) -> None:
     if widths is None or len(widths) != len(layer.data) or not len(widths):
         return
     layer.edge_width = [px / zoom for px in widths]
+    layer.refresh()   # the setter updates the data but not the drawn mesh
 
 
 def rescale_lines(viewer, input_name: str) -> None:
@@ -482,20 +483,22 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
         face[:, 3] = 0.3
         px = [SCREEN_WIDTHS["ellipse"]] * len(ellipses)
         set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, [p / viewer.scene.camera.zoom for p in px],
-                   face_color=face, metadata={"screen_widths": px})
+                   face_color=face, metadata={"screen_widths": px}, blending="translucent_no_depth", opacity=1.0)
         viewer.layers[names["ellipses"]].metadata["screen_widths"] = px
         made.append(names["ellipses"])
     px = [SCREEN_WIDTHS["mean"]] * k
-    set_shapes(viewer, names["means"], [place(m[:, ::-1]) for m in means], "polygon",
-               np.array([cluster_color(c) for c in range(k)]), [p / viewer.scene.camera.zoom for p in px],
-               metadata={"screen_widths": px})
+    # closed paths, not polygons: a polygon's transparent face hid its own edges under software OpenGL
+    loops = [place(np.vstack([m, m[:1]])[:, ::-1]) for m in means]
+    set_shapes(viewer, names["means"], loops, "path", np.array([cluster_color(c) for c in range(k)]),
+               [p / viewer.scene.camera.zoom for p in px], metadata={"screen_widths": px},
+               blending="translucent_no_depth", opacity=1.0)
     viewer.layers[names["means"]].metadata["screen_widths"] = px
     made.append(names["means"])
     sizes = result.cluster_sizes()
     texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)] + [
         "left: every shape, by cluster (input units)", "right: Procrustes-aligned, mean ± 2 sd per landmark"]
     colors = [cluster_color(c) for c in range(k)] + [np.ones(4), np.ones(4)]
-    legend = Scene(1, 30, len(texts))
+    legend = Scene(1, 80, len(texts))
     raster, factor = text_raster(legend, 1, texts, colors)
     unit = 0.1 * spacing
     offset = (g_lo[0] - (legend.grid_shape(1)[0] + 2) * unit, g_lo[1])
