@@ -2,10 +2,11 @@
 (Plugins > ticlust, i.e. ``add_plugin_dock_widget``), a sample opened from File > Open Sample, one Run,
 and the view exactly as the widget leaves it (nobody presses Home).
 
-Run under a 1600×1000 display, e.g.
-  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/screenshot.png
+Run under a 1600×1000 display; the README's series was made with
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/screenshot.png digits kmeans 10 item=3
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/landmarks.png shapes shape-kmeans 2
-  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/dti.png glyphs dti-kmeans 4 max_epochs=40
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/dti.png glyphs dti-kmeans 4 max_epochs=25 n=300 item=3
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/st-kmeans.png glyphs st-kmeans 4 n=200 item=10
 Arguments: output, sample (digits | glyphs | shapes), method, K, then NAME=VALUE method parameters and
 optionally item=I (the image under the slider, default 3) and n=N (only the first N images).
 """
