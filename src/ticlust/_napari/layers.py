@@ -205,17 +205,18 @@ def set_image(viewer, name: str, data, **kwargs):
 def set_shapes(viewer, name: str, shapes: list, shape_type: str, edge_color, edge_width, face_color="transparent",
                **kwargs):
     """Replace the shapes of the Shapes layer ``name`` (or add it); never with text (see the module doc)."""
+    metadata = kwargs.pop("metadata", {})
     if name in viewer.layers:
         layer = viewer.layers[name]
         layer.data = []
         if shapes:
             layer.add(shapes, shape_type=shape_type, edge_color=edge_color, edge_width=edge_width,
                       face_color=face_color)
-        if "metadata" in kwargs:
-            layer.metadata.update(kwargs["metadata"])
-        return layer
-    return viewer.add_shapes(shapes or None, shape_type=shape_type, edge_color=edge_color, edge_width=edge_width,
-                             face_color=face_color, name=name, **kwargs)
+    else:
+        layer = viewer.add_shapes(shapes or None, shape_type=shape_type, edge_color=edge_color,
+                                  edge_width=edge_width, face_color=face_color, name=name, **kwargs)
+    layer.metadata.update(metadata)
+    return layer
 
 
 def zoom_widths(layer, zoom: float) -> None:
@@ -369,8 +370,6 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
     width = SCREEN_WIDTHS["grid"] / max(float(viewer.scene.camera.zoom), 1e-6)
     layer = set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", color, width,
                        metadata={"screen_widths": [SCREEN_WIDTHS["grid"]] * len(paths), "item": frame})
-    layer.metadata["screen_widths"] = [SCREEN_WIDTHS["grid"]] * len(paths)
-    layer.metadata["item"] = frame
     return layer
 
 
@@ -399,9 +398,8 @@ def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray,
     px = [SCREEN_WIDTHS[r] for r in role]
     zoom = max(float(viewer.scene.camera.zoom), 1e-6)
     existed = names["frames"] in viewer.layers
-    layer = set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
-                       metadata={**info, "screen_widths": px})
-    layer.metadata.update({**info, "screen_widths": px})
+    set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
+               metadata={**info, "screen_widths": px})
     if not existed:
         viewer.layers.selection.active = input_layer
 
@@ -484,7 +482,6 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
         px = [SCREEN_WIDTHS["ellipse"]] * len(ellipses)
         set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, [p / viewer.scene.camera.zoom for p in px],
                    face_color=face, metadata={"screen_widths": px}, blending="translucent_no_depth", opacity=1.0)
-        viewer.layers[names["ellipses"]].metadata["screen_widths"] = px
         made.append(names["ellipses"])
     px = [SCREEN_WIDTHS["mean"]] * k
     # closed paths, not polygons: a polygon's transparent face hid its own edges under software OpenGL
@@ -492,7 +489,6 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     set_shapes(viewer, names["means"], loops, "path", np.array([cluster_color(c) for c in range(k)]),
                [p / viewer.scene.camera.zoom for p in px], metadata={"screen_widths": px},
                blending="translucent_no_depth", opacity=1.0)
-    viewer.layers[names["means"]].metadata["screen_widths"] = px
     made.append(names["means"])
     sizes = result.cluster_sizes()
     texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)] + [
