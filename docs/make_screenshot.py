@@ -1,9 +1,14 @@
-"""Render README screenshots: napari with ticlust docked on a sample after a run.
+"""Render README screenshots: a real napari window with ticlust docked the way a user docks it
+(Plugins > ticlust, i.e. ``add_plugin_dock_widget``), a sample opened from File > Open Sample, one Run,
+and the view exactly as the widget leaves it (nobody presses Home).
 
-Run under a display, e.g.
-  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/screenshot.png
+Run under a 1600×1000 display; the README's series was made with
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/screenshot.png digits kmeans 10 item=3
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/landmarks.png shapes shape-kmeans 2
-  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/dti.png glyphs dti-kmeans 4 max_epochs=40
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/dti.png glyphs dti-kmeans 4 max_epochs=25 n=300 item=3
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/st-kmeans.png glyphs st-kmeans 4 n=200 item=10
+Arguments: output, sample (digits | glyphs | shapes), method, K, then NAME=VALUE method parameters and
+optionally item=I (the image under the slider, default 3) and n=N (only the first N images).
 """
 import sys
 from pathlib import Path
@@ -11,36 +16,38 @@ from pathlib import Path
 import napari
 from qtpy.QtWidgets import QApplication
 
-from ticlust._napari import samples
-from ticlust._napari.widget import TiclustWidget
-
 out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "screenshot.png")
 sample, method, k = (sys.argv[2:5] + ["digits", "kmeans", "10"][len(sys.argv[2:5]):])
 settings = dict(arg.split("=", 1) for arg in sys.argv[5:])
+item = int(settings.pop("item", 3))
+first_n = settings.pop("n", None)
+
 viewer = napari.Viewer(title="ticlust")
-data, kwargs, kind = getattr(samples, sample)()[0]
-getattr(viewer, f"add_{kind}")(data, **kwargs)
-widget = TiclustWidget(viewer)
-viewer.window.add_dock_widget(widget, name="ticlust", area="right")
-viewer.window.resize(1500, 950)
-widget.method.value = method
-widget.input.value = kwargs["name"]
+viewer.window.resize(1600, 1000)
+layer = viewer.open_sample("napari-ticlust", sample)[0]
+if first_n is not None:
+    layer.data = layer.data[: int(first_n)]
+_, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+widget.method.value = method          # K and the form follow the method; set them after it
+widget.input.value = layer.name
 widget.k.value = int(k)
 for name, value in settings.items():
-    widget.params[name].value = type(widget.params[name].value)(value)
+    widget.param(name).value = type(widget.param(name).value)(value)
 worker = widget.start()
 while widget.worker is not None:
     QApplication.processEvents()
-if kind == "image":
-    viewer.dims.current_step = (3, 0, 0)
+if layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
+    step = list(viewer.dims.current_step)
+    step[0] = item
+    viewer.dims.current_step = tuple(step)
+    for _ in range(5):
+        QApplication.processEvents()
     while widget._inspecting is not None:
         QApplication.processEvents()
 else:
-    viewer.layers[kwargs["name"]].visible = False
-    viewer.layers[kwargs["name"]].selected_data = {0}
-viewer.reset_view()
-for _ in range(20):
+    layer.selected_data = {0}
+for _ in range(30):
     QApplication.processEvents()
 viewer.screenshot(str(out), canvas_only=False)
-print(f"wrote {out}")
+print(f"wrote {out}: {widget.status.value}")
 viewer.close()

@@ -18,6 +18,9 @@ def test_methods_lists_parameters():
     out = cli("methods")
     assert out.returncode == 0
     assert "kmeans" in out.stdout and "gmm" in out.stdout and "variance_floor = 0.01" in out.stdout
+    # papers by their authors and titles, not by the numbers of our copies ("(000)")
+    assert "(000)" not in out.stdout and "Cosentino et al., Spatial Transformer K-Means" in out.stdout
+    assert "Kostadinov et al." in out.stdout and "Villar-Corrales" in out.stdout
 
 
 def test_fit_sample_prints_scores_and_saves(tmp_path):
@@ -60,6 +63,13 @@ def test_fit_npy_tif_and_folder(tmp_path):
         assert out.returncode == 0, out.stderr
         labels.append(ticlust.load_result(tmp_path / f"{source}.npz").labels)
     assert np.array_equal(labels[0], labels[1]) and np.array_equal(labels[0], labels[2])
+    # a folder's assignments table names each row by its file, also for a random subset
+    out = cli("fit", folder, "--k", "4", "--max-images", "10", "-o", tmp_path / "sub.npz", "--csv", tmp_path / "sub.csv",
+              "--quiet")
+    assert out.returncode == 0, out.stderr
+    rows = (tmp_path / "sub.csv").read_text().splitlines()
+    assert rows[0].startswith("item,") and len(rows) == 11
+    assert all(row.split(",")[0].endswith(".png") for row in rows[1:])
 
 
 def test_error_exits_2_with_one_sentence(tmp_path):

@@ -53,7 +53,7 @@ def test_metrics_hand_computed():
 @pytest.mark.parametrize("data, fragment", [
     (np.zeros((0, 8, 8)), "empty"),
     (np.zeros((8, 8)), "single image"),
-    (np.zeros((5, 8, 8, 4)), "RGBA"),
+    (np.zeros((5, 8, 8, 12)), "3-D volumes"),
     (np.zeros((5, 6, 8, 8)), "3-D volumes"),
     (np.ones((5, 8, 8)), "constant"),
     (np.array([["a"]]), "dtype"),
@@ -236,8 +236,23 @@ def test_run_yields_progress_snapshots_and_done():
     events = list(ticlust.run(x, method="kmeans", k=3, seed=0))
     assert isinstance(events[-1], Done)
     progress = [e for e in events if isinstance(e, Progress)]
-    assert progress and all(p.total >= p.step >= 1 for p in progress) and progress[-1].eta is not None
+    assert progress and all(p.total >= p.step >= 1 for p in progress)
+    assert progress[0].eta is None    # no guess before the stage has shown its pace
     assert any(isinstance(e, Snapshot) and e.prototypes.shape == (3, 8, 8) for e in events)
+
+
+def test_eta_comes_from_the_current_stage_pace_only():
+    """Setup time and earlier stages must not skew the ETA (a 2 s K-means once said 4 minutes)."""
+    from ticlust.api import StagePace, format_eta
+
+    pace = StagePace()
+    assert pace.eta("Lloyd iteration 1", 1, 299, now=100.0) is None        # first step: nothing measured yet
+    assert pace.eta("Lloyd iteration 2", 2, 298, now=100.1) is None        # too few steps, too little time
+    assert pace.eta("Lloyd iteration 5", 5, 295, now=100.4) is None        # enough steps, under 2 s
+    assert pace.eta("Lloyd iteration 21", 21, 279, now=102.1) == pytest.approx(2.1 / 20 * 279)
+    assert pace.eta("identity+affine", 22, 100, now=103.0) is None         # a new stage starts over
+    assert pace.eta("identity+affine", 30, 92, now=107.0) == pytest.approx(4.0 / 8 * 92)
+    assert format_eta(None) == "ETA estimating…" and "pace" in format_eta(61.0) and "1m01s" in format_eta(61.0)
 
 
 # ---- result --------------------------------------------------------------------------------------
@@ -325,3 +340,19 @@ def test_kmeans_and_gmm_stream_a_stack_too_large_to_load():
     *_, last_w = em(whole, resp, 5, 0.0, 1e-3)
     assert abs(last_s[1] - last_w[1]) < 1e-4
     assert streamed.mean_variance() == pytest.approx(whole.mean_variance(), rel=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["last", "first"])
+@pytest.mark.parametrize("channels", [2, 4, 5])
+def test_multichannel_stacks_are_accepted_channels_last(layout, channels):
+    """Microscopy stacks with 2, 4 or more channels, channels last (N,H,W,C) or first (N,C,H,W)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((12, 16, 16, channels)).astype(np.float32)
+    x[:6, :8] += 1.0
+    data = x if layout == "last" else np.moveaxis(x, -1, 1)
+    stack = as_stack(data)
+    assert stack.item_shape == (16, 16, channels) and stack.channels == channels
+    np.testing.assert_allclose(stack.numpy(), (x - x.min()) / (x.max() - x.min()), rtol=1e-6)
+    res = ticlust.fit(data, method="kmeans", k=2, seed=0, progress=False)
+    assert res.prototypes.shape == (2, 16, 16, channels)
+    assert len(set(res.labels[:6])) == 1 and len(set(res.labels[6:])) == 1 and res.labels[0] != res.labels[-1]

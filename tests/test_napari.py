@@ -8,10 +8,19 @@ import pytest
 napari = pytest.importorskip("napari")
 
 from ticlust import load_result  # noqa: E402
+from ticlust.methods import get_method  # noqa: E402
+from ticlust._napari import layers as L  # noqa: E402
 from ticlust._napari import reader, samples  # noqa: E402
 from ticlust._napari.widget import TiclustWidget  # noqa: E402
 
 pytestmark = pytest.mark.gui
+
+
+def dock(viewer) -> TiclustWidget:
+    """The widget docked the way a user docks it (Plugins > ticlust): napari builds it and injects the viewer."""
+    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    assert isinstance(widget, TiclustWidget)
+    return widget
 
 
 @pytest.fixture
@@ -19,9 +28,17 @@ def viewer_widget(make_napari_viewer):
     viewer = make_napari_viewer()
     images = samples.digits()[0][0][:300]
     viewer.add_image(images, name="digits")
-    widget = TiclustWidget(viewer)
-    viewer.window.add_dock_widget(widget, name="ticlust")
-    return viewer, widget
+    return viewer, dock(viewer)
+
+
+def test_plugin_menu_route_docks_the_widget(make_napari_viewer):
+    """napari's own route (Plugins > ticlust) must inject the viewer; building the class by hand hides that."""
+    viewer = make_napari_viewer()
+    viewer.add_image(np.random.default_rng(0).random((6, 16, 16)), name="stack")
+    dock_widget, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    assert isinstance(widget, TiclustWidget)
+    assert dock_widget.widget() is not None and dock_widget.isAncestorOf(widget.native)
+    assert widget.input.value == "stack" and "stack" in widget.viewer.layers    # the injected viewer is this one
 
 
 def run_to_end(qtbot, widget, timeout=60_000):
@@ -36,14 +53,31 @@ def test_manifest_is_valid():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def inspected(qtbot, widget, viewer, item: int, name: str = "digits", timeout: int = 20_000):
+    """Put image ``item`` under the slider and wait until the inspector shows it; its frames layer."""
+    step = list(viewer.dims.current_step)
+    step[0] = item
+    viewer.dims.current_step = tuple(step)
+    frames = f"{name} inspector frames"
+    qtbot.waitUntil(lambda: widget._inspecting is None and frames in viewer.layers
+                         and viewer.layers[frames].metadata.get("item") == item, timeout=timeout)
+    return viewer.layers[frames]
+
+
 def test_kmeans_run_adds_layers_and_features(viewer_widget, qtbot):
     viewer, widget = viewer_widget
     before = viewer.layers["digits"].data.copy()
-    widget.k.value = 10
+    assert widget.k.value == 10       # K's default comes from the method's config
     run_to_end(qtbot, widget)
-    assert widget.result is not None and widget.result.k == 10
-    protos = viewer.layers["digits prototypes"].data
-    assert protos.shape == (10, 32, 32)
+    result = widget.result
+    assert result is not None and result.k == 10
+    # the prototypes are one 2-D mosaic beside the stack: never on the image slider, never over the image
+    protos = viewer.layers["digits prototypes"]
+    scene = L.Scene(32, 32, 10)
+    assert protos.ndim == 2 and protos.data.shape == scene.grid_shape(scene.mosaic_columns)
+    assert protos.translate[1] >= 2 * 32
+    for c, (y, x) in enumerate(scene.tile_origins(scene.mosaic_columns)):
+        np.testing.assert_allclose(protos.data[y:y + 32, x:x + 32], result.prototypes[c], atol=1e-6)
     features = viewer.layers["digits"].metadata["ticlust_assignments"]
     assert len(features) == 300 and set(features["cluster"]) == set(range(10))
     assert {"score", "runner_up"} <= set(features.columns)
@@ -51,19 +85,74 @@ def test_kmeans_run_adds_layers_and_features(viewer_widget, qtbot):
     assert np.all(np.diff(sorted_layer.metadata["labels"]) >= 0)
     assert sum(widget.table.to_dict("list")["size"]) == 300
     np.testing.assert_array_equal(viewer.layers["digits"].data, before)  # input untouched
-    # the inspector: every prototype beside each other under the current image, the chosen one framed
-    viewer.dims.current_step = (7, 0, 0)
-    qtbot.waitUntil(lambda: widget._inspecting is None and "digits inspector frames" in viewer.layers, timeout=10_000)
-    frames = viewer.layers["digits inspector frames"]
-    qtbot.waitUntil(lambda: frames.features["label"][0] == f"0: {widget.result.scores[7, 0]:.3g}", timeout=10_000)
-    strip = viewer.layers["digits inspector"].data
-    assert strip.shape == (32, 10 * 34 - 2)
-    frames = viewer.layers["digits inspector frames"]
+    # the inspector: every prototype on a grid under the current image, the chosen one framed
+    frames = inspected(qtbot, widget, viewer, 7)
+    strip = viewer.layers["digits inspector"]
+    assert strip.ndim == 2 and strip.data.shape == scene.grid_shape(scene.inspector_columns)
     assert len(frames.data) == 10
-    chosen = int(widget.result.labels[7])
-    assert np.allclose(frames.edge_color[chosen], [1.0, 0.85, 0.0, 1.0])
+    chosen = int(result.labels[7])
+    assert np.allclose(frames.edge_color[chosen], L.CHOSEN_COLOR)
+    assert viewer.layers["digits inspector scores"].metadata["texts"] == [f"{c}: {s:.3g}" for c, s in enumerate(result.scores[7])]
     assert f"item 7 → cluster {chosen}" in widget.status.value
     assert widget.run_button.text == "Run"
+
+
+def test_view_is_framed_after_run_and_lines_keep_their_screen_width(make_napari_viewer, qtbot):
+    """After Run the image, its aligned prototype, its (clipped) warp grid, the prototypes and the
+    inspector are all on screen without pressing Home; lines stay 1-3 screen pixels at any zoom."""
+    viewer, widget = fitted_on_glyphs(make_napari_viewer, qtbot, "st-kmeans", 24, k=3, max_iter=1, steps=3,
+                                      affine_steps=3, predict_steps=3, landmarks=3)
+    frames = inspected(qtbot, widget, viewer, 5, "glyphs")
+    (top, left), (bottom, right) = L.visible_box(viewer)
+    scene = L.scene_for(widget.result)
+    (y0, x0), (y1, x1) = scene.extent()
+    assert top <= y0 and left <= x0 and bottom >= y1 and right >= x1, ((top, left, bottom, right), scene.extent())
+    assert viewer.layers["glyphs aligned"].translate[-1] >= 32          # beside the image, not over it
+    grid = viewer.layers["glyphs warp grid"]
+    vertices = np.concatenate([path[:, 1:] for path in grid.data])
+    assert vertices.min() >= -0.5 - 1e-6 and vertices.max() <= 31.5 + 1e-6   # cut to the image
+    zoom = viewer.camera.zoom
+    assert np.allclose(np.asarray(grid.edge_width) * zoom, L.SCREEN_WIDTHS["grid"])
+    viewer.camera.zoom = zoom * 4
+    assert np.allclose(np.asarray(grid.edge_width) * zoom * 4, L.SCREEN_WIDTHS["grid"])
+    assert np.allclose(np.asarray(frames.edge_width) * zoom * 4 >= 1.0, True)
+
+
+def test_inspector_agrees_with_status_line_and_result_for_every_item(make_napari_viewer, qtbot):
+    """st-kmeans once framed cluster 2 (0.306) while the status line said runner-up 6 (0.291): the
+    inspector re-optimised the alignment and ranked by its own scores. Chosen, runner-up and every
+    score label must be the result's, for every image of the stack."""
+    viewer, widget = fitted_on_glyphs(make_napari_viewer, qtbot, "st-kmeans", 12, k=3, max_iter=1, steps=3,
+                                      affine_steps=3, predict_steps=3, landmarks=3)
+    result = widget.result
+    for item in range(result.n):
+        frames = inspected(qtbot, widget, viewer, item, "glyphs")
+        scores = result.scores[item]
+        label = int(result.labels[item])
+        runner = int(min((c for c in range(result.k) if c != label), key=lambda c: scores[c]))
+        assert (frames.metadata["chosen"], frames.metadata["runner_up"]) == (label, runner)
+        assert np.allclose(frames.edge_color[label], L.CHOSEN_COLOR)
+        assert np.allclose(frames.edge_color[runner], L.RUNNER_UP_COLOR)
+        texts = viewer.layers["glyphs inspector scores"].metadata["texts"]
+        assert texts == [f"{c}: {s:.3g}" for c, s in enumerate(scores)]
+        assert widget.status.value == (f"item {item} → cluster {label} (score {scores[label]:.4g}); "
+                                       f"runner-up {runner} ({scores[runner]:.4g})")
+
+
+def test_deleting_inspector_layers_and_running_again(viewer_widget, qtbot):
+    """Removing and re-making a Shapes layer with text crashed vispy under Xvfb: the inspector draws its
+    scores as an image, and its frames layer carries no text."""
+    viewer, widget = viewer_widget
+    widget.k.value = 3
+    run_to_end(qtbot, widget)
+    inspected(qtbot, widget, viewer, 2)
+    for suffix in ("inspector", "inspector scores", "inspector frames"):
+        viewer.layers.remove(f"digits {suffix}")
+    widget.k.value = 4
+    run_to_end(qtbot, widget)
+    frames = inspected(qtbot, widget, viewer, 4)
+    assert len(frames.data) == 4 and "".join(map(str, np.ravel(frames.text.values))) == ""
+    assert viewer.layers["digits inspector scores"].rgb
 
 
 def test_run_twice_reuses_layers(viewer_widget, qtbot):
@@ -74,18 +163,24 @@ def test_run_twice_reuses_layers(viewer_widget, qtbot):
     widget.k.value = 4
     run_to_end(qtbot, widget)
     assert len(viewer.layers) == n_layers
-    assert viewer.layers["digits prototypes"].data.shape[0] == 4
+    scene = L.Scene(32, 32, 4)
+    assert viewer.layers["digits prototypes"].data.shape == scene.grid_shape(scene.mosaic_columns)
 
 
 def test_cancel_leaves_no_half_made_layers(viewer_widget, qtbot):
     viewer, widget = viewer_widget
     widget.method.value = "gmm"
-    widget.params["max_iter"].value = 100000
-    widget.params["tol"].value = "0"
+    widget.param("max_iter").value = 100000
+    widget.param("tol").value = "0"
     names_before = [layer.name for layer in viewer.layers]
     worker = widget.start()
-    qtbot.waitUntil(lambda: "EM" in widget.status.value, timeout=30_000)
+    qtbot.waitUntil(lambda: "EM" in widget.status.value and "digits prototypes" in viewer.layers, timeout=30_000)
     assert widget.run_button.text == "Cancel"
+    live = viewer.layers["digits prototypes"]          # live while training, on no slider, beside the stack
+    assert live.ndim == 2 and live.visible and live.translate[1] >= 64
+    assert "ETA estimating…" in widget.status.value or "at this stage's pace" in widget.status.value
+    first = np.array(live.data)
+    qtbot.waitUntil(lambda: not np.array_equal(viewer.layers["digits prototypes"].data, first), timeout=15_000)
     with qtbot.waitSignal(worker.finished, timeout=10_000):
         widget.run_button.clicked.emit()   # the Cancel button
     qtbot.waitUntil(lambda: widget.worker is None, timeout=5000)
@@ -98,7 +193,7 @@ def test_bad_input_shows_a_notification(make_napari_viewer, qtbot):
     stack = np.random.default_rng(0).random((20, 16, 16)).astype(np.float32)
     stack[3, 2, 2] = np.nan
     viewer.add_image(stack, name="broken")
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     messages = []
     from napari.utils.notifications import notification_manager
 
@@ -110,27 +205,101 @@ def test_bad_input_shows_a_notification(make_napari_viewer, qtbot):
     assert "Stopped" in widget.status.value
 
 
-def test_save_and_reopen_through_reader(viewer_widget, qtbot, tmp_path):
+def test_save_load_restores_the_form_and_file_open_shows_everything(viewer_widget, qtbot, tmp_path):
+    """Load puts the result's method and parameters back in the form; File > Open on a result file shows
+    the prototypes, assignments, sorted view and inspector against the open stack, not only prototypes."""
     viewer, widget = viewer_widget
+    widget.method.value = "gmm"
     widget.k.value = 5
+    widget.param("variance_floor").value = "0.05"
+    widget.seed.value = 3
     run_to_end(qtbot, widget)
     path = widget.save_result(tmp_path / "res.npz")
     assert (tmp_path / "res.csv").exists()
     assert load_result(path).labels.tolist() == widget.result.labels.tolist()
-    read = reader.get_reader(str(path))
-    assert read is not None
-    layers = viewer.open(str(path), plugin="napari-ticlust")
-    assert layers[0].data.shape == (5, 32, 32)
-    widget2 = TiclustWidget(viewer)
-    widget2.input.value = "digits"
-    widget2.load_result(path)
-    assert widget2.result.k == 5
+    widget.method.value = "kmeans"
+    widget.seed.value = 0
+    widget.load_result(path)
+    assert (widget.method.value, widget.k.value, widget.seed.value) == ("gmm", 5, 3)
+    assert float(widget.param("variance_floor").value) == 0.05
+    # with no matching stack open, File > Open still gives the prototypes and the assignments table
+    stack = viewer.layers["digits"].data
+    viewer.layers.remove("digits")
+    alone = reader.read_result(str(path))
+    kinds = {meta["name"]: kind for _, meta, kind in alone}
+    assert kinds["res prototypes"] == "image" and "ticlust_assignments" in alone[0][1]["metadata"]
+    # File > Open in a fresh viewer holding the stack: the reader hands the result to the widget
+    fresh = type(viewer)(show=False)
+    try:
+        fresh.add_image(stack, name="digits")
+        assert reader.get_reader(str(path)) is not None
+        fresh.open(str(path), plugin="napari-ticlust")
+        names = {layer.name for layer in fresh.layers}
+        assert {"digits prototypes", "digits sorted by cluster"} <= names
+        assert "ticlust_assignments" in fresh.layers["digits"].metadata
+        qtbot.waitUntil(lambda: "digits inspector frames" in fresh.layers, timeout=20_000)
+        _, opened = fresh.window.add_plugin_dock_widget("napari-ticlust")
+        qtbot.waitUntil(lambda: opened._inspecting is None, timeout=20_000)
+        assert opened.result.labels.tolist() == widget.result.labels.tolist() and opened.method.value == "gmm"
+    finally:
+        fresh.close()
 
 
-def test_sample_data_opens_from_menu(make_napari_viewer):
+def test_sample_data_opens_from_menu_and_says_its_class_count(make_napari_viewer):
+    from npe2 import PluginManager
+
     viewer = make_napari_viewer()
     viewer.open_sample("napari-ticlust", "glyphs")
     assert viewer.layers["glyphs"].data.shape == (600, 32, 32)
+    names = {s.key: s.display_name for s in PluginManager.instance().get_manifest("napari-ticlust").contributions.sample_data}
+    assert "4 classes" in names["glyphs"] and "10 classes" in names["digits"] and "2 classes" in names["shapes"]
+    widget = dock(viewer)
+    assert "4 classes" in widget.status.value      # the widget says so too, before anyone runs K = 10
+
+
+def test_gui_command_fits_the_screen_and_uses_the_plugin_route(qtbot):
+    """`ticlust gui` opened wider than a 1600x1000 screen with Run cut off."""
+    from qtpy.QtGui import QGuiApplication
+
+    from ticlust.cli import GUI_SIZE, gui_viewer
+
+    viewer = gui_viewer("glyphs")
+    try:
+        window = viewer.window._qt_window
+        screen = QGuiApplication.primaryScreen().availableGeometry()
+        assert window.width() <= max(min(GUI_SIZE[0], screen.width()), window.minimumSizeHint().width())
+        assert window.height() <= max(min(GUI_SIZE[1], screen.height()), window.minimumSizeHint().height())
+        widget = next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustWidget))
+        assert widget.input.value == "glyphs"
+        # every method's form fits the dock: essentials up front, at most three of them
+        for method in widget.method.choices:
+            widget.method.value = method
+            assert len(widget.params) <= 3
+            assert widget.native.minimumSizeHint().width() <= 420, method
+            assert widget.k.value == get_method(method).config().k
+    finally:
+        viewer.close()
+
+
+def test_multichannel_stack_runs_with_channels_on_their_own_slider(make_napari_viewer, qtbot):
+    """(N, C, H, W) with C = 2 was refused as 'a stack of 3-D volumes'."""
+    viewer = make_napari_viewer()
+    rng = np.random.default_rng(0)
+    stack = rng.random((30, 2, 16, 16)).astype(np.float32)
+    stack[:15, 0, :8] += 1.0
+    viewer.add_image(stack, name="two channels")
+    widget = dock(viewer)
+    widget.input.value = "two channels"
+    widget.k.value = 2
+    run_to_end(qtbot, widget)
+    labels = widget.result.labels
+    assert len(set(labels[:15])) == 1 and len(set(labels[15:])) == 1 and labels[0] != labels[-1]
+    protos = viewer.layers["two channels prototypes"]
+    scene = L.Scene(16, 16, 2)
+    assert protos.data.shape == (2, *scene.grid_shape(scene.mosaic_columns))    # channel axis first, like the input
+    frames = inspected(qtbot, widget, viewer, 20, "two channels")
+    assert frames.metadata["chosen"] == labels[20]
+    assert viewer.layers["two channels inspector"].data.shape == (2, *scene.grid_shape(scene.inspector_columns))
 
 
 def test_manifest_ships_inside_the_wheel(tmp_path):
@@ -166,7 +335,7 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     viewer.open_sample("napari-ticlust", "shapes")
     points = viewer.layers["shapes"]
     before = np.asarray(points.data).copy()
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     widget.method.value = "shape-kmeans"
     assert widget.input.choices == ("shapes",)      # only Points layers for a landmark method
     widget.input.value = "shapes"
@@ -183,10 +352,25 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     assert len(viewer.layers["shapes mean shapes"].data) == 2
     assert len(viewer.layers["shapes aligned"].data) == len(before)
     np.testing.assert_array_equal(np.asarray(points.data), before)
+    # readable: the raw ring is hidden behind a gallery (one row of cells per cluster), ellipses are
+    # tinted, a legend names the colours and the units
+    assert not points.visible
+    gallery = viewer.layers["shapes clusters"]
+    centres = np.asarray(gallery.data).reshape(result.n, n_landmarks, 2).mean(1)
+    spread = np.ptp(before.reshape(result.n, n_landmarks, 2), axis=1).max()
+    nearest = np.sort(np.linalg.norm(centres[:, None] - centres[None], axis=-1), axis=1)[:, 1]
+    assert nearest.min() > spread                                    # no two shapes overlap any more
+    assert np.all(viewer.layers["shapes landmark ellipses"].face_color[:, 3] > 0.2)
+    zoom = viewer.camera.zoom
+    assert np.allclose(np.asarray(viewer.layers["shapes mean shapes"].edge_width) * zoom, L.SCREEN_WIDTHS["mean"])
+    legend = viewer.layers["shapes legend"].metadata
+    assert legend["texts"][:2] == [f"cluster {c}: {n} shapes" for c, n in enumerate(result.cluster_sizes())]
+    assert "units" in legend["units"]
     points.selected_data = {0}
-    sizes = viewer.layers["shapes aligned"].size
-    assert sizes[:n_landmarks].min() > sizes[n_landmarks:].max()   # shape 0 highlighted
-    assert "shape 0" in widget.status.value
+    for name in ("shapes aligned", "shapes clusters"):
+        sizes = viewer.layers[name].size
+        assert sizes[:n_landmarks].min() >= 2.5 * sizes[n_landmarks:].max() - 1e-9   # shape 0 highlighted
+    assert "shape 0 → cluster" in widget.status.value
     # a tpsDig file opens as a Points layer ready for clustering
     write_tps(tmp_path / "s.tps", result.aligned[:5])
     layer = viewer.open(str(tmp_path / "s.tps"), plugin="napari-ticlust")[0]
@@ -199,31 +383,32 @@ def test_rgb_stack_and_gmm(make_napari_viewer, qtbot):
     stack = (rng.random((40, 12, 12, 3)) * 255).astype(np.uint8)
     stack[:20, :6] = 255          # two visibly different groups
     viewer.add_image(stack, name="rgb", rgb=True)
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     widget.method.value = "gmm"
     widget.input.value = "rgb"
     widget.k.value = 2
     run_to_end(qtbot, widget)
-    assert viewer.layers["rgb prototypes"].data.shape == (2, 12, 12, 3)
+    scene = L.Scene(12, 12, 2)
+    assert viewer.layers["rgb prototypes"].data.shape == (*scene.grid_shape(scene.mosaic_columns), 3)
     table = viewer.layers["rgb"].metadata["ticlust_assignments"]
     assert "responsibility" in table.columns
     labels = widget.result.labels
     assert len(set(labels[:20])) == 1 and len(set(labels[20:])) == 1 and labels[0] != labels[-1]
     viewer.dims.current_step = (5, 0, 0, 0)[: viewer.dims.ndim]
     qtbot.waitUntil(lambda: "rgb inspector" in viewer.layers and widget._inspecting is None, timeout=10_000)
-    assert viewer.layers["rgb inspector"].data.shape == (12, 2 * 14 - 2, 3)
+    assert viewer.layers["rgb inspector"].data.shape == (*scene.grid_shape(scene.inspector_columns), 3)
 
 
-def fitted_on_glyphs(make_napari_viewer, qtbot, method, n, **params):
-    """A viewer with the first n glyphs and the widget after a K=4 run of ``method`` with ``params``."""
+def fitted_on_glyphs(make_napari_viewer, qtbot, method, n, k=4, **params):
+    """A viewer with the first n glyphs and the widget after a K=k run of ``method`` with ``params``."""
     viewer = make_napari_viewer()
     viewer.add_image(samples.glyphs()[0][0][:n], name="glyphs")
-    widget = TiclustWidget(viewer)
+    widget = dock(viewer)
     widget.method.value = method
     widget.input.value = "glyphs"
-    widget.k.value = 4
+    widget.k.value = k
     for name, value in params.items():
-        widget.params[name].value = value
+        widget.param(name).value = value
     run_to_end(qtbot, widget, timeout=120_000)
     return viewer, widget
 
@@ -237,11 +422,13 @@ def test_st_kmeans_shows_aligned_stack_and_warp_grid(make_napari_viewer, qtbot):
     viewer.dims.current_step = (6, 0, 0)
     grid = viewer.layers["glyphs warp grid"]
     gh, gw = widget.result.grids.shape[1:3]
-    assert len(grid.data) == gh + gw
+    assert 1 <= len(grid.data) and grid.metadata["item"] == 6     # lines cut to the image may split
     assert all(np.all(path[:, 0] == 6) for path in grid.data)   # drawn on the current slice only
-    np.testing.assert_allclose(grid.data[0][:, 1:], widget.result.grids[6, 0, :, ::-1], atol=1e-4)
+    inside = L.clip_path(widget.result.grids[6, 0, :, ::-1], np.array([-0.5, -0.5]), np.array([31.5, 31.5]))
+    np.testing.assert_allclose(grid.data[0][:, 1:], inside[0], atol=1e-4)
     qtbot.waitUntil(lambda: "glyphs inspector" in viewer.layers and widget._inspecting is None, timeout=60_000)
-    assert viewer.layers["glyphs inspector"].data.shape == (32, 4 * 34 - 2)
+    scene = L.Scene(32, 32, 4)
+    assert viewer.layers["glyphs inspector"].data.shape == scene.grid_shape(scene.inspector_columns)
 
 
 def test_dti_shows_aligned_prototypes_grid_and_inspector(make_napari_viewer, qtbot):
@@ -254,5 +441,5 @@ def test_dti_shows_aligned_prototypes_grid_and_inspector(make_napari_viewer, qtb
     grid = viewer.layers["glyphs warp grid"]
     assert all(np.all(path[:, 0] == 9) for path in grid.data)
     qtbot.waitUntil(lambda: widget._inspecting is None, timeout=30_000)
-    labels = viewer.layers["glyphs inspector frames"].features["label"]
-    assert list(labels) == [f"{k}: {s:.3g}" for k, s in enumerate(result.scores[9])]
+    texts = viewer.layers["glyphs inspector scores"].metadata["texts"]
+    assert texts == [f"{k}: {s:.3g}" for k, s in enumerate(result.scores[9])]

@@ -46,7 +46,7 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     start = time.perf_counter()
     candidates = [lambda r=r: spec.run(items, cfg, dev, int(seed) + r) for r in range(runs)]
     with reproducible(dev):
-        best, results = yield from with_eta(best_of(candidates, lambda i, n: f"run {i + 1}/{n}"), start)
+        best, results = yield from with_eta(best_of(candidates, lambda i, n: f"run {i + 1}/{n}"))
     best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
     if isinstance(items, Stack):  # new items are later scaled like the training stack
         best.config["input_range"] = [items.lo, items.hi]
@@ -57,17 +57,56 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     yield Done(best)
 
 
-def with_eta(events, start: float):
-    """Pass events through, filling in each Progress' ETA from the time spent so far."""
+def with_eta(events):
+    """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace)."""
+    pace = StagePace()
     while True:
         try:
             event = next(events)
         except StopIteration as stop:
             return stop.value
         if isinstance(event, Progress):
-            fraction = event.step / max(event.total, 1)
-            event.eta = (time.perf_counter() - start) * (1 - fraction) / fraction if fraction > 0 else None
+            event.eta = pace.eta(event.stage, event.step, event.total - event.step)
         yield event
+
+
+class StagePace:
+    """Seconds left, from the pace of the current stage only, or None ("estimating…") until that stage
+    has shown ETA_MIN_STEPS steps and ETA_MIN_SECONDS seconds.
+
+    Setup before the first step (k-means++ seeding, a network build) and earlier, faster or slower
+    stages (DTI adds a module, PSSC goes from scattering to PCA) no longer skew the estimate: the
+    first ETA of a 2 s K-means said 4 minutes because setup time was divided by one step of 300, and
+    DTI's said 2½ minutes from its fast identity stage. Stage names count as the same stage when they
+    differ only in numbers ("Lloyd iteration 3" and "Lloyd iteration 4"). The estimate assumes the
+    rest runs at this stage's pace: methods whose later stages are slower or stop early (DTI's
+    curriculum, a convergence test) can still finish later or sooner, so front ends say so.
+    """
+
+    def __init__(self):
+        self.key: str | None = None
+        self.t0 = 0.0
+        self.step0 = 0
+
+    def eta(self, stage: str, step: int, left: int, now: float | None = None) -> float | None:
+        now = time.perf_counter() if now is None else now
+        key = "".join(ch for ch in stage if not ch.isdigit())
+        if key != self.key or step < self.step0:
+            self.key, self.t0, self.step0 = key, now, step
+            return None
+        done, spent = step - self.step0, now - self.t0
+        if done < ETA_MIN_STEPS or spent < ETA_MIN_SECONDS:
+            return None
+        return spent / done * max(left, 0)
+
+
+ETA_MIN_STEPS = 3
+ETA_MIN_SECONDS = 2.0
+
+
+def format_eta(eta: float | None) -> str:
+    """How front ends show an ETA: honest about being an estimate at the current stage's pace."""
+    return "ETA estimating…" if eta is None else f"ETA ≈{format_seconds(eta)} at this stage's pace"
 
 
 def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
@@ -164,13 +203,13 @@ class TerminalProgress:
         self.last = now
         frac = min(1.0, event.step / max(event.total, 1))
         filled = int(frac * self.width)
-        eta = "" if event.eta is None else f" eta {format_seconds(event.eta)}"
-        line = f"\r{event.stage[:32]:32s} [{'#' * filled}{'.' * (self.width - filled)}] {event.step}/{event.total} loss {event.loss:.4g}{eta}"
-        self.stream.write(line.ljust(100))
+        line = (f"\r{event.stage[:32]:32s} [{'#' * filled}{'.' * (self.width - filled)}] {event.step}/{event.total} "
+                f"loss {event.loss:.4g} {format_eta(event.eta)}")
+        self.stream.write(line.ljust(110))
         self.stream.flush()
 
     def close(self) -> None:
-        self.stream.write(f"\r{'done':32s} [{'#' * self.width}]".ljust(100) + "\n")
+        self.stream.write(f"\r{'done':32s} [{'#' * self.width}]".ljust(110) + "\n")
         self.stream.flush()
 
 

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from .errors import InputError
-from .readers import read_input
+from .readers import folder_images, read_input
 from .samples import SAMPLES, sample
 from .validation import random_subset
 from .methods import available_methods, get_method
@@ -93,7 +93,7 @@ def check_writable(flag: str, path: Path) -> None:
 def _methods() -> int:
     for name in available_methods():
         spec = get_method(name)
-        print(f"{name}: {spec.title} [{', '.join(spec.inputs)}; K = {spec.default_k} by default]" + (f" ({spec.paper})" if spec.paper else ""))
+        print(f"{name}: {spec.title} [{', '.join(spec.inputs)}; K = {spec.default_k} by default]" + (f" — {spec.paper}" if spec.paper else ""))
         for info in param_infos(spec.config):
             choices = f" one of {', '.join(map(str, info.choices))};" if info.choices else ""
             print(f"    {info.name} = {info.default!r}:{choices} {info.doc}")
@@ -122,11 +122,14 @@ def _fit(args) -> int:
     elif args.keep_border or args.rescale or args.orient or args.normalize or args.crop_size is not None \
             or args.channel is not None:
         raise InputError("--keep-border, --crop-size, --channel, --rescale, --orient and --normalize only apply with --labels MASK.")
+    # a folder's rows are named by their files (the CSV is useless without them)
+    names = [p.name for p in folder_images(args.input)] if args.input and Path(args.input).is_dir() else None
     index = random_subset(int(data.shape[0]), args.max_images, args.seed)
     if index is not None:
         data = np.asarray(data[index])
         labels = None if labels is None else labels[index]
         objects = None if objects is None else {c: v[index] for c, v in objects.items()}
+        names = None if names is None else [names[i] for i in index]
     params = {}
     for item in args.set:
         if "=" not in item:
@@ -142,7 +145,7 @@ def _fit(args) -> int:
                      progress=not args.quiet, **params)
     out = result.save(args.output)
     if args.csv:
-        result.assignments_table(args.csv, columns=objects)
+        result.assignments_table(args.csv, names=names, columns=objects)
     sizes = ", ".join(str(s) for s in result.cluster_sizes())
     print(f"device {result.device}; {result.timing['total_s']:.1f} s; final loss {result.final_loss:.6g}")
     print(f"cluster sizes: {sizes}")
@@ -177,14 +180,29 @@ def _gui(sample_name: str) -> int:
         import napari
     except ImportError:
         raise InputError("napari is not installed: install the GUI with `pip install 'napari-ticlust[gui]'`.") from None
-    from ._napari.widget import TiclustWidget
-
-    viewer = napari.Viewer(title="ticlust")
-    images, labels = sample(sample_name)
-    viewer.add_image(images, name=f"{sample_name} sample", metadata={"labels": labels})
-    viewer.window.add_dock_widget(TiclustWidget(viewer), name="ticlust", area="right")
+    gui_viewer(sample_name)
     napari.run()
     return 0
+
+
+GUI_SIZE = (1600, 1000)
+
+
+def gui_viewer(sample_name: str = "digits"):
+    """napari sized to fit the screen (at most 1600x1000), a sample opened as File > Open Sample does,
+    and ticlust docked the way Plugins > ticlust docks it."""
+    import napari
+    from qtpy.QtGui import QGuiApplication
+
+    viewer = napari.Viewer(title="ticlust")
+    window = viewer.window._qt_window
+    screen = (window.screen() or QGuiApplication.primaryScreen()).availableGeometry()
+    width, height = min(GUI_SIZE[0], screen.width()), min(GUI_SIZE[1], screen.height())
+    window.resize(width, height)
+    window.move(screen.left(), screen.top())
+    viewer.open_sample("napari-ticlust", sample_name)
+    viewer.window.add_plugin_dock_widget("napari-ticlust")
+    return viewer
 
 
 if __name__ == "__main__":

@@ -66,10 +66,15 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
     return array, labels
 
 
+def folder_images(folder: str | Path) -> list[Path]:
+    """The image files of a folder in the order they are stacked (sorted by name)."""
+    return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
 def _read_folder(folder: Path) -> np.ndarray:
     from PIL import Image
 
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
+    files = folder_images(folder)
     if not files:
         raise InputError(f"The folder {folder} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
     images = [np.asarray(Image.open(f)) for f in files]

@@ -10,7 +10,7 @@ SCAN_BATCH = 4096  # items read at once when scanning or loading a lazy stack
 
 
 class Stack:
-    """A validated stack of N items (images H×W, RGB images H×W×3, or vectors D), read lazily.
+    """A validated stack of N items (images H×W, multichannel images H×W×C, or vectors D), read lazily.
 
     Items are normalised to float32 in [0, 1] by the stack's global minimum and maximum, computed
     in one streaming pass, so uint8 / uint16 / float data all land on the same scale without

@@ -30,18 +30,10 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
         raise InputError(f"The {name} has dtype {data.dtype}: ticlust needs numbers (integer or floating point images).")
     if len(shape) == 0 or shape[0] == 0 or int(np.prod(shape)) == 0:
         raise InputError(f"The {name} is empty: give a stack of at least 2 images.")
+    data, shape = channels_last(data, shape, name)
     ndim = len(shape)
-    if ndim == 4 and shape[-1] == 1:
-        data = data[..., 0]
-        shape, ndim = shape[:-1], 3
     if ndim == 1 or (ndim == 2 and not allow_vectors):
-        raise InputError(f"The {name} has shape {shape}, a single image or vector: give a stack of images shaped N×H×W or N×H×W×3.")
-    if ndim == 4 and shape[-1] == 4:
-        raise InputError(f"The {name} has 4 channels (RGBA): drop the alpha channel and pass N×H×W×3.")
-    if ndim == 4 and shape[-1] != 3:
-        raise InputError(f"The {name} has shape {shape}, which looks like a stack of 3-D volumes: ticlust clusters 2-D images, so take a slice or a projection of each volume.")
-    if ndim > 4:
-        raise InputError(f"The {name} has {ndim} dimensions: give N×H×W (grey) or N×H×W×3 (RGB) images.")
+        raise InputError(f"The {name} has shape {shape}, a single image or vector: give a stack of images shaped N×H×W or N×H×W×C.")
     if shape[0] < 2 and not to_predict:
         raise InputError(f"The {name} holds a single item: give at least 2 to cluster.")
     if ndim == 3 and shape[2] == 2:
@@ -60,6 +52,32 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
     if hi <= lo and not to_predict:
         raise InputError(f"Every value in the {name} is {lo:g}: the images are constant, so there is nothing to cluster.")
     return Stack(data, lo, hi if hi > lo else lo + 1.0)
+
+
+MAX_CHANNELS = 8
+
+
+def channels_last(data, shape: tuple, name: str = "input"):
+    """A 4-D stack as N×H×W×C: channels-last (N,H,W,C) or channel-first (N,C,H,W) multichannel images.
+
+    The rule: the last axis is the channel axis when it holds at most MAX_CHANNELS (8) values and fewer
+    than either image side; otherwise axis 1 is, when it holds at most 8 values and at most half of either
+    image side (moved last as a lazy view). So (N, 6, 8, 8) stays a stack of volumes while (N, 2, 32, 32)
+    is two-channel. A single channel is dropped (N×H×W); anything else 4-D is a stack of volumes.
+    """
+    if len(shape) > 4:
+        raise InputError(f"The {name} has {len(shape)} dimensions: give N×H×W (grey) or N×H×W×C (C ≤ {MAX_CHANNELS} channels) images.")
+    if len(shape) < 4:
+        return data, shape
+    if not (shape[-1] <= MAX_CHANNELS and shape[-1] < min(shape[1:3])):
+        if shape[1] <= MAX_CHANNELS and 2 * shape[1] <= min(shape[2:4]):
+            data, shape = np.moveaxis(data, 1, -1), (shape[0], shape[2], shape[3], shape[1])
+        else:
+            raise InputError(f"The {name} has shape {shape}, which looks like a stack of 3-D volumes: ticlust clusters 2-D images "
+                             f"(N×H×W×C or N×C×H×W with at most {MAX_CHANNELS} channels), so take a slice or a projection of each volume.")
+    if shape[-1] == 1:
+        data, shape = data[..., 0], shape[:-1]
+    return data, tuple(int(s) for s in shape)
 
 
 def check_k(k, n: int) -> int:

@@ -1,5 +1,20 @@
-"""Turning a ClusteringResult into napari layers, reusing layers by name (GUIDE §3)."""
+"""Turning a ClusteringResult into napari layers, reusing layers by name (GUIDE §3).
+
+Where things go (data pixels; the input stack occupies rows 0…H, columns 0…W and owns the slider):
+
+    [ image + warp grid ] [ aligned prototype ]   [ prototype mosaic, numbered ]
+    [ inspector: every prototype aligned onto the image, a score band above each ]
+
+Only the input, its aligned stack and the sorted view are per-image (N frames on the slider); the
+prototype mosaic, the inspector and their labels are 2-D layers placed beside the stack, so napari
+shows them on every slider position and they never cover the image. Text (cluster numbers, scores,
+the landmark legend) is drawn into small RGBA images with Pillow rather than with napari's Shapes
+text, which crashed vispy under Xvfb when such a layer was removed and made again.
+"""
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -10,6 +25,12 @@ CLUSTER_COLORS = np.array([
     [0.12, 0.47, 0.71], [1.00, 0.50, 0.05], [0.17, 0.63, 0.17], [0.84, 0.15, 0.16], [0.58, 0.40, 0.74],
     [0.55, 0.34, 0.29], [0.89, 0.47, 0.76], [0.50, 0.50, 0.50], [0.74, 0.74, 0.13], [0.09, 0.75, 0.81],
 ])
+CHOSEN_COLOR = np.array([1.0, 0.85, 0.0, 1.0])
+RUNNER_UP_COLOR = np.array([0.0, 0.8, 1.0, 1.0])
+OTHER_COLOR = np.array([0.55, 0.55, 0.55, 1.0])
+# line widths in screen pixels; layers hold data units, so widths are divided by the camera zoom
+SCREEN_WIDTHS = {"grid": 1.5, "chosen": 3.0, "runner_up": 2.0, "other": 1.0, "ellipse": 1.5, "mean": 3.0}
+INSPECTOR_COLUMNS = 5
 
 
 def cluster_color(label: int) -> np.ndarray:
@@ -19,36 +40,224 @@ def cluster_color(label: int) -> np.ndarray:
     return np.append(CLUSTER_COLORS[label % len(CLUSTER_COLORS)], 1.0)
 
 
+SUFFIXES = {
+    "prototypes": "prototypes", "prototype_labels": "prototype numbers", "sorted": "sorted by cluster",
+    "aligned": "aligned", "grid": "warp grid", "inspector": "inspector", "scores": "inspector scores",
+    "frames": "inspector frames", "landmarks": "clusters", "ellipses": "landmark ellipses",
+    "means": "mean shapes", "legend": "legend",
+}
+
+
 def layer_names(input_name: str) -> dict[str, str]:
     """The names of every layer ticlust makes for an input layer."""
-    return {key: f"{input_name} {suffix}" for key, suffix in [
-        ("prototypes", "prototypes"), ("sorted", "sorted by cluster"), ("aligned", "aligned"),
-        ("grid", "warp grid"), ("inspector", "inspector"), ("frames", "inspector frames"), ("landmarks", "clusters"),
-        ("ellipses", "landmark ellipses"), ("means", "mean shapes")]}
+    return {key: f"{input_name} {suffix}" for key, suffix in SUFFIXES.items()}
 
 
+def is_ticlust_layer(name: str) -> bool:
+    return any(name.endswith(" " + suffix) for suffix in SUFFIXES.values())
+
+
+# ---- where things go -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Scene:
+    """Positions (row, col offsets in data pixels) of everything drawn beside an H×W image stack."""
+
+    h: int
+    w: int
+    k: int
+
+    @property
+    def gap(self) -> int:
+        return max(2, round(self.w / 8))
+
+    @property
+    def band(self) -> int:
+        """Height of the text band above each labelled tile."""
+        return max(5, round(self.h * 0.32))
+
+    @property
+    def aligned_offset(self) -> tuple[float, float]:
+        return (0.0, float(self.w + self.gap))
+
+    @property
+    def inspector_columns(self) -> int:
+        return min(self.k, INSPECTOR_COLUMNS)
+
+    @property
+    def inspector_offset(self) -> tuple[float, float]:
+        return (float(self.h + self.gap), 0.0)
+
+    @property
+    def mosaic_columns(self) -> int:
+        return max(1, math.ceil(math.sqrt(self.k)))
+
+    @property
+    def mosaic_offset(self) -> tuple[float, float]:
+        right = max(2 * (self.w + self.gap), self.inspector_columns * (self.w + self.gap))
+        return (0.0, float(right + 2 * self.gap))
+
+    def tile_origins(self, columns: int) -> np.ndarray:
+        """(K, 2) top-left pixel of each tile in a labelled grid of ``columns`` (band above each tile)."""
+        i = np.arange(self.k)
+        return np.stack([(i // columns) * (self.band + self.h + self.gap) + self.band,
+                         (i % columns) * (self.w + self.gap)], axis=1)
+
+    def grid_shape(self, columns: int) -> tuple[int, int]:
+        rows = math.ceil(self.k / columns)
+        return rows * (self.band + self.h + self.gap) - self.gap, columns * (self.w + self.gap) - self.gap
+
+    def extent(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(top-left, bottom-right) of the whole scene, for framing the view."""
+        ih, iw = self.grid_shape(self.inspector_columns)
+        mh, mw = self.grid_shape(self.mosaic_columns)
+        bottom = max(self.inspector_offset[0] + ih, mh)
+        right = self.mosaic_offset[1] + mw
+        return (-0.5, -0.5), (bottom - 0.5, right - 0.5)
+
+
+def scene_for(result: ClusteringResult) -> Scene:
+    return Scene(int(result.prototypes.shape[1]), int(result.prototypes.shape[2]), int(result.k))
+
+
+# ---- display layout of image data ----------------------------------------------------------------
+def is_rgb(layer) -> bool:
+    return bool(getattr(layer, "rgb", False))
+
+
+def channel_first_display(input_layer) -> bool:
+    """Multichannel (non-RGB) inputs are shown as N×C×H×W: channels on a slider of their own."""
+    return input_layer.ndim == 4 and not is_rgb(input_layer)
+
+
+def for_display(items: np.ndarray, input_layer, stacked: bool = True) -> np.ndarray:
+    """Channels-last result images (…, H, W[, C]) laid out like the input layer shows them."""
+    items = np.asarray(items)
+    per_item = 3 if stacked else 2
+    if channel_first_display(input_layer) and items.ndim == per_item + 1:
+        return np.moveaxis(items, -1, -3)
+    return items
+
+
+def image_kwargs(input_layer) -> dict:
+    return {"rgb": True} if is_rgb(input_layer) else {"colormap": "gray"}
+
+
+def tiles_grid(tiles: np.ndarray, scene: Scene, columns: int) -> np.ndarray:
+    """K channels-last tiles (K, H, W[, C]) placed on a labelled grid (blank bands and gaps)."""
+    out = np.zeros((*scene.grid_shape(columns), *tiles.shape[3:]), dtype=np.float32)
+    for (y, x), tile in zip(scene.tile_origins(columns), tiles):
+        out[y:y + scene.h, x:x + scene.w] = tile
+    return out
+
+
+def text_raster(scene: Scene, columns: int, texts: list[str], colors, factor: int | None = None):
+    """An RGBA image of the grid's text bands (each text centred above its tile) and its pixel scale."""
+    from PIL import Image as PILImage, ImageDraw, ImageFont
+
+    height, width = scene.grid_shape(columns)
+    if factor is None:
+        factor = int(max(2, min(10, 3000 // max(height, width, 1))))
+    canvas = PILImage.new("RGBA", (width * factor, height * factor), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(canvas)
+    box_w, box_h = scene.w * factor, scene.band * factor
+    fonts: dict[int, object] = {}
+    for (y, x), text, color in zip(scene.tile_origins(columns), texts, colors):
+        size = max(6, int(box_h * 0.8))
+        while True:
+            font = fonts.setdefault(size, ImageFont.load_default(size=size))
+            if size <= 6 or draw.textlength(text, font=font) <= box_w * 0.96:
+                break
+            size -= 1
+        rgba = tuple(int(round(255 * c)) for c in np.asarray(color)[:3]) + (255,)
+        draw.text(((x + scene.w / 2) * factor, (y - scene.band / 2) * factor), text, fill=rgba, font=font, anchor="mm")
+    return np.asarray(canvas), factor
+
+
+def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, metadata=None, unit: float = 1.0):
+    """Show an RGBA text raster whose pixels are unit/factor data units, its top-left at ``offset``."""
+    scale = (unit / factor, unit / factor)
+    translate = (offset[0] + unit * (-0.5 + 0.5 / factor), offset[1] + unit * (-0.5 + 0.5 / factor))
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        layer.data = raster
+        layer.scale, layer.translate = scale, translate
+        if metadata is not None:
+            layer.metadata.update(metadata)
+        return layer
+    return viewer.add_image(raster, name=name, rgb=True, scale=scale, translate=translate,
+                            metadata=dict(metadata or {}))
+
+
+# ---- generic layer reuse -------------------------------------------------------------------------
 def set_image(viewer, name: str, data, **kwargs):
     """Update the Image layer called ``name`` in place, or add it."""
     if name in viewer.layers:
         layer = viewer.layers[name]
         layer.data = data
+        for key in ("translate", "metadata"):
+            if key in kwargs:
+                setattr(layer, key, kwargs[key])
         layer.reset_contrast_limits()
         return layer
     return viewer.add_image(data, name=name, **kwargs)
 
 
-def set_shapes(viewer, name: str, shapes: list, shape_type: str, edge_color, **kwargs):
-    """Replace the Shapes layer ``name`` (or add it) with ``shapes`` of one type."""
+def set_shapes(viewer, name: str, shapes: list, shape_type: str, edge_color, edge_width, face_color="transparent",
+               **kwargs):
+    """Replace the shapes of the Shapes layer ``name`` (or add it); never with text (see the module doc)."""
+    metadata = kwargs.pop("metadata", {})
     if name in viewer.layers:
         layer = viewer.layers[name]
         layer.data = []
         if shapes:
-            layer.add(shapes, shape_type=shape_type, edge_color=edge_color, face_color="transparent")
-        return layer
-    return viewer.add_shapes(shapes or None, shape_type=shape_type, edge_color=edge_color, face_color="transparent",
-                             name=name, **kwargs)
+            layer.add(shapes, shape_type=shape_type, edge_color=edge_color, edge_width=edge_width,
+                      face_color=face_color)
+    else:
+        layer = viewer.add_shapes(shapes or None, shape_type=shape_type, edge_color=edge_color,
+                                  edge_width=edge_width, face_color=face_color, name=name, **kwargs)
+    layer.metadata.update(metadata)
+    return layer
 
 
+def zoom_widths(layer, zoom: float) -> None:
+    """Give a Shapes layer's lines their screen width at this zoom (stored per shape in metadata)."""
+    widths = layer.metadata.get("screen_widths")
+    if widths is None or len(widths) != len(layer.data) or not len(widths):
+        return
+    layer.edge_width = [px / zoom for px in widths]
+    layer.refresh()   # the setter updates the data but not the drawn mesh
+
+
+def rescale_lines(viewer, input_name: str) -> None:
+    """Keep every ticlust line (warp grid, frames, ellipses, means) a fixed number of screen pixels wide."""
+    zoom = max(float(viewer.scene.camera.zoom), 1e-6)
+    names = layer_names(input_name)
+    for key in ("grid", "frames", "ellipses", "means"):
+        if names[key] in viewer.layers:
+            zoom_widths(viewer.layers[names[key]], zoom)
+
+
+def frame_result(viewer, input_layer) -> None:
+    """Fit the view to the input stack and everything ticlust drew beside it (not the hidden sorted view)."""
+    names = layer_names(input_layer.name)
+    keys = ("prototypes", "prototype_labels", "aligned", "inspector", "scores", "landmarks", "aligned", "ellipses",
+            "means", "legend")
+    shown = [viewer.layers[names[key]] for key in dict.fromkeys(keys) if names[key] in viewer.layers]
+    if input_layer.visible:
+        shown.append(input_layer)
+    if shown:
+        viewer.fit_to_view(layers=shown, margin=0.04)
+
+
+def visible_box(viewer) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The data-space box (rows, cols) the canvas shows now."""
+    canvas_h, canvas_w = viewer.canvas.size
+    cy, cx = viewer.scene.camera.center[-2:]
+    half_h, half_w = canvas_h / 2 / viewer.scene.camera.zoom, canvas_w / 2 / viewer.scene.camera.zoom
+    return (cy - half_h, cx - half_w), (cy + half_h, cx + half_w)
+
+
+# ---- assignments ---------------------------------------------------------------------------------
 def sorted_order(result: ClusteringResult) -> np.ndarray:
     """Items ordered by cluster, closest to the prototype first within each cluster."""
     own = result.scores[np.arange(result.n), result.labels]
@@ -56,7 +265,8 @@ def sorted_order(result: ClusteringResult) -> np.ndarray:
 
 
 def assignment_features(result: ClusteringResult) -> dict[str, np.ndarray]:
-    """Per-item columns for ``layer.features``."""
+    """Per-item columns for ``layer.features``: the result's assignments table (one source for the
+    status line, the inspector and the saved CSV)."""
     rows = result.assignments_table()
     features = {key: np.array([row[key] for row in rows]) for key in rows[0] if key != "item"}
     if result.responsibilities is not None:
@@ -77,13 +287,18 @@ def cluster_summary(result: ClusteringResult) -> list[dict]:
     return rows
 
 
-def grid_paths(grid: np.ndarray, frame: int | None = None) -> list[np.ndarray]:
-    """The rows and columns of one (gh, gw, 2) (x, y) grid as napari paths in (row, col) order."""
-    yx = grid[..., ::-1]
-    lines = [yx[r] for r in range(yx.shape[0])] + [yx[:, c] for c in range(yx.shape[1])]
-    if frame is not None:
-        lines = [np.column_stack([np.full(len(line), frame), line]) for line in lines]
-    return lines
+# ---- image results -------------------------------------------------------------------------------
+def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None) -> None:
+    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training)."""
+    names = layer_names(input_layer.name)
+    k, h, w = prototypes.shape[:3]
+    scene = Scene(h, w, k)
+    mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
+                         stacked=False)
+    set_image(viewer, names["prototypes"], mosaic, translate=scene.mosaic_offset, **image_kwargs(input_layer))
+    texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
+    raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
+    set_text_layer(viewer, names["prototype_labels"], raster, factor, scene.mosaic_offset)
 
 
 def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
@@ -94,31 +309,102 @@ def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str
     layer's ``metadata["ticlust_assignments"]`` (a pandas DataFrame, one row per image).
     """
     names = layer_names(input_layer.name)
-    rgb = result.prototypes.ndim == 4 and result.prototypes.shape[-1] == 3
-    made = [set_image(viewer, names["prototypes"], result.prototypes, rgb=rgb, colormap=None if rgb else "gray").name]
+    scene = scene_for(result)
+    show_prototypes(viewer, input_layer, result.prototypes, result.cluster_sizes())
+    made = [names["prototypes"], names["prototype_labels"]]
     input_layer.metadata["ticlust_assignments"] = pd.DataFrame(assignment_features(result))
     order = sorted_order(result)
-    made.append(set_image(viewer, names["sorted"], np.asarray(input_layer.data)[order], rgb=rgb,
-                          colormap=None if rgb else "gray", visible=False,
-                          metadata={"order": order, "labels": result.labels[order]}).name)
+    made.append(set_image(viewer, names["sorted"], np.asarray(input_layer.data)[order], visible=False,
+                          metadata={"order": order, "labels": result.labels[order]}, **image_kwargs(input_layer)).name)
     if result.aligned is not None and result.aligned.shape[0] == result.n:
-        made.append(set_image(viewer, names["aligned"], result.aligned, rgb=rgb, colormap=None if rgb else "gray",
-                              opacity=0.6, blending="additive",
-                              metadata={"aligned_kind": result.aligned_kind}).name)
+        made.append(set_image(viewer, names["aligned"], for_display(result.aligned, input_layer),
+                              translate=(0.0,) * (input_layer.ndim - 2) + scene.aligned_offset,
+                              metadata={"aligned_kind": result.aligned_kind}, **image_kwargs(input_layer)).name)
     if result.grids is not None and result.grids.shape[0] == result.n:
         made.append(update_grid(viewer, input_layer, result).name)
     return made
 
 
+def clip_path(points: np.ndarray, lo, hi, refine: int = 6) -> list[np.ndarray]:
+    """The parts of a polyline (P, 2) that lie inside the box lo…hi (a finely resampled cut)."""
+    t = np.linspace(0, 1, refine, endpoint=False)
+    if len(points) > 1:
+        steps = points[:-1, None] + t[None, :, None] * np.diff(points, axis=0)[:, None]
+        dense = np.concatenate([steps.reshape(-1, 2), points[-1:]], axis=0)
+    else:
+        dense = points
+    inside = np.all((dense >= lo) & (dense <= hi), axis=1)
+    pieces, start = [], None
+    for i, ok in enumerate(np.append(inside, False)):
+        if ok and start is None:
+            start = i
+        elif not ok and start is not None:
+            if i - start >= 2:
+                pieces.append(dense[start:i])
+            start = None
+    return pieces
+
+
+def grid_paths(grid: np.ndarray, frame: int | None = None, bounds=None, channels: int = 0) -> list[np.ndarray]:
+    """The rows and columns of one (gh, gw, 2) (x, y) grid as napari paths in (row, col) order, cut to
+    ``bounds`` ((row0, col0), (row1, col1)) when given, with leading frame (and channel) coordinates."""
+    yx = grid[..., ::-1]
+    lines = [yx[r] for r in range(yx.shape[0])] + [yx[:, c] for c in range(yx.shape[1])]
+    if bounds is not None:
+        lines = [piece for line in lines for piece in clip_path(line, np.asarray(bounds[0]), np.asarray(bounds[1]))]
+    if frame is None:
+        return lines
+    leads = [[frame]] if not channels else [[frame, c] for c in range(channels)]
+    return [np.column_stack([np.tile(lead, (len(line), 1)), line]) for lead in leads for line in lines]
+
+
 def update_grid(viewer, input_layer, result: ClusteringResult):
-    """Draw the warp grid of the image under the slider only (many paths are slow in napari)."""
+    """Draw the warp grid of the image under the slider only (many paths are slow in napari), cut to
+    the image so that it never runs over the prototypes or the inspector."""
     frame = int(viewer.dims.current_step[0]) if viewer.dims.ndim >= 3 else 0
     frame = min(max(frame, 0), result.n - 1)
+    h, w = result.prototypes.shape[1:3]
+    channels = int(input_layer.data.shape[1]) if channel_first_display(input_layer) else 0
+    paths = grid_paths(result.grids[frame], frame, ((-0.5, -0.5), (h - 0.5, w - 0.5)), channels)
     color = cluster_color(int(result.labels[frame]))
-    return set_shapes(viewer, layer_names(input_layer.name)["grid"], grid_paths(result.grids[frame], frame), "path",
-                      color, edge_width=0.25)
+    width = SCREEN_WIDTHS["grid"] / max(float(viewer.scene.camera.zoom), 1e-6)
+    layer = set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", color, width,
+                       metadata={"screen_widths": [SCREEN_WIDTHS["grid"]] * len(paths), "item": frame})
+    return layer
 
 
+def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray, chosen: int, runner_up: int,
+                   item: int) -> None:
+    """Every prototype aligned onto the current image, on a grid under it, each with its score above
+    it; the chosen prototype framed in yellow, the runner-up in blue, the rest in grey (DTI Fig. 2b).
+
+    ``scores``, ``chosen`` and ``runner_up`` are the caller's one source of truth (the result's own
+    assignment for a fitted item); ``aligned`` only supplies the pictures.
+    """
+    names = layer_names(input_layer.name)
+    k, h, w = aligned.shape[:3]
+    scene = Scene(h, w, k)
+    cols, offset = scene.inspector_columns, scene.inspector_offset
+    strip = for_display(tiles_grid(aligned, scene, cols), input_layer, stacked=False)
+    info = {"item": int(item), "chosen": int(chosen), "runner_up": int(runner_up), "scores": np.asarray(scores).copy()}
+    set_image(viewer, names["inspector"], strip, translate=offset, metadata=dict(info), **image_kwargs(input_layer))
+    role = ["chosen" if i == chosen else "runner_up" if i == runner_up else "other" for i in range(k)]
+    colors = [CHOSEN_COLOR if r == "chosen" else RUNNER_UP_COLOR if r == "runner_up" else OTHER_COLOR for r in role]
+    texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
+    raster, factor = text_raster(scene, cols, texts, colors)
+    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts})
+    boxes = [np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
+             + np.asarray(offset) for y, x in scene.tile_origins(cols)]
+    px = [SCREEN_WIDTHS[r] for r in role]
+    zoom = max(float(viewer.scene.camera.zoom), 1e-6)
+    existed = names["frames"] in viewer.layers
+    set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
+               metadata={**info, "screen_widths": px})
+    if not existed:
+        viewer.layers.selection.active = input_layer
+
+
+# ---- landmark results ----------------------------------------------------------------------------
 def shape_index_of_points(points_layer) -> np.ndarray:
     """For each point, the index of its shape (shapes numbered in order of first appearance)."""
     shape_ids = np.asarray(points_layer.features["shape_id"]).tolist()
@@ -126,13 +412,32 @@ def shape_index_of_points(points_layer) -> np.ndarray:
     return np.array([order[s] for s in shape_ids])
 
 
-def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
-    """Landmarks coloured by cluster, the Procrustes-aligned view, one mean ± 2 sd ellipse per landmark
-    per cluster, and the cluster mean shapes as closed polygons.
+def landmark_gallery(landmarks: np.ndarray, labels: np.ndarray, spacing: float) -> np.ndarray:
+    """Each (x, y) shape centred in its own cell of a gallery, one row of cells per cluster
+    (clusters in order), as napari (row, col) points shape by shape."""
+    n, n_lm = landmarks.shape[:2]
+    centred = landmarks - landmarks.mean(axis=1, keepdims=True)
+    cell = np.zeros((n, 2))
+    per_row = max(1, math.ceil(math.sqrt(n)))
+    row = 0
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        for j, s in enumerate(members):
+            cell[s] = (row + j // per_row, j % per_row)
+        row += math.ceil(len(members) / per_row) + 0.5
+    yx = centred[:, :, ::-1] + (cell * spacing)[:, None, :]
+    return yx.reshape(n * n_lm, 2)
 
-    The input layer's data stay as they are; its ``features`` gain ``cluster`` and ``score`` columns.
+
+def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
+    """A gallery of the shapes coloured by cluster (one row of cells per cluster), the Procrustes-aligned
+    view beside it, one mean ± 2 sd ellipse per landmark per cluster (tinted), the cluster mean shapes,
+    and a colour legend.
+
+    The input layer's data stay as they are (it is hidden: the overlaid raw shapes form an unreadable
+    ring); its ``features`` gain ``cluster`` and ``score`` columns.
     """
-    from ..landmarks import ellipse_corners, landmarks_to_points  # napari-free geometry
+    from ..landmarks import ellipse_corners, landmarks_to_points, points_to_landmarks  # napari-free geometry
 
     names = layer_names(input_layer.name)
     shape_of_point = shape_index_of_points(input_layer)
@@ -141,31 +446,62 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     features["cluster"] = result.labels[shape_of_point]
     features["score"] = own[shape_of_point]
     input_layer.features = features
-    size = float(np.mean(input_layer.size)) if np.size(input_layer.size) else 3.0
-    point_colors = np.array([cluster_color(int(c)) for c in features["cluster"]])
-    _set_points(viewer, names["landmarks"], np.asarray(input_layer.data), point_colors, size)
+    input_layer.visible = False
+    raw, _ = points_to_landmarks(np.asarray(input_layer.data), np.asarray(features["shape_id"]),
+                                 np.asarray(features["landmark"]) if "landmark" in features else None)
+    span = float(np.max(np.ptp(raw, axis=1))) if raw.size else 1.0
+    spacing = 1.25 * max(span, 1e-9)
+    gallery = landmark_gallery(raw, result.labels, spacing)
+    size = 0.09 * spacing
+    point_colors = np.array([cluster_color(int(result.labels[s])) for s in np.repeat(np.arange(result.n), raw.shape[1])])
+    _set_points(viewer, names["landmarks"], gallery, point_colors, size)
     made = [names["landmarks"]]
-    # The aligned view (aligned shapes, ellipses, means) sits to the right of the raw landmarks.
-    raw = np.asarray(input_layer.data)[:, -2:]
+    # the aligned view (aligned shapes, ellipses, means) sits to the right of the gallery, scaled so
+    # that a mean shape is as wide as the gallery is tall at most
     aligned_frame = result.aligned if result.aligned is not None else result.prototypes
-    gap = 0.15 * max(np.ptp(raw[:, 1]), 1e-9)
-    offset = np.array([0.0, raw[:, 1].max() + gap - aligned_frame[..., 0].min()])
+    g_lo, g_hi = gallery.min(0), gallery.max(0)
+    a_span = float(np.ptp(aligned_frame.reshape(-1, 2), axis=0).max()) or 1.0
+    zoom = (g_hi[0] - g_lo[0] + spacing) / a_span
+    centre = aligned_frame.reshape(-1, 2).mean(0)[::-1]
+    place = lambda yx: (yx - centre) * zoom + np.array([(g_lo[0] + g_hi[0]) / 2, g_hi[1] + spacing + a_span * zoom / 2])  # noqa: E731
     if result.aligned is not None and result.aligned.shape[0] == result.n:
         coords, shape_id, landmark = landmarks_to_points(result.aligned)
         colors = np.array([cluster_color(int(result.labels[s])) for s in shape_id])
-        layer = _set_points(viewer, names["aligned"], coords + offset, colors, size * 0.7)
+        layer = _set_points(viewer, names["aligned"], place(coords), colors, size * 0.8)
         layer.features = {"shape_id": shape_id, "landmark": landmark, "cluster": result.labels[shape_id]}
+        layer.opacity = 0.6
         made.append(names["aligned"])
     means = result.prototypes  # (K, L, 2) (x, y), in the frame of the aligned shapes
+    k = means.shape[0]
     if result.covariances is not None:
         corners = ellipse_corners(means, result.covariances)  # (K, L, 4, 2)
-        ellipses = [box[:, ::-1] + offset for box in corners.reshape(-1, 4, 2)]
-        edge = np.repeat([cluster_color(c) for c in range(means.shape[0])], means.shape[1], axis=0)
-        set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, edge_width=size * 0.25)
+        ellipses = [place(box[:, ::-1]) for box in corners.reshape(-1, 4, 2)]
+        edge = np.repeat([cluster_color(c) for c in range(k)], means.shape[1], axis=0)
+        face = edge.copy()
+        face[:, 3] = 0.3
+        px = [SCREEN_WIDTHS["ellipse"]] * len(ellipses)
+        set_shapes(viewer, names["ellipses"], ellipses, "ellipse", edge, [p / viewer.scene.camera.zoom for p in px],
+                   face_color=face, metadata={"screen_widths": px}, blending="translucent_no_depth", opacity=1.0)
         made.append(names["ellipses"])
-    set_shapes(viewer, names["means"], [m[:, ::-1] + offset for m in means], "polygon",
-               np.array([cluster_color(c) for c in range(means.shape[0])]), edge_width=size * 0.4)
+    px = [SCREEN_WIDTHS["mean"]] * k
+    # closed paths, not polygons: a polygon's transparent face hid its own edges under software OpenGL
+    loops = [place(np.vstack([m, m[:1]])[:, ::-1]) for m in means]
+    set_shapes(viewer, names["means"], loops, "path", np.array([cluster_color(c) for c in range(k)]),
+               [p / viewer.scene.camera.zoom for p in px], metadata={"screen_widths": px},
+               blending="translucent_no_depth", opacity=1.0)
     made.append(names["means"])
+    sizes = result.cluster_sizes()
+    texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)] + [
+        "left: every shape, by cluster (input units)", "right: Procrustes-aligned, mean ± 2 sd per landmark"]
+    colors = [cluster_color(c) for c in range(k)] + [np.ones(4), np.ones(4)]
+    legend = Scene(1, 80, len(texts))
+    raster, factor = text_raster(legend, 1, texts, colors)
+    unit = 0.1 * spacing
+    offset = (g_lo[0] - (legend.grid_shape(1)[0] + 2) * unit, g_lo[1])
+    set_text_layer(viewer, names["legend"], raster, factor, offset, unit=unit,
+                   metadata={"texts": texts, "units": "gallery: the input's own units; aligned view: Procrustes-"
+                                                      f"aligned coordinates scaled by {zoom:.3g} to fit"})
+    made.append(names["legend"])
     return made
 
 
@@ -174,67 +510,21 @@ def _set_points(viewer, name: str, coords: np.ndarray, colors: np.ndarray, size:
         layer = viewer.layers[name]
         layer.data = coords
         layer.face_color = colors
+        layer.size = size
         return layer
     return viewer.add_points(coords, name=name, face_color=colors, size=size, border_width=0)
 
 
 def highlight_shapes(viewer, input_layer, result: ClusteringResult, shapes: list[int]) -> None:
-    """Enlarge the aligned landmarks of the given shapes and ring them in white."""
-    name = layer_names(input_layer.name)["aligned"]
-    if name not in viewer.layers:
-        return
-    layer = viewer.layers[name]
-    chosen = np.isin(np.asarray(layer.features["shape_id"]), shapes)
-    base = float(np.min(layer.size)) if np.size(layer.size) else 1.0
-    layer.size = np.where(chosen, base * 2.5, base)
-    layer.border_color = np.where(chosen[:, None], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
-    layer.border_width = np.where(chosen, 0.2, 0.0)
-
-
-def montage(tiles: np.ndarray, gap: int = 2) -> np.ndarray:
-    """K tiles (K, H, W[, 3]) side by side in one row with ``gap`` blank pixels between them."""
-    k, h, w = tiles.shape[:3]
-    out = np.zeros((h, k * (w + gap) - gap, *tiles.shape[3:]), dtype=np.float32)
-    for i, tile in enumerate(tiles):
-        out[:, i * (w + gap): i * (w + gap) + w] = tile
-    return out
-
-
-def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray, chosen: int, gap: int = 2) -> None:
-    """Every prototype aligned onto the current image, in a row under it, each framed with its score.
-
-    so a user sees why the image went to its cluster and not to the runner-up (DTI paper, Fig. 2b):
-    the chosen prototype is framed in yellow, the runner-up in blue, the rest in grey.
-    """
+    """Enlarge the chosen shapes' landmarks (gallery and aligned view) and ring them in white."""
     names = layer_names(input_layer.name)
-    k, h, w = aligned.shape[:3]
-    rgb = aligned.ndim == 4 and aligned.shape[-1] == 3
-    top = h + 2 * gap + 2
-    strip = montage(aligned, gap)
-    if names["inspector"] in viewer.layers:
-        layer = viewer.layers[names["inspector"]]
-        layer.data = strip
-    else:
-        viewer.add_image(strip, name=names["inspector"], translate=(top, 0), rgb=rgb, colormap=None if rgb else "gray")
-    order = np.argsort(scores)
-    runner = int(order[1]) if k > 1 and order[0] == chosen else int(order[0])
-    boxes, colors, widths = [], [], []
-    for i in range(k):
-        x0 = i * (w + gap) - 0.5
-        boxes.append(np.array([[top - 0.5, x0], [top - 0.5, x0 + w], [top + h - 0.5, x0 + w], [top + h - 0.5, x0]]))
-        colors.append(np.array([1.0, 0.85, 0.0, 1.0]) if i == chosen else np.array([0.0, 0.8, 1.0, 1.0]) if i == runner
-                      else np.array([0.45, 0.45, 0.45, 1.0]))
-        widths.append(0.8 if i == chosen else 0.4 if i == runner else 0.2)
-    frames = names["frames"]
-    features = {"label": [f"{i}: {s:.3g}" for i, s in enumerate(scores)]}
-    text = {"string": "{label}", "anchor": "upper_left", "translation": [-2.5, 0], "size": 8, "color": "white"}
-    if frames in viewer.layers:
-        layer = viewer.layers[frames]
-        layer.data = []
-        layer.add(boxes, shape_type="rectangle", edge_color=colors, edge_width=widths, face_color="transparent")
-        layer.features = features
-        layer.text = text
-    else:
-        viewer.add_shapes(boxes, shape_type="rectangle", edge_color=colors, edge_width=widths,
-                          face_color="transparent", name=frames, features=features, text=text)
-        viewer.layers.selection.active = input_layer
+    for key in ("landmarks", "aligned"):
+        if names[key] not in viewer.layers:
+            continue
+        layer = viewer.layers[names[key]]
+        n_lm = len(layer.data) // max(result.n, 1)
+        chosen = np.isin(np.repeat(np.arange(result.n), n_lm), shapes)
+        base = float(np.min(layer.size)) if np.size(layer.size) else 1.0
+        layer.size = np.where(chosen, base * 2.5, base)
+        layer.border_color = np.where(chosen[:, None], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
+        layer.border_width = np.where(chosen, 0.3, 0.0)

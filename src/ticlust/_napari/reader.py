@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from ..result import is_result_file, load_result
 
@@ -30,13 +31,27 @@ def get_reader(path):
 
 
 def read_result(path) -> list[tuple]:
-    """Layers of a saved result: prototypes, plus the aligned stack when the method made one."""
+    """A saved result. With a stack of as many items open in the viewer, the ticlust widget (docked if
+    needed) shows the whole result against it: prototypes, assignments, sorted view, aligned stack, warp
+    grid and inspector. Otherwise: the prototypes (a numbered mosaic, or landmark mean shapes), the
+    aligned stack when there is one, and the assignments table in the layers' metadata."""
     result = load_result(path)
+    handled = _hand_to_widget(path, result)
+    if handled:
+        return [(None,)]   # napari's sentinel: the reader added its layers itself
+    from .layers import Scene, assignment_features, tiles_grid
+
     stem = Path(path).stem
-    meta = {"ticlust_result": str(path), "method": result.method, "labels": result.labels}
+    meta = {"ticlust_result": str(path), "method": result.method, "labels": result.labels,
+            "ticlust_assignments": pd.DataFrame(assignment_features(result))}
     layers = []
     if result.prototypes.ndim >= 3 and result.prototypes.shape[-1] != 2:
-        layers.append((result.prototypes, {"name": f"{stem} prototypes", "metadata": meta}, "image"))
+        scene = Scene(int(result.prototypes.shape[1]), int(result.prototypes.shape[2]), result.k)
+        mosaic = tiles_grid(result.prototypes, scene, scene.mosaic_columns)
+        rgb = mosaic.ndim == 3 and mosaic.shape[-1] == 3
+        if mosaic.ndim == 3 and not rgb:
+            mosaic = np.moveaxis(mosaic, -1, 0)
+        layers.append((mosaic, {"name": f"{stem} prototypes", "metadata": meta, "rgb": rgb}, "image"))
     else:  # landmark means (K, L, 2): closed polygons in (row, col) order
         layers.append(([m[:, ::-1] for m in result.prototypes],
                        {"name": f"{stem} mean shapes", "shape_type": "polygon", "face_color": "transparent",
@@ -44,6 +59,31 @@ def read_result(path) -> list[tuple]:
     if result.aligned is not None and result.aligned.ndim >= 3 and result.aligned.shape[-1] != 2:
         layers.append((result.aligned, {"name": f"{stem} aligned", "metadata": meta}, "image"))
     return layers
+
+
+def _hand_to_widget(path, result) -> bool:
+    """Show ``result`` with the ticlust widget when the current viewer holds a stack of as many items."""
+    try:
+        import napari
+        from napari.layers import Image, Points
+    except ImportError:  # pragma: no cover - the reader only runs inside napari
+        return False
+    viewer = napari.current_viewer()
+    if viewer is None:
+        return False
+    from .layers import is_ticlust_layer
+    from .widget import _item_count
+
+    wanted = Points if result.prototypes.ndim == 3 and result.prototypes.shape[-1] == 2 else Image
+    match = next((layer for layer in viewer.layers if isinstance(layer, wanted) and not is_ticlust_layer(layer.name)
+                  and _item_count(layer) == result.n), None)
+    if match is None:
+        return False
+    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    if widget.worker is not None:
+        return False
+    widget.load_result(path, match)
+    return True
 
 
 def read_stack(path) -> list[tuple]:

@@ -1,49 +1,63 @@
 """The ticlust dock widget: pick an input layer, a method and its parameters, Run (or Cancel), and
-watch the prototypes sharpen; then step through the stack to inspect each image's assignment."""
-from __future__ import annotations
+watch the prototypes sharpen; then step through the stack to inspect each image's assignment.
 
+No ``from __future__ import annotations`` here: napari finds the viewer parameter by its annotation
+object, and a string annotation leaves ``Plugins > ticlust`` without a viewer.
+"""
 import time
 from pathlib import Path
 
 import numpy as np
-from magicgui.widgets import ComboBox, Container, Label, LineEdit, ProgressBar, PushButton, SpinBox, Table, CheckBox
+from magicgui.widgets import (CheckBox, ComboBox, Container, Label, LineEdit, ProgressBar, PushButton, SpinBox,
+                              Table)
 from napari.layers import Image, Points
 from napari.qt.threading import create_worker
 from napari.utils.notifications import show_error, show_info
+from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
 
 from .. import api
 from ..errors import InputError
+from ..validation import channels_last
 from ..device import DEVICE_CHOICES
 from ..methods import Done, Progress, Snapshot, available_methods, get_method
 from ..methods.base import param_infos
 from ..result import ClusteringResult, load_result
 from . import layers as L
 
-LIVE_UPDATE_S = 0.4  # at most this often the live prototypes layer is redrawn
+LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
+FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
+SETTINGS = ("seed", "runs")
 
 
 class TiclustWidget(Container):
     """Dock widget driving ``ticlust.run`` in a napari thread worker."""
 
-    def __init__(self, viewer: "napari.viewer.Viewer"):  # noqa: F821
+    def __init__(self, viewer: Viewer):
         super().__init__(labels=True)
         self.viewer = viewer
         self.worker = None
         self.result: ClusteringResult | None = None
         self.result_layer_name: str | None = None
+        self.assignments = None          # the result's assignments table: one source for status and inspector
         self._rollback: dict[str, object] = {}
         self._last_live = 0.0
         self._finished_cleanly = False
         self._inspecting = None          # the worker aligning prototypes onto the current image
         self._pending_frame: int | None = None
         self._inspected = None           # the result the inspector layers were made for
+        self._framed = None              # the result the view was last framed for
 
-        self.method = ComboBox(label="method", choices=available_methods(), value="kmeans",
+        methods = available_methods()
+        self.method = ComboBox(label="method", choices=methods, value="kmeans" if "kmeans" in methods else methods[0],
                                tooltip="Clustering method; its parameters appear below")
         self.input = ComboBox(label="input layer", choices=self._input_choices,
-                              tooltip="An image stack (N×H×W or N×H×W×3) or, for shape methods, a Points layer with a shape_id feature")
-        self.k = SpinBox(label="K", min=1, max=100000, value=10, tooltip="Number of clusters")
+                              tooltip="An image stack (N×H×W, N×H×W×C or N×C×H×W) or, for shape methods, a Points "
+                                      "layer with a shape_id feature")
+        self.k = SpinBox(label="K", min=1, max=100000, tooltip="Number of clusters")
         self.params = Container(labels=True)
+        self.show_advanced = CheckBox(value=False, text="Advanced parameters",
+                                      tooltip="Show every parameter of the method, not only the essential ones")
+        self.advanced = Container(labels=True)
         self.device = ComboBox(label="device", choices=list(DEVICE_CHOICES), value="auto",
                                tooltip="auto uses a CUDA GPU when there is one, else the CPU")
         self.seed = SpinBox(label="seed", min=0, max=2**31 - 1, value=0, tooltip="The same seed gives the same result")
@@ -51,15 +65,32 @@ class TiclustWidget(Container):
         self.run_button = PushButton(text="Run")
         self.progress = ProgressBar(label="progress", min=0, max=1, value=0)
         self.status = Label(label="", value="Choose an input layer and press Run.")
-        self.inspect = CheckBox(value=True, label="inspector",
+        self.status.native.setWordWrap(True)
+        self.inspect = CheckBox(value=True, text="Inspector",
                                 tooltip="Show every prototype aligned onto the image under the slider, with its score")
         self.save_button = PushButton(text="Save result…", enabled=False)
         self.load_button = PushButton(text="Load result…")
+        files = Container(widgets=[self.save_button, self.load_button], layout="horizontal", labels=False)
         self.table = Table(label="clusters", value={"cluster": [], "size": [], "mean score": [], "closest items": []})
-        self.extend([self.method, self.input, self.k, self.params, self.device, self.seed, self.runs, self.run_button,
-                     self.progress, self.status, self.inspect, self.save_button, self.load_button, self.table])
+        self.table.native.setMinimumHeight(180)
+        self.extend([self.method, self.input, self.k, self.params, self.show_advanced, self.device,
+                     self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table])
+        # Advanced parameters scroll in a box of their own (st-kmeans has 17), so that the dock fits a
+        # 1000-pixel-high screen; the status line wraps, so nothing widens the dock past FORM_WIDTH
+        from qtpy.QtWidgets import QFrame, QScrollArea
+
+        self.advanced_area = QScrollArea()
+        self.advanced_area.setWidgetResizable(True)
+        self.advanced_area.setFrameShape(QFrame.Shape.NoFrame)
+        self.advanced_area.setWidget(self.advanced.native)
+        self.advanced_area.setMaximumHeight(260)
+        self.advanced_area.setVisible(False)
+        self.native.layout().insertWidget(self.index(self.show_advanced) + 1, self.advanced_area)
+        self.native.setMinimumWidth(FORM_WIDTH)
 
         self.method.changed.connect(self._on_method)
+        self.input.changed.connect(self._on_input)
+        self.show_advanced.changed.connect(lambda on: self.advanced_area.setVisible(bool(on)))
         self.run_button.changed.connect(self._on_run_clicked)
         self.save_button.changed.connect(self._ask_save)
         self.load_button.changed.connect(self._ask_load)
@@ -67,6 +98,7 @@ class TiclustWidget(Container):
         for event in (viewer.layers.events.inserted, viewer.layers.events.removed):
             event.connect(lambda _=None: self.input.reset_choices())
         viewer.dims.events.current_step.connect(self._on_step)
+        viewer.scene.camera.events.zoom.connect(self._on_zoom)
         self._on_method()
 
     # ---- form ------------------------------------------------------------------------------------
@@ -79,20 +111,54 @@ class TiclustWidget(Container):
         return [layer.name for layer in self.viewer.layers if isinstance(layer, wanted) and not self._is_ours(layer)]
 
     def _is_ours(self, layer) -> bool:
-        return any(layer.name.endswith(" " + suffix) for suffix in ("prototypes", "sorted by cluster", "aligned",
-                                                                     "warp grid", "inspector", "inspector frames",
-                                                                     "clusters", "landmark ellipses", "mean shapes"))
+        return L.is_ticlust_layer(layer.name)
 
     def _on_method(self, _=None) -> None:
+        """Build the method's form from its config: essentials first, the rest under Advanced; K from the config."""
         self.params.clear()
+        self.advanced.clear()
         for info in param_infos(self.spec.config):
             if info.gui:
-                self.params.append(_param_widget(info))
+                (self.params if info.essential else self.advanced).append(_param_widget(info))
+        self.k.value = self.spec.config().k     # every config field has a default (docs/architecture.md)
         self.input.reset_choices()
+        self._on_input()
+
+    def _on_input(self, _=None) -> None:
+        layer = self.input_layer()
+        if layer is None or self.worker is not None:
+            return
+        labels = layer.metadata.get("labels") if hasattr(layer, "metadata") else None
+        if labels is not None and len(labels):
+            n_classes = len(np.unique(np.asarray(labels)))
+            self.status.value = (f"{layer.name} carries true labels of {n_classes} classes: K = {n_classes} "
+                                 f"compares with them (the accuracy is shown after Run).")
+
+    def param_widgets(self) -> list:
+        return [*self.params, *self.advanced]
+
+    def param(self, name: str):
+        """The form widget of a method parameter (essential or advanced)."""
+        return next(w for w in self.param_widgets() if w.name == name)
 
     def param_values(self) -> dict:
         """The method parameters as set in the form (strings are converted by the method's config)."""
-        return {w.name: w.value for w in self.params}
+        return {w.name: w.value for w in self.param_widgets()}
+
+    def set_form(self, config: dict) -> None:
+        """Show a result's settings in the form: method, K, seed, runs and every parameter it used."""
+        if config.get("method") in self.method.choices:
+            self.method.value = config["method"]
+        if "k" in config:
+            self.k.value = int(config["k"])
+        for name in SETTINGS:
+            if name in config:
+                getattr(self, name).value = int(config[name])
+        if config.get("device") in DEVICE_CHOICES:
+            self.device.value = config["device"]
+        for widget in self.param_widgets():
+            if widget.name in config:
+                widget.value = _form_value(widget, config[widget.name])
 
     def input_layer(self):
         name = self.input.value
@@ -160,22 +226,32 @@ class TiclustWidget(Container):
         elif isinstance(event, Progress):
             self.progress.max = max(event.total, 1)
             self.progress.value = min(event.step, event.total)
-            eta = "" if event.eta is None else f" · ETA {api.format_seconds(event.eta)}"
-            self.status.value = f"{event.stage} {event.step}/{event.total} · loss {event.loss:.4g}{eta}"
+            self.status.value = f"{event.stage} {event.step}/{event.total} · loss {event.loss:.4g} · {api.format_eta(event.eta)}"
         elif isinstance(event, Snapshot):
             now = time.perf_counter()
-            image_input = not isinstance(self.viewer.layers[self.result_layer_name], Points)
-            if now - self._last_live >= LIVE_UPDATE_S and image_input:
+            layer = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None
+            if now - self._last_live >= LIVE_UPDATE_S and isinstance(layer, Image) and event.prototypes.ndim >= 3:
                 self._last_live = now
-                self._remember(L.layer_names(self.result_layer_name)["prototypes"])
-                rgb = event.prototypes.ndim == 4 and event.prototypes.shape[-1] == 3
-                L.set_image(self.viewer, L.layer_names(self.result_layer_name)["prototypes"], event.prototypes,
-                            rgb=rgb, colormap=None if rgb else "gray")
+                names = L.layer_names(self.result_layer_name)
+                first = names["prototypes"] not in self.viewer.layers
+                for key in ("prototypes", "prototype_labels"):
+                    self._remember(names[key])
+                L.show_prototypes(self.viewer, layer, event.prototypes)
+                if first:   # the mosaic sits beside the stack: bring it on screen once
+                    L.frame_result(self.viewer, layer)
         elif isinstance(event, Done):
             self._finished_cleanly = True
-            self.show_result(event.result, self.viewer.layers[self.result_layer_name])
-            self.status.value = (f"Done: {event.result.k} clusters in {event.result.timing.get('total_s', 0):.1f} s "
-                                 f"on {event.result.device}, final loss {event.result.final_loss:.4g}.")
+            layer = self.viewer.layers[self.result_layer_name]
+            self.show_result(event.result, layer)
+            message = (f"Done: {event.result.k} clusters in {event.result.timing.get('total_s', 0):.1f} s "
+                       f"on {event.result.device}, final loss {event.result.final_loss:.4g}.")
+            truth = layer.metadata.get("labels") if isinstance(layer, Image) else None
+            if truth is not None and len(truth) == event.result.n:
+                from ..metrics import evaluate
+
+                scores = evaluate(np.asarray(truth), event.result.labels)
+                message += f" Against the layer's {len(np.unique(truth))} true classes: ACC {scores['acc']:.3f}, NMI {scores['nmi']:.3f}."
+            self.status.value = message
 
     def _remember(self, name: str) -> None:
         """Note how a layer was before this run touched it (None: it did not exist)."""
@@ -209,7 +285,7 @@ class TiclustWidget(Container):
 
     def _set_running(self, running: bool) -> None:
         self.run_button.text = "Cancel" if running else "Run"
-        for widget in (self.method, self.input, self.k, self.params, self.device, self.seed, self.runs,
+        for widget in (self.method, self.input, self.k, self.params, self.advanced, self.device, self.seed, self.runs,
                        self.load_button):
             widget.enabled = not running
         self.save_button.enabled = not running and self.result is not None
@@ -218,9 +294,10 @@ class TiclustWidget(Container):
 
     # ---- results ---------------------------------------------------------------------------------
     def show_result(self, result: ClusteringResult, input_layer) -> None:
-        """Make or update every result layer, the features and the cluster table."""
+        """Make or update every result layer, the features and the cluster table, and frame the view."""
         self.result = result
         self.result_layer_name = input_layer.name
+        self.assignments = L.assignment_features(result)
         if isinstance(input_layer, Points):
             L.show_landmark_result(self.viewer, input_layer, result)
             input_layer.selected_data.events.items_changed.connect(self._on_points_selected)
@@ -231,6 +308,20 @@ class TiclustWidget(Container):
         self.save_button.enabled = True
         self.viewer.layers.selection.active = input_layer
         self._on_step()
+        if self._framed is not result and (isinstance(input_layer, Points) or not self._inspector_wanted(input_layer)):
+            self._frame(input_layer)
+
+    def _frame(self, input_layer) -> None:
+        self._framed = self.result
+        L.frame_result(self.viewer, input_layer)
+        self._on_zoom()
+
+    def verdict(self, item: int) -> tuple[int, int, np.ndarray]:
+        """(chosen cluster, runner-up, scores (K,)) of a fitted item, from the result's assignments table:
+        the one source of the status line, the inspector's frames and its score labels."""
+        chosen = int(self.assignments["cluster"][item])
+        runner = int(self.assignments["runner_up"][item]) if "runner_up" in self.assignments else chosen
+        return chosen, runner, np.asarray(self.result.scores[item])
 
     def save_result(self, path) -> Path:
         """Save the current result (.npz) and its assignments table (.csv beside it)."""
@@ -241,16 +332,24 @@ class TiclustWidget(Container):
         show_info(f"Saved {out.name} and {out.with_suffix('.csv').name}.")
         return out
 
-    def load_result(self, path) -> ClusteringResult:
-        """Open a saved result and show it against the chosen input layer (when the item counts match)."""
+    def load_result(self, path, layer=None) -> ClusteringResult:
+        """Open a saved result, put its settings in the form, and show it against ``layer`` (default: the
+        chosen input layer, else the first stack with as many items)."""
         result = load_result(path)
-        layer = self.input_layer()
-        if layer is not None and _item_count(layer) == result.n:
-            self.show_result(result, layer)
+        self.set_form({**result.config, "method": result.method, "k": result.k})
+        candidates = [layer] if layer is not None else [self.input_layer()] + [
+            self.viewer.layers[name] for name in self.input.choices]
+        match = next((c for c in candidates if c is not None and _item_count(c) == result.n), None)
+        if match is not None:
+            self.input.value = match.name
+            self.show_result(result, match)
+            self.status.value = f"Loaded {Path(path).name} ({result.method}, K = {result.k}) onto {match.name}."
         else:
             self.result = result
-            self.viewer.add_image(result.prototypes, name=f"{Path(path).stem} prototypes")
-            show_info(f"Loaded {Path(path).name}; choose its input stack ({result.n} items) to see assignments.")
+            self.assignments = L.assignment_features(result)
+            self.save_button.enabled = True
+            show_info(f"Loaded {Path(path).name}; open its input stack ({result.n} items) to see the assignments.")
+            self.status.value = f"Loaded {Path(path).name}: open its input stack ({result.n} items) and load it again."
         return result
 
     def _ask_save(self, _=None) -> None:
@@ -271,13 +370,28 @@ class TiclustWidget(Container):
                 show_error(str(exc))
 
     # ---- inspection ------------------------------------------------------------------------------
+    def _on_zoom(self, _=None) -> None:
+        if self.result_layer_name is not None:
+            L.rescale_lines(self.viewer, self.result_layer_name)
+
+    def _inspector_wanted(self, layer) -> bool:
+        result = self.result
+        return bool(self.inspect.value and result is not None and result.prototypes.ndim >= 3
+                    and result.prototypes.shape[1:3] == self._item(layer, 0).shape[:2]
+                    and (self._inspected is not result or L.layer_names(layer.name)["inspector"] in self.viewer.layers))
+
+    def _item(self, layer, frame: int) -> np.ndarray:
+        """Image ``frame`` of an input layer, channels last (as the methods see it)."""
+        item = np.asarray(layer.data[frame])[None]
+        return channels_last(item, item.shape)[0][0]
+
     def _on_step(self, _=None) -> None:
-        """Slider moved: redraw the current image's warp grid and its status line."""
+        """Slider moved: redraw the current image's warp grid, its status line and its inspector."""
         result, name = self.result, self.result_layer_name
         if result is None or name not in self.viewer.layers or self.viewer.dims.ndim < 3:
             return
         layer = self.viewer.layers[name]
-        if isinstance(layer, Points):
+        if isinstance(layer, Points) or self.assignments is None:
             return
         frame = int(self.viewer.dims.current_step[0])
         if not 0 <= frame < result.n:
@@ -286,14 +400,10 @@ class TiclustWidget(Container):
         # only layers that still exist are updated: one the user deleted (or a closing viewer removed) stays gone
         if result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
             L.update_grid(self.viewer, layer, result)
-        scores = result.scores[frame]
-        order = np.argsort(scores)
-        runner = order[1] if len(order) > 1 else order[0]
-        self.status.value = (f"item {frame} → cluster {result.labels[frame]} (score {scores[result.labels[frame]]:.4g}); "
+        chosen, runner, scores = self.verdict(frame)
+        self.status.value = (f"item {frame} → cluster {chosen} (score {scores[chosen]:.4g}); "
                              f"runner-up {runner} ({scores[runner]:.4g})")
-        first_time = self._inspected is not result
-        if (self.inspect.value and result.prototypes.ndim >= 3 and result.prototypes.shape[1:] == layer.data.shape[1:]
-                and (first_time or names["inspector"] in self.viewer.layers)):
+        if self._inspector_wanted(layer):
             self._request_inspection(frame)
 
     def _request_inspection(self, frame: int) -> None:
@@ -303,16 +413,25 @@ class TiclustWidget(Container):
             self._pending_frame = frame
             return
         result, layer = self.result, self.viewer.layers[self.result_layer_name]
-        item = np.asarray(layer.data[frame])
-        self._inspecting = create_worker(api.align_one, result, item, self.device.value, _start_thread=False)
+        item = self._item(layer, frame)
+        index = frame if 0 <= frame < result.n else None   # an item of the fitted stack: replay the fit's own warps
+        self._inspecting = create_worker(api.align_one, result, item, self.device.value, index,
+                                         _start_thread=False)
 
         def show(aligned_scores):
             shown_before = self._inspected is result
             exists = L.layer_names(layer.name)["inspector"] in self.viewer.layers
             if self.result is result and layer.name in self.viewer.layers and (exists or not shown_before):
-                aligned, scores = aligned_scores
-                L.show_inspector(self.viewer, layer, aligned, scores, int(result.labels[frame]))
+                # the pictures come from align_one (for fitted items the fit's own warps); which cluster is
+                # chosen, the runner-up and the scores come from the result
+                aligned, _recomputed = aligned_scores
+                chosen, runner, scores = self.verdict(frame)
+                L.show_inspector(self.viewer, layer, aligned, scores, chosen, runner, frame)
                 self._inspected = result
+                if self._framed is not result:
+                    self._frame(layer)
+                else:
+                    self._on_zoom()
 
         def next_one():
             self._inspecting = None
@@ -334,8 +453,9 @@ class TiclustWidget(Container):
         L.highlight_shapes(self.viewer, layer, self.result, shapes)
         if shapes:
             s = shapes[0]
-            self.status.value = (f"shape {s} → cluster {self.result.labels[s]} "
-                                 f"(score {self.result.scores[s, self.result.labels[s]]:.4g})")
+            chosen, runner, scores = self.verdict(s)
+            self.status.value = (f"shape {s} → cluster {chosen} (score {scores[chosen]:.4g}); "
+                                 f"runner-up {runner} ({scores[runner]:.4g})")
 
     def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
         """Double-click a cluster row: show its closest member under the slider."""
@@ -353,6 +473,17 @@ def _item_count(layer) -> int:
     if isinstance(layer, Points):
         return len(set(np.asarray(layer.features["shape_id"]).tolist())) if "shape_id" in layer.features else 0
     return int(layer.data.shape[0])
+
+
+def _form_value(widget, value):
+    """A saved parameter value as its form widget holds it."""
+    if isinstance(widget, LineEdit):
+        if value is None:
+            return "none"
+        if isinstance(value, (list, tuple)):
+            return ", ".join(map(str, value))
+        return str(value)
+    return value
 
 
 def _param_widget(info):

@@ -52,9 +52,11 @@ Event = typing.Union[Progress, Snapshot, Done]
 
 # ---- parameters ----------------------------------------------------------------------------------
 def param(default, doc: str, *, choices: tuple | None = None, low: float | None = None,
-          high: float | None = None, gui: bool = True):
-    """A config field with a one-line doc (shown as tooltip and in ``ticlust methods``) and limits."""
-    meta = {"doc": doc, "choices": choices, "low": low, "high": high, "gui": gui}
+          high: float | None = None, gui: bool = True, essential: bool = False):
+    """A config field with a one-line doc (shown as tooltip and in ``ticlust methods``) and limits.
+
+    ``essential``: shown at the top of the widget's form; the others wait under "Advanced"."""
+    meta = {"doc": doc, "choices": choices, "low": low, "high": high, "gui": gui, "essential": essential}
     if isinstance(default, (list, dict, np.ndarray)):
         return field(default_factory=lambda: default, metadata=meta)
     return field(default=default, metadata=meta)
@@ -70,6 +72,7 @@ class ParamInfo:
     low: float | None
     high: float | None
     gui: bool
+    essential: bool = False
 
 
 def param_infos(config_cls) -> list[ParamInfo]:
@@ -82,7 +85,8 @@ def param_infos(config_cls) -> list[ParamInfo]:
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         meta = dict(f.metadata)
         infos.append(ParamInfo(f.name, hints[f.name], default, meta.get("doc", ""), meta.get("choices"),
-                               meta.get("low"), meta.get("high"), meta.get("gui", True)))
+                               meta.get("low"), meta.get("high"), meta.get("gui", True),
+                               meta.get("essential", False)))
     return infos
 
 

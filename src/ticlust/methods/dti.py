@@ -36,14 +36,14 @@ class DTIKMeansConfig:
     k: int = 10
     transforms: tuple = param(("auto",), "Transformation modules, in order of the curriculum ('auto': affine,morpho,tps for "
                               "grey images, color,affine,tps for small colour images, color,projective for photos ≥ 64 px)",
-                              choices=MODULE_CHOICES)
+                              choices=MODULE_CHOICES, essential=True)
     curriculum: str = param("plateau", "When to add the next module: when the loss plateaus, or at fixed epochs (milestones)",
                             choices=("plateau", "milestones"))
     milestones: tuple = param((), "Epochs at which each next module is added and, last, the learning rate drops "
                               "(curriculum = milestones; e.g. 100,500,700,1000)", gui=False)
     init: str = param("k-means++", "First prototypes: images picked by k-means++ seeding (spread out; ours) or random images (the paper)",
-                      choices=("random", "k-means++"))
-    max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1)
+                      choices=("random", "k-means++"), essential=True)
+    max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1, essential=True)
     patience: int = param(4, "Plateau: window (epochs); the stage ends when the mean loss of the last window improves on the window before by less than plateau_tol", low=1)
     plateau_tol: float = param(0.01, "Plateau: smallest relative improvement between windows that counts as progress", low=0.0)
     min_stage_epochs: int = param(6, "Plateau: fewest epochs in each curriculum stage", low=1)

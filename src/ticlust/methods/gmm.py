@@ -18,9 +18,9 @@ from .kmeans import Rows, as_rows, kmeans_plus_plus_steps, lloyd
 @dataclass
 class GMMConfig:
     k: int = 10
-    max_iter: int = param(100, "Most EM iterations", low=1)
+    max_iter: int = param(100, "Most EM iterations", low=1, essential=True)
     tol: float = param(1e-3, "Stop when the mean log-likelihood per item improves by less than this", low=0.0)
-    variance_floor: float = param(1e-2, "Smallest allowed variance per pixel (keeps always-blank pixels from dominating)", low=1e-12)
+    variance_floor: float = param(1e-2, "Smallest allowed variance per pixel (keeps always-blank pixels from dominating)", low=1e-12, essential=True)
     kmeans_iter: int = param(100, "Most K-means iterations for the starting point", low=1)
     batch_size: int = param(8192, "Items per batch when computing likelihoods", low=1, gui=False)
 

@@ -22,8 +22,8 @@ from .base import Method, Progress, Snapshot, drain, param, register, seed_every
 @dataclass
 class KMeansConfig:
     k: int = 10
-    init: str = param("k-means++", "How the first centroids are chosen", choices=("k-means++", "random"))
-    max_iter: int = param(300, "Most Lloyd iterations", low=1)
+    init: str = param("k-means++", "How the first centroids are chosen", choices=("k-means++", "random"), essential=True)
+    max_iter: int = param(300, "Most Lloyd iterations", low=1, essential=True)
     tol: float = param(1e-4, "Stop when the centroids move less than this (relative to the data's variance)", low=0.0)
     batch_size: int = param(8192, "Items per batch when computing distances", low=1, gui=False)
 

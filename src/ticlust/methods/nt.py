@@ -38,7 +38,7 @@ class NTConfig:
     k: int = 20
     c_s: int = param(2, "Number of similarity vectors nu (C_s, 'small' in the paper)", low=1, high=16)
     transform: str = param("learned", "The linear map A: learned (overcomplete, Eq. 30) or identity (A = I)",
-                           choices=("learned", "identity"))
+                           choices=("learned", "identity"), essential=True)
     init: str = param("gaussian", "Initialisation: gaussian (paper Sec. 5.1: A, tau, nu i.i.d. N(0,1)) or kmeans "
                       "(tau, nu fitted by Eq. 28-29 to a pixel k-means++ partition; not in the paper)",
                       choices=("gaussian", "kmeans"))
@@ -50,7 +50,7 @@ class NTConfig:
     lam2: float = param(16.0, "lambda2: weight of ||A||_F^2", low=0.0)
     lam3: float = param(16.0, "lambda3: weight of ||A A^T - I||_F^2", low=0.0)
     lam4: float = param(16.0, "lambda4: weight of -log|det A^T A|", low=1e-9)
-    max_iter: int = param(100, "Iterations (the paper stops after the 100th)", low=1)
+    max_iter: int = param(100, "Iterations (the paper stops after the 100th)", low=1, essential=True)
     tol: float = param(0.0, "Also stop when fewer than this fraction of items change cluster (0 = run all iterations)",
                        low=0.0, high=1.0)
     online_rho: float = param(0.5, "Step rho of the online A update A <- A - rho (A - A_hat)", low=0.0, high=1.0)
@@ -59,7 +59,7 @@ class NTConfig:
     nu_iters: int = param(5, "Inner iterations of the nu update (Eq. 29)", low=1)
     support_iters: int = param(3, "Support refinements of the closed-form candidate solution", low=1)
     reject_quantile: float = param(0.0, "Flag as rejected the items whose best score is above this upper quantile "
-                                   "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5)
+                                   "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5, essential=True)
     batch_size: int = param(256, "Items per batch in the candidate step", low=1, gui=False)
 
 

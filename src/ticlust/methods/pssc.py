@@ -40,12 +40,12 @@ class PSSCConfig:
     k: int = 10
     features: str = param("scattering", "Features to cluster: the scattering transform (PSSC) or raw pixels (ablation)",
                           choices=("scattering", "pixels"))
-    scales: int = param(3, "Scattering scales J (2^J-pixel invariance)", choices=(2, 3, 4))
+    scales: int = param(3, "Scattering scales J (2^J-pixel invariance)", choices=(2, 3, 4), essential=True)
     angles: int = param(8, "Scattering orientations L", low=1, high=16)
     order: int = param(2, "Scattering order", choices=(1, 2))
     pad_to: int = param(32, "Zero-pad images to at least this size (then to a multiple of 2^J)", low=8)
     path_norm: bool = param(True, "Divide each scattering path by its largest spatial norm over the data set (authors' code)")
-    pca_dim: int = param(1000, "PCA dimensions kept before POC (capped by N-1 and the feature count)", low=1)
+    pca_dim: int = param(1000, "PCA dimensions kept before POC (capped by N-1 and the feature count)", low=1, essential=True)
     pca_solver: str = param("randomized", "Eigensolver for the PCA covariance: exact eigh, or randomized subspace iteration",
                             choices=("eigh", "randomized"))
     poc: int = param(2, "Leading principal directions removed by POC (0 = no POC, ablation)", low=0)
@@ -53,7 +53,7 @@ class PSSCConfig:
                             choices=("uspec", "kmeans"))
     candidates: int = param(9000, "U-SPEC candidates p' sampled without replacement (capped by N)", low=2)
     representatives: int = param(1000, "U-SPEC representatives p: k-means centres of the candidates (capped at p'/2); "
-                                 "for large sets 2000 with 18000 candidates is more accurate (MNIST 70k: +1 point)", low=2)
+                                 "for large sets 2000 with 18000 candidates is more accurate (MNIST 70k: +1 point)", low=2, essential=True)
     neighbours: int = param(5, "Nearest representatives per item (k of the k-NN affinity)", low=1)
     rep_iter: int = param(10, "Lloyd iterations of the k-means that picks the representatives", low=1)
     knn: str = param("exact", "Nearest-representative search: exact (torch) or HNSW (hnswlib)", choices=("exact", "hnsw"))

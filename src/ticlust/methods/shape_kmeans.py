@@ -34,9 +34,9 @@ _TWO_SQRT2 = 2.0 * math.sqrt(2.0)
 class ShapeKMeansConfig:
     k: int = 2
     distance: str = param("fisher-rao-diagonal", "Landmark distance: Fisher–Rao (round or diagonal Gaussian model) or 2-Wasserstein",
-                          choices=DISTANCES)
+                          choices=DISTANCES, essential=True)
     type: int = param(2, "1: landmark variances shared by all clusters; 2: variances per landmark and cluster, updated each iteration",
-                      choices=(1, 2))
+                      choices=(1, 2), essential=True)
     combine: str = param("l1", "Shape distance: sum of landmark distances (Eq. 13, the paper's) or their root sum of squares (Eq. 14)",
                          choices=("l1", "l2"))
     round_variance: str = param("pooled", "Round model: one variance for all landmarks (the paper's dr) or one per landmark",
@@ -48,7 +48,7 @@ class ShapeKMeansConfig:
     shape_variance: str = param("own", "Type II: a shape carries its own cluster's variances (the paper's Sec. 4.2) or those of the centre it is compared with",
                                 choices=("own", "centre"))
     warm_start: bool = param(True, "Type II refines the best Type I partition (off: Type II from every random start, as the paper)")
-    align: bool = param(True, "Generalised Procrustes alignment first (off: the shapes are already registered)")
+    align: bool = param(True, "Generalised Procrustes alignment first (off: the shapes are already registered)", essential=True)
     variance_floor: float = param(1e-3, "Smallest variance, relative to the mean landmark variance (keeps tiny clusters finite)",
                                   low=1e-12, gui=False)
     batch_size: int = param(4096, "Shapes per batch when assigning new shapes", low=1, gui=False)

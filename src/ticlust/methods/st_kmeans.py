@@ -48,8 +48,8 @@ class AIKMeansConfig:
     affine_steps: int = param(30, "Adam steps of the low-pass affine pre-alignment per Lloyd iteration (App. B)", low=0)
     affine_lr: float = param(1e-2, "Adam learning rate of the low-pass affine pre-alignment", low=1e-6, high=1.0)
     lowpass: float = param(0.07, "Gaussian low-pass σ for the affine pre-alignment, as a fraction of the image side (0 = none)", low=0.0, high=0.5)
-    max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1)
-    max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
+    max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
+    max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0, essential=True)
     max_shift: float = param(0.5, "Bound on the affine translation, as a fraction of the half image side", low=0.0)
     mode: str = param("lloyd", "lloyd: full-batch Lloyd iterations (Algo. 2, monotone distortion); minibatch: for large N", choices=("lloyd", "minibatch"))
     epochs: int = param(150, "Mini-batch mode: passes over the data (paper: 150)", low=1)
@@ -64,10 +64,10 @@ class AIKMeansConfig:
 
 @dataclass
 class STKMeansConfig(AIKMeansConfig):
-    landmarks: int = param(4, "Side g of the g×g grid of TPS landmarks (ℓ = g², the paper sweeps 3 … 8)", low=3, high=8)
+    landmarks: int = param(4, "Side g of the g×g grid of TPS landmarks (ℓ = g², the paper sweeps 3 … 8)", low=3, high=8, essential=True)
     # ST's TPS keeps shrinking in check better than a bare affine map: a looser scale bound measured
     # better on both MNIST sets (docs/st_kmeans.md), while AI K-means keeps 1.5
-    max_scale: float = param(2.0, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
+    max_scale: float = param(2.0, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0, essential=True)
     max_displacement: float = param(0.5, "Bound on each landmark displacement, as a fraction of the landmark spacing", low=0.0)
 
 
