@@ -27,6 +27,7 @@ def stack(n=12, size=8, seed=0):
     (["--set", "max_iter=inf"], "max_iter"),
     (["--set", "tol=nan"], "tol"),
     (["--set", "max_iter=1.5"], "max_iter = '1.5' is not a valid whole number"),
+    (["--method", "dti-kmeans", "--set", "curriculum=milestones", "--set", "milestones=5,x"], "whole epoch numbers"),
 ])
 def test_cli_parameter_errors_are_one_line(tmp_path, monkeypatch, capsys, args, fragment):
     monkeypatch.chdir(tmp_path)
@@ -86,6 +87,15 @@ def test_closed_pipe_is_not_an_error(tmp_path):
 
 
 # ---- nothing silently reinterpreted ----------------------------------------------------------------------
+def test_a_single_image_file_is_not_clustered_row_by_row(tmp_path, monkeypatch, capsys):
+    import tifffile
+
+    monkeypatch.chdir(tmp_path)
+    tifffile.imwrite(tmp_path / "one.tif", (stack(n=1, size=32)[0] * 1000).astype(np.uint16))
+    assert main(["fit", "one.tif", "--method", "kmeans", "--quiet"]) == 2
+    assert "single 2-D image" in capsys.readouterr().err
+
+
 def test_predict_checks_the_item_shape_not_only_the_pixel_count():
     res = ticlust.fit(stack(size=16), k=2, seed=0)
     with pytest.raises(InputError, match="same shape"):

@@ -10,7 +10,7 @@ import warnings
 import numpy as np
 
 from .errors import InputError
-from .readers import folder_images, read_input
+from .readers import IMAGE_SUFFIXES, folder_images, read_input
 from .samples import SAMPLES, sample
 from .validation import random_subset
 from .methods import available_methods, get_method
@@ -122,6 +122,9 @@ def _fit(args) -> int:
     elif args.keep_border or args.rescale or args.orient or args.normalize or args.crop_size is not None \
             or args.channel is not None:
         raise InputError("--keep-border, --crop-size, --channel, --rescale, --orient and --normalize only apply with --labels MASK.")
+    elif np.ndim(data) == 2 and Path(args.input).suffix.lower() in IMAGE_SUFFIXES:
+        raise InputError(f"{Path(args.input).name} is a single 2-D image, not a stack: give a stack of images, a folder "
+                         "of images, or the image with --labels MASK to cluster the objects in it.")
     # a folder's rows are named by their files (the CSV is useless without them)
     names = [p.name for p in folder_images(args.input)] if args.input and Path(args.input).is_dir() else None
     index = random_subset(int(data.shape[0]), args.max_images, args.seed)

@@ -169,6 +169,8 @@ class Curriculum:
         self.done = False
         self.events: list[tuple[int, str]] = []
         if cfg.curriculum == "milestones":
+            if not all(str(m).strip().isdigit() for m in cfg.milestones):
+                raise InputError(f"milestones = {','.join(map(str, cfg.milestones))}: give whole epoch numbers, e.g. 20,40,60,80.")
             ms = [int(m) for m in cfg.milestones]
             if len(ms) != n_modules + 1 or ms != sorted(ms):
                 raise InputError(f"milestones = {','.join(map(str, ms)) or 'none'}: give {n_modules + 1} increasing epochs "
