@@ -134,6 +134,9 @@ def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
 def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None) -> ClusteringResult:
     """Assign new items with a fitted result's prototypes (and transforms)."""
     spec = get_method(result.method)
+    if result.state is None:
+        raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
+                         "before assigning new items.")
     items = fitted_scale(prepare(data, spec, to_predict=True), result)
     if isinstance(items, Stack):
         check_same_items(items, result.prototypes.shape[1:])

@@ -12,10 +12,10 @@ import numpy as np
 from .errors import InputError
 
 # Optional arrays stored under their own name in the .npz file.
-_OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids")
+_OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids", "pinned")
 # Dictionaries of arrays stored as "<prefix>__<key>" entries.
 _ARRAY_DICTS = ("params", "extras")
-_META_FIELDS = ("method", "aligned_kind", "history", "run_losses", "timing", "device", "versions")
+_META_FIELDS = ("method", "aligned_kind", "history", "run_losses", "timing", "device", "versions", "edits")
 
 # Each registered method's fitted-state class, by method name (filled by methods.base.register), so
 # that a saved state is read back as the same typed dataclass.
@@ -86,6 +86,8 @@ class ClusteringResult:
     extras: dict = field(default_factory=dict)
     state: FittedState | None = None
     run_losses: list = field(default_factory=list)
+    edits: list = field(default_factory=list)       # the user's edits, in order (ticlust.curation), kept through refine
+    pinned: np.ndarray | None = None               # (N,) cluster the user put each item in (-1: free), or None
     timing: dict = field(default_factory=dict)
     device: str = "cpu"
     versions: dict = field(default_factory=dict)

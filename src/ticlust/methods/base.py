@@ -216,6 +216,12 @@ class Method:
     def predict(self, result: ClusteringResult, items, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         raise NotImplementedError
 
+    def refine(self, items, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """Re-fit from an edited result (warm start), keeping items with ``pinned`` ≥ 0 in that cluster:
+        a generator like ``train``. Methods that cannot yet say so in one sentence."""
+        raise InputError(f"Refine is not available for {self.name} yet: fit again with the K you want instead.")
+        yield  # pragma: no cover  (a generator, like train)
+
 
 def drain(events):
     """Run a generator to its end without a front end; returns its return value or its Done result."""

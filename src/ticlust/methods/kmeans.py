@@ -150,13 +150,19 @@ def assign(x, centers: torch.Tensor, batch_size: int = 8192) -> tuple[torch.Tens
     return d2, d2.argmin(1)
 
 
-def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4,
-          batch_size: int = 8192) -> Iterator[tuple[int, float, torch.Tensor, torch.Tensor]]:
+def keep_pinned(labels: torch.Tensor, pinned: torch.Tensor | None) -> torch.Tensor:
+    """Labels with the user-fixed ones (pinned ≥ 0) put back."""
+    return labels if pinned is None else torch.where(pinned >= 0, pinned.to(labels.device), labels)
+
+
+def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batch_size: int = 8192,
+          pinned: torch.Tensor | None = None) -> Iterator[tuple[int, float, torch.Tensor, torch.Tensor]]:
     """Lloyd iterations from ``centers``; yields (iteration, inertia, centres, labels) after each update.
 
     ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed batch by batch). Stops when no label
     changes or the total squared centre shift falls below ``tol`` times the mean per-feature variance
     (scikit-learn's rule). An emptied cluster is moved to the item that is farthest from its centre.
+    ``pinned`` (N,): a cluster per item that the user fixed (-1: free); those items keep it.
     """
     x = as_rows(x, batch_size)
     tol_abs = tol * x.mean_variance()
@@ -164,6 +170,7 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4,
     k = centers.shape[0]
     for it in range(1, max_iter + 1):
         d2, new_labels = assign(x, centers)
+        new_labels = keep_pinned(new_labels, pinned)
         inertia = float(d2.gather(1, new_labels[:, None]).sum())
         one_hot = torch.nn.functional.one_hot(new_labels, k).to(centers.dtype)
         sums = x.weighted_sums(one_hot)   # a matrix product: much faster than index_add_ on the CPU
@@ -200,6 +207,20 @@ class KMeans(Method):
             yield Progress(it, cfg.max_iter, history[-1], "Lloyd iterations")
             yield Snapshot(centers.reshape(cfg.k, *stack.item_shape).cpu().numpy())
         d2, labels = assign(x, centers, cfg.batch_size)
+        history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
+        return self.result(cfg, KMeansState(centers.cpu().numpy()), labels=labels.cpu().numpy(), scores=d2.cpu().numpy(),
+                           prototypes=centers.reshape(cfg.k, *stack.item_shape).cpu().numpy(), history=history)
+
+    def refine(self, stack: Stack, cfg: KMeansConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
+        x = Rows(stack, device, cfg.batch_size)
+        centers = torch.from_numpy(np.asarray(start.prototypes, np.float32).reshape(cfg.k, -1)).to(device)
+        history = []
+        for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
+            history.append(inertia / stack.n)
+            yield Progress(it, cfg.max_iter, history[-1], "Refine: Lloyd iterations")
+        d2 = x.distances(centers)
+        labels = keep_pinned(d2.argmin(1), pinned)
         history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
         return self.result(cfg, KMeansState(centers.cpu().numpy()), labels=labels.cpu().numpy(), scores=d2.cpu().numpy(),
                            prototypes=centers.reshape(cfg.k, *stack.item_shape).cpu().numpy(), history=history)

@@ -32,7 +32,7 @@ from ..result import ClusteringResult, FittedState
 from ..transforms import (affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels,
                           tps_basis, warp)
 from .base import Method, Progress, Snapshot, best_of, drain, own_and_runner_up, param, register, seed_everything
-from .kmeans import kmeans_plus_plus
+from .kmeans import keep_pinned, kmeans_plus_plus
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
 LANDMARK_GRID = (3, 4, 5, 6, 7, 8)
@@ -550,8 +550,9 @@ class _Run:
 
 
 # ---- training ------------------------------------------------------------------------------------
-def _lloyd(run: _Run, mu: torch.Tensor):
+def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
     """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes.
+    ``pinned`` (N,): clusters the user fixed (-1: free); with any, the swap move is off.
     Returns (centroids, alignments, labels, distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = Ticker(cfg.max_iter * len(_chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
@@ -560,12 +561,12 @@ def _lloyd(run: _Run, mu: torch.Tensor):
     history, prev = [], None
     for it in range(1, cfg.max_iter + 1):
         yield from run.align_all(mu, pairs, schedule)
-        labels = pairs.losses.argmin(1)
+        labels = keep_pinned(pairs.losses.argmin(1), pinned)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
         yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {it}")
         if it == cfg.max_iter:
             break
-        moved = cfg.reseed and _reseed(run.x.full, mu, pairs, labels)
+        moved = cfg.reseed and pinned is None and _reseed(run.x.full, mu, pairs, labels)
         if prev is not None and torch.equal(prev, labels) and not moved:
             break
         mu = _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
@@ -673,6 +674,18 @@ class AIKMeans(Method):
         timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, extras=extras,
                            timing=timing, **run.outputs(pairs, labels))
+
+    def refine(self, stack: Stack, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
+        t0 = time.perf_counter()
+        self.validate(stack)
+        x = to_nchw(stack.tensor(device))
+        mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
+        run = self._start(stack, cfg, x, device)
+        mu, pairs, labels, history, iters = yield from _lloyd(run, mu, pinned.to(device))
+        timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
+        return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, timing=timing,
+                           **run.outputs(pairs, labels))
 
     def sweep(self, stack, cfg, device, seed, landmarks=LANDMARK_GRID, lrs=LR_GRID):
         """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept.

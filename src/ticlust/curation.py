@@ -1,0 +1,127 @@
+"""Editing a clustering by hand and re-fitting from the edit (issue 18): merge, split, move, refine.
+
+Every edit returns a new result (the given one is never modified), records itself in ``edits`` and
+drops the fitted state (the prototypes no longer match it), so ``predict`` asks for :func:`refine`
+first. Items the user moved are pinned: ``refine`` keeps them where they were put.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import torch
+
+from .api import fit, fitted_scale, prepare
+from .device import resolve_device
+from .errors import InputError
+from .methods import get_method
+from .methods.base import drain
+from .result import ClusteringResult
+
+
+def _cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
+    if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) < result.k:
+        raise InputError(f"{name} = {c!r} is not a cluster of this result: give a number from 0 to {result.k - 1}.")
+    return int(c)
+
+
+def _edited(result: ClusteringResult, edit: dict, **fields) -> ClusteringResult:
+    """A copy with new fields, the edit recorded and the fitted state dropped (it no longer matches)."""
+    return dataclasses.replace(result, state=None, edits=[*result.edits, edit], **fields)
+
+
+def _pins(result: ClusteringResult) -> np.ndarray:
+    return np.full(result.n, -1, np.int64) if result.pinned is None else result.pinned.copy()
+
+
+def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
+    """Cluster ``b`` joins cluster ``a`` (clusters after ``b`` are numbered one lower)."""
+    a, b = _cluster(result, a, "a"), _cluster(result, b, "b")
+    if a == b:
+        raise InputError(f"Cannot merge cluster {a} with itself: choose two different clusters.")
+    keep = [c for c in range(result.k) if c != b]
+    renumber = np.cumsum([c != b for c in range(result.k)]) - 1
+    renumber[b] = renumber[a]
+    scores = np.asarray(result.scores).copy()
+    scores[:, a] = np.minimum(scores[:, a], scores[:, b])
+    sizes = result.cluster_sizes().astype(np.float64)
+    protos = np.asarray(result.prototypes, np.float64).copy()
+    if sizes[a] + sizes[b] > 0:
+        protos[a] = (sizes[a] * protos[a] + sizes[b] * protos[b]) / (sizes[a] + sizes[b])
+    pins = _pins(result)
+    pins[pins >= 0] = renumber[pins[pins >= 0]]
+    resp = None
+    if result.responsibilities is not None:
+        resp = np.asarray(result.responsibilities).copy()
+        resp[:, a] += resp[:, b]
+        resp = np.delete(resp, b, 1)
+    return _edited(result, {"op": "merge", "a": a, "b": b}, labels=renumber[result.labels],
+                   scores=scores[:, keep], prototypes=protos[keep].astype(np.asarray(result.prototypes).dtype),
+                   responsibilities=resp, covariances=None if result.covariances is None else np.asarray(result.covariances)[keep],
+                   pinned=None if result.pinned is None else pins)
+
+
+def move(result: ClusteringResult, items, cluster: int) -> ClusteringResult:
+    """Put ``items`` (indices) into ``cluster`` and pin them there."""
+    cluster = _cluster(result, cluster)
+    index = np.unique(np.asarray(items, dtype=np.int64).reshape(-1))
+    if index.size == 0 or index.min() < 0 or index.max() >= result.n:
+        raise InputError(f"The items to move must be indices from 0 to {result.n - 1}.")
+    labels, pins = np.asarray(result.labels).copy(), _pins(result)
+    labels[index], pins[index] = cluster, cluster
+    return _edited(result, {"op": "move", "items": index.tolist(), "cluster": cluster}, labels=labels, pinned=pins)
+
+
+def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: str = "auto") -> ClusteringResult:
+    """Re-cluster the members of ``cluster`` in two by the same method and parameters; the second half
+    becomes a new cluster, numbered K. Scores to both halves come from the two-cluster fit."""
+    cluster = _cluster(result, cluster)
+    members = np.flatnonzero(result.labels == cluster)
+    if members.size < 2:
+        raise InputError(f"Cluster {cluster} has {members.size} member(s): a split needs at least 2.")
+    spec = get_method(result.method)
+    items = fitted_scale(prepare(data, spec), result)
+    if _count(items) != result.n:
+        raise InputError(f"The data has {_count(items)} items but the result has {result.n}: give the data it was fitted on.")
+    params = {k: v for k, v in dataclasses.asdict(spec.config_of(result)).items() if k != "k"}
+    subset = items.subset(members) if hasattr(items, "subset") else items[members]
+    half = fit(subset, method=result.method, k=2, seed=seed, device=device, progress=False, **params)
+    scores = np.asarray(result.scores).copy()
+    scores = np.concatenate([scores, scores[:, cluster:cluster + 1]], axis=1)
+    scores[members, cluster], scores[members, result.k] = half.scores[:, 0], half.scores[:, 1]
+    labels = np.asarray(result.labels).copy()
+    labels[members[half.labels == 1]] = result.k
+    protos = np.concatenate([np.asarray(result.prototypes), np.asarray(half.prototypes[1:2], dtype=np.asarray(result.prototypes).dtype)])
+    protos[cluster] = half.prototypes[0]
+    return _edited(result, {"op": "split", "cluster": cluster, "seed": int(seed)}, labels=labels, scores=scores,
+                   prototypes=protos, responsibilities=None, covariances=None)
+
+
+def _count(items) -> int:
+    return items.n if hasattr(items, "n") else len(items)
+
+
+def refine(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True) -> ClusteringResult:
+    """Re-fit prototypes (and, for aligning methods, alignments) from an edited result, warm started
+    from its prototypes, with the user's moved items kept where they were put (unless ``keep_pinned``
+    is False). Returns a new, fitted result that keeps the edit history."""
+    return drain(refine_events(data, result, device, keep_pinned))
+
+
+def refine_events(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True):
+    """:func:`refine` as events (Progress …, Done(result)), for the widget's worker and Cancel."""
+    from .methods import Done
+
+    spec = get_method(result.method)
+    items = fitted_scale(prepare(data, spec), result)
+    if _count(items) != result.n:
+        raise InputError(f"The data has {_count(items)} items but the result has {result.n}: give the data it was fitted on.")
+    cfg = spec.make_config(result.k, **{k: v for k, v in dataclasses.asdict(spec.config_of(result)).items() if k != "k"})
+    pins = _pins(result) if keep_pinned else np.full(result.n, -1, np.int64)
+    dev = resolve_device(device)
+    refined = yield from spec.refine(items, cfg, result, torch.from_numpy(pins), dev)
+    refined.config = {**result.config, "k": result.k}
+    refined.edits = [*result.edits, {"op": "refine", "keep_pinned": bool(keep_pinned)}]
+    refined.pinned = result.pinned if keep_pinned else None
+    refined.device, refined.versions = result.device, result.versions
+    yield Done(refined)

@@ -1,0 +1,91 @@
+"""Editing a clustering by hand and re-fitting from the edit (issue 18, library part)."""
+import numpy as np
+import pytest
+
+import ticlust
+from ticlust import curation
+from ticlust.errors import InputError
+from ticlust.samples import glyphs_sample
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    """Four well-separated groups of 8×8 images (a bright square in one of four corners)."""
+    rng = np.random.default_rng(0)
+    x = rng.random((80, 8, 8)).astype(np.float32) * 0.2
+    y = np.repeat(np.arange(4), 20)
+    for i, g in enumerate(y):
+        r, c = divmod(int(g), 2)
+        x[i, 4 * r:4 * r + 4, 4 * c:4 * c + 4] += 1.0
+    return x, y
+
+
+def bad_start(x, y):
+    """A K = 4 result with two prototypes on group 0 and groups 2 and 3 under one prototype."""
+    good = ticlust.fit(x, method="kmeans", k=4, seed=0)
+    assert ticlust.evaluate(y, good.labels)["acc"] == 1.0
+    by_group = [int(np.bincount(good.labels[y == g]).argmax()) for g in range(4)]
+    merged = curation.merge(good, by_group[2], by_group[3])
+    group0 = [int(np.bincount(merged.labels[y == 0]).argmax())][0]
+    bad = curation.split(x, merged, group0, seed=0)
+    assert ticlust.evaluate(y, bad.labels)["acc"] <= 0.8
+    return good, bad
+
+
+def test_split_the_merged_merge_the_duplicated_then_refine(blobs):
+    x, y = blobs
+    good, bad = bad_start(x, y)
+    shared = int(np.bincount(bad.labels[y == 2]).argmax())          # the prototype holding groups 2 and 3
+    halves = sorted({int(c) for c in bad.labels[y == 0]})           # group 0's two prototypes
+    fixed = curation.split(x, bad, shared, seed=1)
+    fixed = curation.merge(fixed, halves[0], halves[1])
+    assert fixed.state is None and [e["op"] for e in fixed.edits] == ["merge", "split", "split", "merge"]
+    with pytest.raises(InputError, match="refine"):
+        ticlust.predict(fixed, x)
+    refined = curation.refine(x, fixed)
+    assert ticlust.evaluate(y, refined.labels)["acc"] == ticlust.evaluate(y, good.labels)["acc"] == 1.0
+    assert refined.k == 4 and refined.edits[-1]["op"] == "refine"
+    assert np.array_equal(ticlust.predict(refined, x).labels, refined.labels)
+
+
+def test_moved_items_stay_where_the_user_put_them(blobs, tmp_path):
+    x, y = blobs
+    res = ticlust.fit(x, method="kmeans", k=4, seed=0)
+    target = int(res.labels[y == 1][0])
+    moved = curation.move(res, [0, 1], target)                        # two group-0 images into group 1's cluster
+    assert moved.labels[0] == moved.labels[1] == target and res.labels[0] != target   # the input is unchanged
+    refined = curation.refine(x, moved)
+    assert refined.labels[0] == refined.labels[1] == target
+    assert ticlust.evaluate(y[2:], refined.labels[2:])["acc"] == 1.0   # the others are where they belong
+    free = curation.refine(x, moved, keep_pinned=False)
+    assert free.labels[0] != target
+    back = ticlust.load_result(refined.save(tmp_path / "r.npz"))       # the edit history round-trips
+    assert back.edits == refined.edits and np.array_equal(back.pinned, refined.pinned)
+
+
+def test_refine_re_aligns_for_st_kmeans():
+    x, y = glyphs_sample(n_per_class=6, size=16, seed=1)
+    fast = dict(steps=4, affine_steps=3, predict_steps=4, max_iter=3, landmarks=3)
+    res = ticlust.fit(x, method="st-kmeans", k=4, seed=0, device="cpu", **fast)
+    moved = curation.move(res, [0], int((res.labels[0] + 1) % 4))
+    refined = curation.refine(x, moved, device="cpu")
+    assert refined.labels[0] == moved.labels[0] and refined.aligned.shape == res.aligned.shape
+    assert refined.state is not None and refined.prototypes.shape == res.prototypes.shape
+
+
+def test_edits_are_checked(blobs):
+    x, _ = blobs
+    res = ticlust.fit(x, method="kmeans", k=4, seed=0)
+    with pytest.raises(InputError, match="itself"):
+        curation.merge(res, 1, 1)
+    with pytest.raises(InputError, match="not a cluster"):
+        curation.merge(res, 0, 7)
+    with pytest.raises(InputError, match="indices"):
+        curation.move(res, [500], 0)
+    with pytest.raises(InputError, match="items"):
+        curation.refine(x[:10], curation.move(res, [0], 1))
+    with pytest.raises(InputError, match="not available"):
+        curation.refine(x, curation.move(ticlust.fit(x, method="pssc", k=4, seed=0, pad_to=8, scales=2,
+                                                      candidates=40, representatives=10), [0], 1))
