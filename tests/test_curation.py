@@ -50,9 +50,10 @@ def test_split_the_merged_merge_the_duplicated_then_refine(blobs):
     assert np.array_equal(ticlust.predict(refined, x).labels, refined.labels)
 
 
-def test_moved_items_stay_where_the_user_put_them(blobs, tmp_path):
+@pytest.mark.parametrize("method", ["kmeans", "gmm"])
+def test_moved_items_stay_where_the_user_put_them(blobs, tmp_path, method):
     x, y = blobs
-    res = ticlust.fit(x, method="kmeans", k=4, seed=0)
+    res = ticlust.fit(x, method=method, k=4, seed=0)
     target = int(res.labels[y == 1][0])
     moved = curation.move(res, [0, 1], target)                        # two group-0 images into group 1's cluster
     assert moved.labels[0] == moved.labels[1] == target and res.labels[0] != target   # the input is unchanged

@@ -12,7 +12,7 @@ from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
 from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import Rows, as_rows, kmeans_plus_plus_steps, lloyd
+from .kmeans import Rows, as_rows, keep_pinned, kmeans_plus_plus_steps, lloyd
 
 
 @dataclass
@@ -46,10 +46,11 @@ def m_step(x, resp: torch.Tensor, variance_floor: float):
     return torch.log(nk / x.n), means, variances
 
 
-def em(x, resp: torch.Tensor, max_iter: int, tol: float, variance_floor: float):
+def em(x, resp: torch.Tensor, max_iter: int, tol: float, variance_floor: float, pinned: torch.Tensor | None = None):
     """EM from initial responsibilities; yields (iteration, mean NLL, log_weights, means, variances, log-lik).
 
     ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed: each iteration is two passes over the items).
+    ``pinned`` (N,): components the user fixed items to (-1: free); their responsibilities stay one-hot.
     """
     x = as_rows(x)
     previous = math.inf
@@ -59,6 +60,9 @@ def em(x, resp: torch.Tensor, max_iter: int, tol: float, variance_floor: float):
         norm = torch.logsumexp(loglik, 1)
         nll = float(-norm.mean())
         resp = torch.exp(loglik - norm[:, None])
+        if pinned is not None:
+            fixed = pinned >= 0
+            resp[fixed] = torch.nn.functional.one_hot(pinned[fixed], resp.shape[1]).to(resp.dtype)
         yield it, nll, log_weights, means, variances, loglik
         if previous - nll < tol:
             break
@@ -95,6 +99,22 @@ class GMM(Method):
             responsibilities=torch.softmax(loglik, 1).cpu().numpy(), prototypes=means.reshape(shape).cpu().numpy(),
             history=history, extras={"variances": variances.reshape(shape).cpu().numpy(),
                                      "weights": torch.exp(log_weights).cpu().numpy()})
+
+    def refine(self, stack: Stack, cfg: GMMConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """EM from the edited assignment (one-hot responsibilities), the pinned items kept in their component."""
+        x = Rows(stack, device, cfg.batch_size)
+        pinned = pinned.to(device)
+        resp = torch.nn.functional.one_hot(torch.from_numpy(np.asarray(start.labels)).to(device), cfg.k).float()
+        history = []
+        for it, nll, log_weights, means, variances, loglik in em(x, resp, cfg.max_iter, cfg.tol, cfg.variance_floor, pinned):
+            history.append(nll)
+            yield Progress(it, cfg.max_iter, nll, "Refine: EM iterations")
+        labels = keep_pinned(loglik.argmax(1), pinned)
+        shape = (cfg.k, *stack.item_shape)
+        state = GMMState(means.cpu().numpy(), variances.cpu().numpy(), log_weights.cpu().numpy())
+        return self.result(cfg, state, labels=labels.cpu().numpy(), scores=(-loglik).cpu().numpy(),
+                           responsibilities=torch.softmax(loglik, 1).cpu().numpy(),
+                           prototypes=means.reshape(shape).cpu().numpy(), history=history)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Most probable fitted component for each new item, streaming the items in batches."""
