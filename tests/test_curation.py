@@ -90,3 +90,20 @@ def test_edits_are_checked(blobs):
     with pytest.raises(InputError, match="not available"):
         curation.refine(x, curation.move(ticlust.fit(x, method="pssc", k=4, seed=0, pad_to=8, scales=2,
                                                       candidates=40, representatives=10), [0], 1))
+
+
+def test_export_gallery_from_the_cli(blobs, tmp_path, capsys):
+    from PIL import Image
+
+    from ticlust.cli import main
+
+    x, _ = blobs
+    np.save(tmp_path / "x.npy", x)
+    assert main(["fit", str(tmp_path / "x.npy"), "--method", "kmeans", "--k", "4", "--quiet", "-o", str(tmp_path / "r.npz")]) == 0
+    assert main(["export", str(tmp_path / "r.npz"), "--input", str(tmp_path / "x.npy"), "--gallery", str(tmp_path / "out")]) == 0
+    files = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert files == ["cluster_00.png", "cluster_01.png", "cluster_02.png", "cluster_03.png", "prototypes.png"]
+    first = np.asarray(Image.open(tmp_path / "out" / "cluster_00.png"))
+    assert first.ndim == 3 and first.shape[2] == 3 and first.shape[0] >= 2 * 8    # 20 members: two rows of 8×8 tiles
+    assert main(["export", str(tmp_path / "r.npz"), "--input", str(tmp_path / "x.npy")[:-4] + "_missing.npy",
+                 "--gallery", str(tmp_path / "o2")]) == 2

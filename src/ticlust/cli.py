@@ -51,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--orient", action="store_true", help="with --labels: turn every object's major axis along x")
     fit.add_argument("--normalize", action="store_true", help="with --labels: divide every object by its mean brightness")
 
+    export = sub.add_parser("export", parents=[common], help="pictures of a saved result: per-cluster galleries and the prototype montage")
+    export.add_argument("result", help="a result file written by ticlust fit -o")
+    export.add_argument("--gallery", required=True, metavar="FOLDER", help="write prototypes.png and cluster_NN.png here")
+    export.add_argument("--input", required=True, help="the stack the result was fitted on (as given to ticlust fit)")
+    export.add_argument("--key", help="array name inside an .npz input (default: the first)")
+    export.add_argument("--max-items", type=int, default=60, help="members shown per cluster, closest first")
+
     gui = sub.add_parser("gui", parents=[common], help="open napari with ticlust docked and a sample stack loaded")
     gui.add_argument("--sample", choices=sorted(SAMPLES), default="digits")
 
@@ -60,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             return _methods()
         if args.command == "fit":
             return _fit(args)
+        if args.command == "export":
+            return _export(args)
         return _gui(args.sample)
     except InputError as exc:
         print(f"ticlust: error: {exc}", file=sys.stderr)
@@ -88,6 +97,17 @@ def check_writable(flag: str, path: Path) -> None:
         raise InputError(f"{flag} {path}: cannot write there ({exc.strerror}): choose a file in a folder that exists and is writable.") from None
     if not existed:
         path.unlink()
+
+
+def _export(args) -> int:
+    from .gallery import export_gallery
+    from .result import load_result
+
+    result = load_result(args.result)
+    images, _ = read_input(args.input, key=args.key)
+    for path in export_gallery(result, images, args.gallery, args.max_items):
+        print(f"wrote {path}")
+    return 0
 
 
 def _methods() -> int:
