@@ -313,3 +313,23 @@ def test_inspector_alignment_matches_the_fit(tiny):
     assert aligned.shape == (4, 16, 16)
     np.testing.assert_allclose(scores, r.scores[3], rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(aligned[r.labels[3]], r.aligned[3], atol=1e-5)
+
+
+def test_large_batches_scale_and_warm_up_the_learning_rate(tiny):
+    """Batches above 128 (a GPU's) train at lr × batch/128 after a linear warm-up; 128 and below are untouched."""
+    from ticlust.methods.dti import DTIKMeansConfig, DTIRun
+    from ticlust.validation import as_stack
+
+    x, _ = tiny
+    big = np.concatenate([x] * (300 // len(x) + 1))[:300]
+    stack = as_stack(big)
+    run = DTIRun(stack, DTIKMeansConfig(k=3, batch_size=256, warmup_epochs=1, max_epochs=3), torch.device("cpu"), 0, False)
+    assert run.lr == pytest.approx(2e-3) and run.warmup_steps == 2
+    steps = iter(run.run_epoch())
+    next(steps)
+    assert run.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)           # half-way through the warm-up
+    for _ in steps:
+        pass
+    assert run.optimizer.param_groups[0]["lr"] == pytest.approx(2e-3)
+    small = DTIRun(stack, DTIKMeansConfig(k=3, batch_size=128), torch.device("cpu"), 0, False)
+    assert small.lr == 1e-3 and small.warmup_steps == 0

@@ -49,6 +49,9 @@ class DTIKMeansConfig:
     min_stage_epochs: int = param(6, "Plateau: fewest epochs in each curriculum stage", low=1)
     final_epochs: int = param(10, "Epochs at the reduced learning rate once every module is in (plateau mode)", low=0)
     lr: float = param(1e-3, "Adam learning rate (divided by 10 for the final epochs)", low=1e-7, high=1.0)
+    lr_scaling: bool = param(True, "Batches larger than 128 (a GPU's): learning rate × batch/128, warmed up linearly "
+                             "over warmup_epochs (Goyal et al.'s rule); no effect at 128 or below", gui=False)
+    warmup_epochs: int = param(2, "Epochs of learning-rate warm-up for batches larger than 128", low=0, gui=False)
     weight_decay: float = param(1e-6, "Adam weight decay on the network (not on the prototypes)", low=0.0)
     batch_size: int = param(0, "Items per training batch (0: 128, or N/32 if smaller, at least 16: small sets get enough steps per epoch)", low=0)
     empty_threshold: float = param(0.2, "Re-seed clusters holding less than this fraction of N/K items", low=0.0, high=1.0)
@@ -363,11 +366,14 @@ class DTIRun:
             model.prototypes.copy_(initial_prototypes(self.x, cfg.k, cfg.init, rng))
         if device.type == "cpu":
             model.encoder.to(memory_format=torch.channels_last)
+        self.batch_size = cfg.batch_size or auto_batch_size(len(self.x))
+        large = cfg.lr_scaling and self.batch_size > 128
+        self.lr = cfg.lr * self.batch_size / 128 if large else cfg.lr
+        self.warmup_steps = cfg.warmup_epochs * math.ceil(len(self.x) / self.batch_size) if large else 0
         self.optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
-                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=cfg.lr)
+                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=self.lr)
         self.weights, self.autocast = loss_setup(cfg, size, device)
         self.curriculum = Curriculum(cfg, len(self.modules))
-        self.batch_size = cfg.batch_size or auto_batch_size(len(self.x))
         self.total = cfg.max_epochs * math.ceil(len(self.x) / self.batch_size)
         self.history, self.stage_log, self.reassigned, self.splits, self.epoch_end, self.epoch_labels = [], [], [], [], [], []
         self.epoch = self.step = 0
@@ -389,6 +395,9 @@ class DTIRun:
                                                  self.model.gmm, cfg)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if self.step < self.warmup_steps:
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.lr * (self.step + 1) / self.warmup_steps
             self.optimizer.step()
             own, runner_up, _ = own_and_runner_up(dist, assigned)
             assigned = assigned.cpu().numpy()
@@ -421,7 +430,7 @@ class DTIRun:
                 self.splits.append((epoch, *split))
         if change == "lr":
             for group in self.optimizer.param_groups:
-                group["lr"] = cfg.lr / 10
+                group["lr"] = self.lr / 10
         if change:
             self.stage_log.append((epoch, time.perf_counter() - self.start, change))
 
