@@ -49,6 +49,8 @@ class ShapeKMeansConfig:
                                 choices=("own", "centre"))
     warm_start: bool = param(True, "Type II refines the best Type I partition (off: Type II from every random start, as the paper)")
     align: bool = param(True, "Generalised Procrustes alignment first (off: the shapes are already registered)", essential=True)
+    scale: bool = param(True, "The alignment removes size too (shape); off: rotation and translation only, so size "
+                              "differences count (form)")
     variance_floor: float = param(1e-3, "Smallest variance, relative to the mean landmark variance (keeps tiny clusters finite)",
                                   low=1e-12, gui=False)
     batch_size: int = param(4096, "Shapes per batch when assigning new shapes", low=1, gui=False)
@@ -260,7 +262,7 @@ def fit_shapes(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.devi
     """Procrustes registration, then shape K-means from several starts (Type II warm-started by Type I)."""
     rng = seed_everything(seed)
     if cfg.align:
-        fit = procrustes_align(landmarks)
+        fit = procrustes_align(landmarks, scale=cfg.scale)
         aligned, consensus = fit.aligned, fit.consensus
     else:
         aligned, consensus = landmarks.copy(), landmarks.mean(0)
@@ -317,7 +319,7 @@ class ShapeKMeans(Method):
         cfg, state = self.config_of(result), result.state
         if landmarks.shape[1] != state.centres.shape[1]:
             raise InputError(f"The new shapes have {landmarks.shape[1]} landmarks but the result was fitted on {state.centres.shape[1]}: give shapes with the same landmarks.")
-        aligned = align_to(landmarks, state.consensus)[0] if cfg.align else landmarks.copy()
+        aligned = align_to(landmarks, state.consensus, scale=cfg.scale)[0] if cfg.align else landmarks.copy()
         c = torch.as_tensor(state.centres, dtype=torch.float64, device=device)
         sd = torch.as_tensor(state.sds, dtype=torch.float64, device=device)
         batch_size = batch_size or cfg.batch_size
