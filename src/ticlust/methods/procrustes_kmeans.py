@@ -24,7 +24,8 @@ from .kmeans import assign, kmeans_plus_plus, lloyd, squared_distances
 class ProcrustesKMeansConfig:
     k: int = 2
     scale: bool = param(True, "Remove size too (Procrustes shape coordinates, as geomorph's gpagen); off: keep each "
-                              "shape's size (form space), so size differences count", essential=True)
+                              "shape's size (form space), so size differences count: when every shape is in one unit and "
+                              "groups differ in size (schizophrenia ARI 0.01 -> 0.39, cell treatment 0.02 -> 0.22)", essential=True)
     n_init: int = param(10, "k-means++ starts; the lowest within-cluster sum of squares is kept", low=1, essential=True)
     max_iter: int = param(300, "Most Lloyd iterations per start", low=1)
     tol: float = param(1e-4, "Stop when the centres move less than this (relative to the data's variance)", low=0.0)
