@@ -377,6 +377,35 @@ def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
     assert len(layer.data) == 5 * n_landmarks and "shape_id" in layer.features
 
 
+def test_procrustes_kmeans_in_the_widget(make_napari_viewer, qtbot):
+    """The landmark baseline is offered for Points layers, shows its scale option up front with the
+    measured advice as tooltip, and draws the same landmark layers as shape-kmeans."""
+    viewer = make_napari_viewer()
+    viewer.open_sample("napari-ticlust", "shapes")
+    points = viewer.layers["shapes"]
+    widget = dock(viewer)
+    widget.method.value = "procrustes-kmeans"
+    assert widget.input.choices == ("shapes",)
+    widget.input.value = "shapes"
+    widget.k.value = 2
+    run_to_end(qtbot, widget)
+    result = widget.result
+    assert result is not None and result.method == "procrustes-kmeans" and result.k == 2
+    from ticlust.metrics import hungarian_accuracy
+
+    assert hungarian_accuracy(np.asarray(points.features["true_group"]), np.asarray(points.features["cluster"])) == 1.0
+    n_landmarks = result.prototypes.shape[1]
+    assert len(viewer.layers["shapes landmark ellipses"].data) == 2 * n_landmarks
+    assert len(viewer.layers["shapes mean shapes"].data) == 2
+    from ticlust.methods import get_method
+    from ticlust.methods.base import param_infos
+
+    scale = {p.name: p for p in param_infos(get_method("procrustes-kmeans").config)}["scale"]
+    assert scale.essential and "size" in scale.doc
+    distance = {p.name: p for p in param_infos(get_method("shape-kmeans").config)}["distance"]
+    assert "procrustes-kmeans is better" in distance.doc
+
+
 def test_rgb_stack_and_gmm(make_napari_viewer, qtbot):
     viewer = make_napari_viewer()
     rng = np.random.default_rng(0)

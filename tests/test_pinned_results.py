@@ -28,6 +28,7 @@ CASES = {
     "dti-gmm": DTI_FAST,
     "nt": dict(max_iter=2, m=256),
     "shape-kmeans": {},
+    "procrustes-kmeans": {},
 }
 PINNED = {
     "kmeans": ("dd97721c2a19d977", "91e3b4b034a855c8"),
@@ -39,6 +40,7 @@ PINNED = {
     "dti-gmm": ("7a7dda476e578357", "ed538b94dfe90c41"),
     "nt": ("1c80f2cccb2da365", "ef45f9556c90ecb6"),
     "shape-kmeans": ("cf9ac92def474ae4", "9cfafe2773c631d0"),
+    "procrustes-kmeans": ("8c7994175c4cd99d", "9f89eb12b2c9b20a"),
 }
 
 
@@ -48,7 +50,7 @@ def digest(array) -> str:
 
 
 def pinned_fit(method: str):
-    if method == "shape-kmeans":
+    if method in ("shape-kmeans", "procrustes-kmeans"):
         x, _ = sample_landmarks(seed=0, n=30)
     else:
         x, _ = glyphs_sample(n_per_class=6, size=16, seed=1)

@@ -176,6 +176,22 @@ def test_degenerate_inputs_give_finite_scores():
                 assert np.bincount(r.labels, minlength=k).min() >= 1
 
 
+def test_scale_off_clusters_forms_where_size_differs():
+    """Two groups of one shape at two sizes: invisible once size is removed, found with scale=False."""
+    rng = np.random.default_rng(7)
+    y = np.arange(40) % 2
+    x = np.stack([_similar(MEAN_SHAPE_A + rng.normal(0, 2.0, (8, 2)), rng.uniform(0, 2 * np.pi), 1.0 + 0.5 * g,
+                           rng.normal(0, 50, 2)) for g in y])
+    form = ticlust.fit(x, "shape-kmeans", k=2, device="cpu", scale=False)
+    shape = ticlust.fit(x, "shape-kmeans", k=2, device="cpu")
+    assert ticlust.evaluate(y, form.labels)["ari"] == 1.0
+    assert ticlust.evaluate(y, shape.labels)["ari"] < 0.3
+    sizes = np.sqrt(((form.aligned - form.aligned.mean(1, keepdims=True)) ** 2).sum((1, 2)))
+    assert np.allclose(sizes, np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).sum((1, 2))))   # sizes kept
+    moved = np.stack([_similar(s, -0.9, 1.0, np.array([12.0, 3.0])) for s in x])           # new poses, same sizes
+    assert np.array_equal(ticlust.predict(form, moved, device="cpu").labels, form.labels)
+
+
 def test_result_round_trips_through_npz(tmp_path):
     x, _ = sample_landmarks(seed=0, n=40)
     r = ticlust.fit(x, "shape-kmeans", k=2, device="cpu", distance="wasserstein", combine="l2")

@@ -262,11 +262,13 @@ def _rotation_onto(x: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return np.stack([np.stack([c, -s], -1), np.stack([s, c], -1)], -2)
 
 
-def procrustes_align(landmarks, max_iter: int = 100, tol: float = 1e-12) -> ProcrustesFit:
+def procrustes_align(landmarks, max_iter: int = 100, tol: float = 1e-12, scale: bool = True) -> ProcrustesFit:
     """Generalised Procrustes analysis: remove translation, scale (unit centroid size) and rotation.
 
     Iterates: rotate every centred, unit-size shape onto the current consensus, recompute the
     consensus and rescale it to unit size, until the consensus stops moving (``tol``).
+    ``scale=False`` keeps every shape's size (form space: translation and rotation only); the
+    consensus is then the plain mean of the rotated forms and ``tol`` is relative to its size.
     """
     x = as_landmarks(landmarks)
     n, n_lm = x.shape[:2]
@@ -275,7 +277,7 @@ def procrustes_align(landmarks, max_iter: int = 100, tol: float = 1e-12) -> Proc
     if np.any(size <= 0):
         bad = int(np.argmin(size))
         raise InputError(f"Shape {bad} has all its landmarks at one point: it has no shape to align.")
-    z = (x - centre[:, None]) / size[:, None, None]
+    z = (x - centre[:, None]) / (size[:, None, None] if scale else 1.0)
     ref = z[0].copy()
     rot = np.broadcast_to(np.eye(2), (n, 2, 2))
     it = 0
@@ -283,26 +285,33 @@ def procrustes_align(landmarks, max_iter: int = 100, tol: float = 1e-12) -> Proc
         rot = _rotation_onto(z, ref)
         aligned = np.einsum("nlc,ndc->nld", z, rot)
         new_ref = aligned.mean(0)
-        new_ref /= np.sqrt((new_ref ** 2).sum())
-        moved = float(((new_ref - ref) ** 2).sum())
+        if scale:
+            new_ref /= np.sqrt((new_ref ** 2).sum())
+            moved = float(((new_ref - ref) ** 2).sum())
+        else:
+            moved = float(((new_ref - ref) ** 2).sum()) / max(float((new_ref ** 2).sum()), 1e-300)
         ref = new_ref
         if moved < tol:
             break
-    # express in data units: mean centroid size, mean centroid, first shape's frame
-    out_scale = float(size.mean())
+    # express in data units: mean centroid size (each shape's own with scale=False), mean centroid,
+    # first shape's frame
+    out_scale = float(size.mean()) if scale else 1.0
     out_centre = centre.mean(0)
     back = _rotation_onto(ref[None], z[0])[0]            # consensus frame -> orientation of shape 0
-    total = np.einsum("cd,nde->nce", back, rot) * (out_scale / size)[:, None, None]   # (n, 2, 2)
+    total = np.einsum("cd,nde->nce", back, rot)
+    if scale:
+        total = total * (out_scale / size)[:, None, None]   # (n, 2, 2)
     offset = out_centre[None] - np.einsum("ncd,nd->nc", total, centre)
     aligned = np.einsum("nlc,ndc->nld", x, total) + offset[:, None]
     consensus = (ref @ back.T) * out_scale + out_centre
     return ProcrustesFit(aligned, consensus, total, offset, it)
 
 
-def align_to(landmarks, reference) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def align_to(landmarks, reference, scale: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Ordinary Procrustes of each shape onto a fixed ``reference`` (L, 2): the similarity (no
     reflection) that maps the shape's centroid and centroid size onto the reference's and rotates it
-    best. Returns ``(aligned (n, L, 2), matrix (n, 2, 2), offset (n, 2))``."""
+    best (``scale=False``: the rotation and translation only, the shape keeps its size).
+    Returns ``(aligned (n, L, 2), matrix (n, 2, 2), offset (n, 2))``."""
     x = np.asarray(landmarks, dtype=np.float64)
     if x.ndim == 2:
         x = x[None]
@@ -318,7 +327,7 @@ def align_to(landmarks, reference) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ref_size = float(np.sqrt(((ref - ref_centre) ** 2).sum()))
     z = (x - centre[:, None]) / size[:, None, None]
     rot = _rotation_onto(z, ref - ref_centre)
-    total = rot * (ref_size / size)[:, None, None]
+    total = rot * (ref_size / size)[:, None, None] if scale else rot
     offset = ref_centre[None] - np.einsum("ncd,nd->nc", total, centre)
     return np.einsum("nlc,ndc->nld", x, total) + offset[:, None], total, offset
 

@@ -4,6 +4,7 @@ from .base import Done, Method, Progress, Snapshot, available_methods, get_metho
 from . import kmeans  # noqa: F401,E402
 from . import gmm  # noqa: F401,E402
 from . import shape_kmeans  # noqa: F401,E402
+from . import procrustes_kmeans  # noqa: F401,E402
 from . import st_kmeans  # noqa: F401,E402
 from . import nt  # noqa: F401,E402
 from . import pssc  # noqa: F401,E402
