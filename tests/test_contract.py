@@ -161,3 +161,19 @@ def test_a_result_round_trips_its_config():
     cfg = get_method("kmeans").config_of(res)
     assert dataclasses.asdict(cfg) == {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
     assert (cfg.k, cfg.init, cfg.max_iter) == (2, "random", 3)
+
+
+@pytest.mark.gui
+def test_the_toy_method_appears_in_the_widget(toy, make_napari_viewer, qtbot):
+    """Registered in one line, the toy method is in the docked widget's method list with its own K and
+    parameters, and runs from there — no widget change."""
+    pytest.importorskip("napari")
+    viewer = make_napari_viewer()
+    viewer.add_image(dark_and_bright(), name="stack")
+    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    assert "toy-bins" in list(widget.method.choices)
+    widget.method.value = "toy-bins"
+    assert widget.k.value == 3                                            # ToyConfig.k, not a hard-coded 10
+    assert widget.start() is not None
+    qtbot.waitUntil(lambda: widget.worker is None, timeout=30_000)
+    assert widget.result is not None and widget.result.method == "toy-bins"
