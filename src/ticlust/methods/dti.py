@@ -328,24 +328,28 @@ def loss_setup(cfg, size, device) -> tuple[torch.Tensor, bool]:
     return weights, bool(cfg.mixed_precision and device.type == "cuda")
 
 
-@dataclass
+REPORT_EVERY_S = 0.5   # the loss shown in Progress is read back from the device at most this often
+
+
 class EpochTally:
     """Per-cluster sums over an epoch, which the moves between epochs read: members, what dropping the
-    prototype would cost them (runner-up minus own distance) and their own distance."""
+    prototype would cost them (runner-up minus own distance) and their own distance. Summed on the
+    device and read back once per epoch (``numpy``), so a training step never waits for the GPU."""
 
-    counts: np.ndarray
-    removal: np.ndarray
-    distortion: np.ndarray
+    def __init__(self, k: int, device: torch.device):
+        self.k = k
+        self.counts = torch.zeros(k, dtype=torch.int64, device=device)
+        self.removal = torch.zeros(k, dtype=torch.float64, device=device)
+        self.distortion = torch.zeros(k, dtype=torch.float64, device=device)
 
-    @classmethod
-    def empty(cls, k: int) -> "EpochTally":
-        return cls(np.zeros(k, dtype=np.int64), np.zeros(k), np.zeros(k))
+    def add(self, assigned: torch.Tensor, own: torch.Tensor, runner_up: torch.Tensor) -> None:
+        self.counts += torch.bincount(assigned, minlength=self.k)
+        self.removal += torch.bincount(assigned, (runner_up - own).double(), minlength=self.k)
+        self.distortion += torch.bincount(assigned, own.double(), minlength=self.k)
 
-    def add(self, assigned: np.ndarray, own: torch.Tensor, runner_up: torch.Tensor) -> None:
-        k = len(self.counts)
-        self.counts += np.bincount(assigned, minlength=k)
-        self.removal += np.bincount(assigned, (runner_up - own).cpu().double().numpy(), minlength=k)
-        self.distortion += np.bincount(assigned, own.cpu().double().numpy(), minlength=k)
+    def numpy(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(counts, removal, distortion) on the host."""
+        return self.counts.cpu().numpy(), self.removal.cpu().numpy(), self.distortion.cpu().numpy()
 
 
 class DTIRun:
@@ -377,16 +381,17 @@ class DTIRun:
         self.total = cfg.max_epochs * math.ceil(len(self.x) / self.batch_size)
         self.history, self.stage_log, self.reassigned, self.splits, self.epoch_end, self.epoch_labels = [], [], [], [], [], []
         self.epoch = self.step = 0
-        self.start = time.perf_counter()
+        self.start = self.reported_at = time.perf_counter()
+        self.reported = float("nan")      # the last loss read back from the device, for Progress
         model.train()
 
     def run_epoch(self):
         """One pass in random batches, a gradient step each (yields Progress); returns its EpochTally."""
         cfg, n = self.cfg, len(self.x)
         self.epoch += 1
-        tally = EpochTally.empty(cfg.k)
+        tally = EpochTally(cfg.k, self.device)
         labels = np.zeros(n, dtype=np.int16) if cfg.record_labels else None
-        loss_sum = 0.0
+        loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for idx in _batches(n, self.batch_size, self.gen):
             xb = self.x[idx.to(self.device)]
             if self.device.type == "cpu":
@@ -400,14 +405,15 @@ class DTIRun:
                     group["lr"] = self.lr * (self.step + 1) / self.warmup_steps
             self.optimizer.step()
             own, runner_up, _ = own_and_runner_up(dist, assigned)
-            assigned = assigned.cpu().numpy()
             tally.add(assigned, own, runner_up)
             if labels is not None:
-                labels[idx.numpy()] = assigned
-            loss_sum += report * len(idx)
+                labels[idx.numpy()] = assigned.cpu().numpy()
+            loss_sum += report.double() * len(idx)
             self.step += 1
-            yield Progress(min(self.step, self.total), self.total, report, _stage_name(self.modules, self.curriculum))
-        self.history.append(loss_sum / n)
+            if self.step == 1 or time.perf_counter() - self.reported_at >= REPORT_EVERY_S:
+                self.reported, self.reported_at = float(report), time.perf_counter()   # the one read-back
+            yield Progress(min(self.step, self.total), self.total, self.reported, _stage_name(self.modules, self.curriculum))
+        self.history.append(float(loss_sum) / n)
         self.epoch_end.append(time.perf_counter() - self.start)
         if labels is not None:
             self.epoch_labels.append(labels)
@@ -417,13 +423,14 @@ class DTIRun:
         """The moves between epochs: re-seed tiny clusters, advance the curriculum, and before a new
         module split a redundant prototype; at the last stage divide the learning rate by 10."""
         cfg, epoch = self.cfg, self.epoch
-        moved = reassign_tiny_clusters(self.model, self.optimizer, tally.counts, cfg.empty_threshold, cfg.reassign_noise, self.gen)
+        counts, removal, distortion = tally.numpy()
+        moved = reassign_tiny_clusters(self.model, self.optimizer, counts, cfg.empty_threshold, cfg.reassign_noise, self.gen)
         self.reassigned.extend((epoch, i, j) for i, j in moved)
         change = self.curriculum.update(epoch, self.history[-1])
         # before each new module from the second on: the stage that just ended had a module in (in
         # pixel space every prototype is cheap to drop) and the next stage lets a moved pair separate
         if change == "module" and self.curriculum.active >= 2 and not moved:
-            split = split_redundant_cluster(self.model, self.optimizer, tally.removal, tally.distortion, tally.counts,
+            split = split_redundant_cluster(self.model, self.optimizer, removal, distortion, counts,
                                             cfg.split_ratio, cfg.reassign_noise, self.gen,
                                             keep=self.splits[-1][1:] if self.splits else ())
             if split:
@@ -456,8 +463,9 @@ def _protos_numpy(model, channels_last):
 
 
 def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
-    """One batch: the loss to back-propagate, each item's cluster, the loss value to report and the
-    (B, K) squared distances to every transformed prototype (GMM: mean), without a graph.
+    """One batch: the loss to back-propagate, each item's cluster, the loss value to report (a 0-d
+    tensor: reading it would wait for the device) and the (B, K) squared distances to every transformed
+    prototype (GMM: mean), without a graph.
 
     K-means: Eq. 4's gradient only involves each item's closest transformed prototype, so all B×K
     transforms are computed without a graph and only the B winners are re-done with one (the same
@@ -474,7 +482,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
         chosen = [p[rows, best] for p in params]
         recon = model.transform(model.prototypes[best], chosen, active)
         loss = ((xb - recon) ** 2 * weights).flatten(1).mean(1).mean()
-        return loss, best, float(loss.detach()), d
+        return loss, best, loss.detach(), d
     means = model.transform(protos, params, active)
     var = model.transform(model.variances[None], params, active, spatial_only=True)
     log_pi = torch.log_softmax(model.eta, 0)
@@ -482,7 +490,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     gamma = torch.softmax(joint.detach(), 1)
     d = xb[0].numel()
     loss = -(gamma * joint).sum(1).mean() / d
-    nll = float(-torch.logsumexp(joint.detach(), 1).mean()) / d
+    nll = -torch.logsumexp(joint.detach(), 1).mean() / d
     return loss, joint.detach().argmax(1), nll, sq_distances(x, means.detach(), weights)
 
 
