@@ -42,3 +42,10 @@ def test_same_seed_same_labels_on_cuda(method):
     a = ticlust.fit(x, method=method, k=4, device="cuda", seed=3, **FAST[method])
     b = ticlust.fit(x, method=method, k=4, device="cuda", seed=3, **FAST[method])
     assert np.array_equal(a.labels, b.labels) and np.array_equal(a.prototypes, b.prototypes)
+
+
+def test_compiled_dti_trains_and_saves(tmp_path):
+    x, _ = glyphs_sample(n_per_class=25, size=16, seed=1)
+    r = ticlust.fit(x, method="dti-kmeans", k=4, device="cuda", seed=0, compile=True, **FAST["dti-kmeans"])
+    back = ticlust.load_result(r.save(tmp_path / "r.npz"))
+    assert np.array_equal(ticlust.predict(back, x, device="cuda").labels, r.labels)
