@@ -443,3 +443,94 @@ def test_dti_shows_aligned_prototypes_grid_and_inspector(make_napari_viewer, qtb
     qtbot.waitUntil(lambda: widget._inspecting is None, timeout=30_000)
     texts = viewer.layers["glyphs inspector scores"].metadata["texts"]
     assert texts == [f"{k}: {s:.3g}" for k, s in enumerate(result.scores[9])]
+
+
+# ---- objects from a segmentation (issue 14) ------------------------------------------------------
+@pytest.fixture
+def nuclei_widget(make_napari_viewer):
+    """The nuclei sample opened from File > Open Sample, the widget docked by the plugin route."""
+    viewer = make_napari_viewer()
+    opened = viewer.open_sample("napari-ticlust", "nuclei")
+    assert [type(layer).__name__ for layer in opened] == ["Image", "Labels"]
+    widget = dock(viewer)
+    widget.method.value = "kmeans"
+    widget.input.value = "nuclei"
+    assert widget.labels.choices == ("none", "nuclei labels")     # only Labels layers that fit the image
+    widget.labels.value = "nuclei labels"
+    widget.k.value = 3
+    return viewer, widget
+
+
+def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nuclei_widget, qtbot):
+    viewer, widget = nuclei_widget
+    labels = viewer.layers["nuclei labels"]
+    before, image_before = labels.data.copy(), viewer.layers["nuclei"].data.copy()
+    run_to_end(qtbot, widget)
+    result = widget.result
+    assert "Against the layer's 3 true classes" in widget.status.value     # the sample's labels know every kind
+    painted = viewer.layers["nuclei objects by cluster"]
+    features = painted.features
+    # one row per kept object: exactly the ids that do not touch the field's border
+    ids = np.unique(labels.data)[1:]
+    border = np.unique(np.concatenate([labels.data[0], labels.data[-1], labels.data[:, 0], labels.data[:, -1]]))
+    inner = np.setdiff1d(ids, border)
+    assert len(features) == result.n == viewer.layers["nuclei objects"].data.shape[0]
+    np.testing.assert_array_equal(np.sort(features["label"]), inner)
+    np.testing.assert_array_equal(features["cluster"], result.labels)
+    assert {"centroid_y", "centroid_x", "score", "runner_up"} <= set(features.columns)
+    # every kept object is painted with its own value, coloured as its cluster's prototype number
+    for pos in (0, result.n // 2, result.n - 1):
+        mask = labels.data == features["label"][pos]
+        assert np.all(painted.data[mask] == pos + 1)
+        np.testing.assert_allclose(painted.colormap.map(pos + 1), L.cluster_color(int(result.labels[pos])), atol=1e-6)
+    assert np.all(painted.data[np.isin(labels.data, border)] == 0)
+    np.testing.assert_array_equal(labels.data, before)                       # the input layers are left alone
+    np.testing.assert_array_equal(viewer.layers["nuclei"].data, image_before)
+    # a click on an object puts it under the slider: status line and inspector show that object
+    pos = result.n - 2
+    ys, xs = np.nonzero(labels.data == features["label"][pos])
+    where = (0, float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))
+    assert widget.select_at(where) == pos
+    assert viewer.dims.current_step[0] == pos
+    assert widget.status.value.startswith(f"object {pos} (label {features['label'][pos]}) → cluster {result.labels[pos]}")
+    frames = inspected(qtbot, widget, viewer, pos, name="nuclei objects")
+    assert frames.metadata["chosen"] == result.labels[pos]
+    assert widget.select_at((0, -5.0, -5.0)) is None and viewer.dims.current_step[0] == pos    # off the field
+
+
+def test_bad_segmentations_give_one_notification_and_change_nothing(nuclei_widget, qtbot, monkeypatch):
+    viewer, widget = nuclei_widget
+    shown = []
+    monkeypatch.setattr("ticlust._napari.widget.show_error", shown.append)
+    labels = viewer.layers["nuclei labels"]
+    names = [layer.name for layer in viewer.layers]
+    good = labels.data.copy()
+    one = np.zeros_like(good)
+    one[100:120, 100:120] = 7
+    for data, words in ((np.zeros_like(good), "no objects"), (one, "1 object"), (good[:200, :200], "labels have shape")):
+        labels.data = data                 # re-segmented after it was chosen
+        run_to_end(qtbot, widget)
+        assert len(shown) == 1 and words in shown[0], shown
+        shown.clear()
+        assert [layer.name for layer in viewer.layers] == names and widget.result is None
+    labels.data = good
+    widget.extraction["size"].value = 8                    # objects larger than the crop
+    run_to_end(qtbot, widget)
+    assert len(shown) == 1 and "larger than the 8×8 crop" in shown[0]
+    assert [layer.name for layer in viewer.layers] == names
+
+
+def test_shape_kmeans_clusters_the_contours_of_a_segmentation(nuclei_widget, qtbot):
+    viewer, widget = nuclei_widget
+    widget.method.value = "shape-kmeans"
+    widget.labels.value = "nuclei labels"
+    widget.k.value = 3
+    run_to_end(qtbot, widget)
+    result, painted = widget.result, viewer.layers["nuclei labels objects by cluster"]
+    contours = viewer.layers["nuclei labels contours"]
+    assert result.method == "shape-kmeans" and result.prototypes.shape[1:] == (64, 2)
+    assert len(painted.features) == result.n == len(np.unique(contours.features["shape_id"]))
+    labels = viewer.layers["nuclei labels"].data
+    ys, xs = np.nonzero(labels == painted.features["label"][4])
+    assert widget.select_at((0, float(ys[0]), float(xs[0]))) == 4
+    assert widget.status.value.startswith(f"object 4 (label {painted.features['label'][4]}) → cluster {result.labels[4]}")
