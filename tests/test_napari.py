@@ -491,7 +491,7 @@ def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nucle
     ys, xs = np.nonzero(labels.data == features["label"][pos])
     where = (0, float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))
     assert widget.select_at(where) == pos
-    assert viewer.dims.current_step[0] == pos
+    assert viewer.dims.current_step[0] == pos and painted.selected_label == pos + 1
     assert widget.status.value.startswith(f"object {pos} (label {features['label'][pos]}) → cluster {result.labels[pos]}")
     frames = inspected(qtbot, widget, viewer, pos, name="nuclei objects")
     assert frames.metadata["chosen"] == result.labels[pos]

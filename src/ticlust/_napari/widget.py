@@ -588,6 +588,7 @@ class TiclustWidget(Container):
         layer = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None
         if item is None or layer is None or item >= self.result.n:
             return None
+        self.viewer.layers[name].selected_label = item + 1     # the layer controls name the picked object
         if isinstance(layer, Points):
             layer.selected_data = set(np.flatnonzero(L.shape_index_of_points(layer) == item).tolist())
         else:
