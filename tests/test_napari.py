@@ -461,7 +461,7 @@ def nuclei_widget(make_napari_viewer):
     return viewer, widget
 
 
-def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nuclei_widget, qtbot):
+def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nuclei_widget, qtbot, tmp_path):
     viewer, widget = nuclei_widget
     labels = viewer.layers["nuclei labels"]
     before, image_before = labels.data.copy(), viewer.layers["nuclei"].data.copy()
@@ -496,6 +496,25 @@ def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nucle
     frames = inspected(qtbot, widget, viewer, pos, name="nuclei objects")
     assert frames.metadata["chosen"] == result.labels[pos]
     assert widget.select_at((0, -5.0, -5.0)) is None and viewer.dims.current_step[0] == pos    # off the field
+    # Save writes the per-object table into the CSV; Load shows the result on the objects again
+    out = widget.save_result(tmp_path / "nuclei.npz")
+    header = (tmp_path / "nuclei.csv").read_text().splitlines()[0].split(",")
+    assert {"label", "centroid_y", "cluster", "runner_up"} <= set(header)
+    painted.data = np.zeros_like(painted.data)
+    assert widget.load_result(out).n == result.n and widget.result_layer_name == "nuclei objects"
+    assert np.all(painted.data[labels.data == features["label"][pos]] == pos + 1)     # painted again
+
+
+def test_cancel_on_a_segmentation_leaves_no_layers(nuclei_widget, qtbot):
+    viewer, widget = nuclei_widget
+    names = [layer.name for layer in viewer.layers]
+    widget.method.value = "dti-kmeans"
+    widget.labels.value = "nuclei labels"
+    assert widget.start() is not None
+    qtbot.waitUntil(lambda: "nuclei objects" in viewer.layers, timeout=20_000)   # cut out: the run has begun
+    widget.cancel()
+    qtbot.waitUntil(lambda: widget.worker is None, timeout=30_000)
+    assert [layer.name for layer in viewer.layers] == names and widget.result is None
 
 
 def test_bad_segmentations_give_one_notification_and_change_nothing(nuclei_widget, qtbot, monkeypatch):

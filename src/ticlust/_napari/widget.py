@@ -304,9 +304,6 @@ class TiclustWidget(Container):
         elif isinstance(event, Done):
             self._finished_cleanly = True
             layer = self.viewer.layers[self.result_layer_name]
-            if self.objects is not None:
-                field, labels, table = self.objects
-                L.paint_objects(self.viewer, labels, table, event.result, L.layer_names(field.name)["painted"])
             self.show_result(event.result, layer)
             message = (f"Done: {event.result.k} clusters in {event.result.timing.get('total_s', 0):.1f} s "
                        f"on {event.result.device}, final loss {event.result.final_loss:.4g}.")
@@ -392,6 +389,9 @@ class TiclustWidget(Container):
         self.result = result
         self.result_layer_name = input_layer.name
         self.assignments = L.assignment_features(result)
+        if self.objects is not None and self.objects[2] is not None and len(self.objects[2]["label"]) == result.n:
+            field, labels, table = self.objects     # a run (or a loaded result) on the objects of a field
+            L.paint_objects(self.viewer, labels, table, result, L.layer_names(field.name)["painted"])
         if isinstance(input_layer, Points):
             L.show_landmark_result(self.viewer, input_layer, result)
             input_layer.selected_data.events.items_changed.connect(self._on_points_selected)
@@ -443,7 +443,8 @@ class TiclustWidget(Container):
         if match is not None:
             if self.objects is not None and match.name != self.result_layer_name:
                 self.objects = None          # the result is shown on a plain stack, not on the objects of a field
-            self.input.value = match.name
+            if match.name in self.input.choices:     # the objects of a field stay shown, the field stays chosen
+                self.input.value = match.name
             self.show_result(result, match)
             self.status.value = f"Loaded {Path(path).name} ({result.method}, K = {result.k}) onto {match.name}."
         else:
