@@ -495,6 +495,12 @@ def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nucle
     assert widget.status.value.startswith(f"object {pos} (label {features['label'][pos]}) → cluster {result.labels[pos]}")
     frames = inspected(qtbot, widget, viewer, pos, name="nuclei objects")
     assert frames.metadata["chosen"] == result.labels[pos]
+    # the objects' scene sits right of the field, drawn at the objects' own (enlarged) scale
+    objects, inspector = viewer.layers["nuclei objects"], viewer.layers["nuclei objects inspector"]
+    u, side = objects.scale[-1], objects.data.shape[-1]
+    assert objects.translate[-1] - u / 2 > labels.data.shape[1] and u >= 2
+    assert tuple(inspector.scale) == (u, u) and inspector.translate[1] == objects.translate[-1]
+    assert inspector.translate[0] >= objects.translate[-2] + side * u     # under the object, not over it
     assert widget.select_at((0, -5.0, -5.0)) is None and viewer.dims.current_step[0] == pos    # off the field
     # Save writes the per-object table into the CSV; Load shows the result on the objects again
     out = widget.save_result(tmp_path / "nuclei.npz")

@@ -63,6 +63,16 @@ def origin(input_layer) -> np.ndarray:
     return np.asarray(input_layer.translate[-2:], dtype=float)
 
 
+def unit(input_layer) -> float:
+    """World units per pixel of the input's images (its scale): what ticlust draws beside it is drawn as large."""
+    return float(input_layer.scale[-1])
+
+
+def place(input_layer, yx) -> np.ndarray:
+    """World position of (row, col) pixel coordinates of the input's scene."""
+    return origin(input_layer) + unit(input_layer) * np.asarray(yx, dtype=float)
+
+
 # ---- where things go -----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Scene:
@@ -200,7 +210,7 @@ def set_image(viewer, name: str, data, **kwargs):
     if name in viewer.layers:
         layer = viewer.layers[name]
         layer.data = data
-        for key in ("translate", "metadata"):
+        for key in ("scale", "translate", "metadata"):
             if key in kwargs:
                 setattr(layer, key, kwargs[key])
         layer.reset_contrast_limits()
@@ -301,11 +311,11 @@ def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None) -> 
     scene = Scene(h, w, k)
     mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
                          stacked=False)
-    at = origin(input_layer) + scene.mosaic_offset
-    set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), **image_kwargs(input_layer))
+    at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
+    set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
     texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
     raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
-    set_text_layer(viewer, names["prototype_labels"], raster, factor, at)
+    set_text_layer(viewer, names["prototype_labels"], raster, factor, at, unit=u)
 
 
 def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
@@ -322,11 +332,12 @@ def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str
     input_layer.metadata["ticlust_assignments"] = pd.DataFrame(assignment_features(result))
     order = sorted_order(result)
     made.append(set_image(viewer, names["sorted"], np.asarray(input_layer.data)[order], visible=False,
-                          translate=tuple(input_layer.translate),
+                          translate=tuple(input_layer.translate), scale=tuple(input_layer.scale),
                           metadata={"order": order, "labels": result.labels[order]}, **image_kwargs(input_layer)).name)
     if result.aligned is not None and result.aligned.shape[0] == result.n:
         made.append(set_image(viewer, names["aligned"], for_display(result.aligned, input_layer),
-                              translate=(0.0,) * (input_layer.ndim - 2) + tuple(origin(input_layer) + scene.aligned_offset),
+                              translate=(0.0,) * (input_layer.ndim - 2) + tuple(place(input_layer, scene.aligned_offset)),
+                              scale=tuple(input_layer.scale),
                               metadata={"aligned_kind": result.aligned_kind}, **image_kwargs(input_layer)).name)
     if result.grids is not None and result.grids.shape[0] == result.n:
         made.append(update_grid(viewer, input_layer, result).name)
@@ -373,8 +384,8 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
     frame = min(max(frame, 0), result.n - 1)
     h, w = result.prototypes.shape[1:3]
     channels = int(input_layer.data.shape[1]) if channel_first_display(input_layer) else 0
-    paths = grid_paths(result.grids[frame] + origin(input_layer)[::-1], frame,
-                       tuple(tuple(origin(input_layer) + corner) for corner in ((-0.5, -0.5), (h - 0.5, w - 0.5))), channels)
+    paths = grid_paths(place(input_layer, result.grids[frame][..., ::-1])[..., ::-1], frame,
+                       tuple(tuple(place(input_layer, corner)) for corner in ((-0.5, -0.5), (h - 0.5, w - 0.5))), channels)
     color = cluster_color(int(result.labels[frame]))
     width = SCREEN_WIDTHS["grid"] / max(float(viewer.scene.camera.zoom), 1e-6)
     layer = set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", color, width,
@@ -393,16 +404,17 @@ def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray,
     names = layer_names(input_layer.name)
     k, h, w = aligned.shape[:3]
     scene = Scene(h, w, k)
-    cols, offset = scene.inspector_columns, tuple(origin(input_layer) + scene.inspector_offset)
+    cols, offset, u = scene.inspector_columns, tuple(place(input_layer, scene.inspector_offset)), unit(input_layer)
     strip = for_display(tiles_grid(aligned, scene, cols), input_layer, stacked=False)
     info = {"item": int(item), "chosen": int(chosen), "runner_up": int(runner_up), "scores": np.asarray(scores).copy()}
-    set_image(viewer, names["inspector"], strip, translate=offset, metadata=dict(info), **image_kwargs(input_layer))
+    set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
+              **image_kwargs(input_layer))
     role = ["chosen" if i == chosen else "runner_up" if i == runner_up else "other" for i in range(k)]
     colors = [CHOSEN_COLOR if r == "chosen" else RUNNER_UP_COLOR if r == "runner_up" else OTHER_COLOR for r in role]
     texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
     raster, factor = text_raster(scene, cols, texts, colors)
-    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts})
-    boxes = [np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
+    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts}, unit=u)
+    boxes = [u * np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
              + np.asarray(offset) for y, x in scene.tile_origins(cols)]
     px = [SCREEN_WIDTHS[r] for r in role]
     zoom = max(float(viewer.scene.camera.zoom), 1e-6)
@@ -542,15 +554,19 @@ def highlight_shapes(viewer, input_layer, result: ClusteringResult, shapes: list
 # ---- objects from a segmentation -----------------------------------------------------------------
 def show_objects(viewer, field_layer, stack: np.ndarray, metadata: dict):
     """The cut-out objects as an image stack (one object per slider step) to the right of the field,
-    so that the per-item layers (aligned, sorted, inspector, prototypes) work on it as on any stack."""
+    so that the per-item layers (aligned, sorted, inspector, prototypes) work on it as on any stack.
+    Small objects beside a large field are shown enlarged (a whole zoom factor, about a sixth of the
+    field's height per object) so that they stay readable when the view holds both."""
     name = layer_names(field_layer.name)["objects"]
     lo, hi = field_extent(field_layer)
-    gap = max(8.0, (hi[1] - lo[1]) / 32)
-    translate = (0.0, float(lo[0]), float(hi[1] + gap))
+    u = unit(field_layer) * max(1, round((hi[0] - lo[0]) / unit(field_layer) / (6 * stack.shape[1])))
+    gap = max(8.0 * unit(field_layer), (hi[1] - lo[1]) / 32)
+    edge = unit(field_layer) / 2             # extents run between pixel centres: align the top edges
+    translate, scale = (0.0, float(lo[0] - edge + u / 2), float(hi[1] + edge + gap + u / 2)), (1.0, u, u)
     rgb = stack.ndim == 4 and is_rgb(field_layer)
     if stack.ndim == 4 and not rgb:          # channels on a slider of their own, as for any multichannel stack
-        stack, translate = np.moveaxis(stack, -1, 1), (0.0, *translate)
-    return set_image(viewer, name, stack, translate=translate, metadata=dict(metadata),
+        stack, translate, scale = np.moveaxis(stack, -1, 1), (0.0, *translate), (1.0, *scale)
+    return set_image(viewer, name, stack, translate=translate, scale=scale, metadata=dict(metadata),
                      **({"rgb": True} if rgb else {"colormap": "gray"}))
 
 
