@@ -1,6 +1,7 @@
 """The napari plugin with a real viewer (pytest-qt under Xvfb)."""
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -502,6 +503,21 @@ def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nucle
     assert tuple(inspector.scale) == (u, u) and inspector.translate[1] == objects.translate[-1]
     assert inspector.translate[0] >= objects.translate[-2] + side * u     # under the object, not over it
     assert widget.select_at((0, -5.0, -5.0)) is None and viewer.dims.current_step[0] == pos    # off the field
+    # the viewer's own mouse callback: a click selects, a drag (panning) does not
+    assert widget._on_click in viewer.mouse_drag_callbacks
+    other = 1 if pos != 1 else 2
+    ys, xs = np.nonzero(labels.data == features["label"][other])
+    for moves, expected in ((1, pos), (0, other)):
+        event = SimpleNamespace(position=(0, float(ys[0]), float(xs[0])), type="mouse_press")
+        drag = widget._on_click(viewer, event)
+        next(drag)
+        for _ in range(moves):
+            event.type = "mouse_move"
+            next(drag)
+        event.type = "mouse_release"
+        with pytest.raises(StopIteration):
+            next(drag)
+        assert viewer.dims.current_step[0] == expected
     # Save writes the per-object table into the CSV; Load shows the result on the objects again
     out = widget.save_result(tmp_path / "nuclei.npz")
     header = (tmp_path / "nuclei.csv").read_text().splitlines()[0].split(",")
