@@ -7,13 +7,16 @@ Run under a 1600×1000 display; the README's series was made with
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/landmarks.png shapes shape-kmeans 2
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/dti.png glyphs dti-kmeans 4 max_epochs=25 n=300 item=3
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/st-kmeans.png glyphs st-kmeans 4 n=200 item=10
-Arguments: output, sample (digits | glyphs | shapes), method, K, then NAME=VALUE method parameters and
-optionally item=I (the image under the slider, default 3) and n=N (only the first N images).
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/objects.png nuclei dti-kmeans 3 max_epochs=25 item=10
+Arguments: output, sample (digits | glyphs | shapes | nuclei), method, K, then NAME=VALUE method parameters and
+optionally item=I (the image under the slider, default 3) and n=N (only the first N images). A sample
+with a Labels layer (nuclei) is run on its objects, and object I is selected by a click on the field.
 """
 import sys
 from pathlib import Path
 
 import napari
+import numpy as np
 from qtpy.QtWidgets import QApplication
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "screenshot.png")
@@ -24,22 +27,29 @@ first_n = settings.pop("n", None)
 
 viewer = napari.Viewer(title="ticlust")
 viewer.window.resize(1600, 1000)
-layer = viewer.open_sample("napari-ticlust", sample)[0]
+layer, *segmentation = viewer.open_sample("napari-ticlust", sample)
 if first_n is not None:
     layer.data = layer.data[: int(first_n)]
 _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
 widget.method.value = method          # K and the form follow the method; set them after it
 widget.input.value = layer.name
+if segmentation:
+    widget.labels.value = segmentation[0].name
 widget.k.value = int(k)
 for name, value in settings.items():
     widget.param(name).value = type(widget.param(name).value)(value)
 worker = widget.start()
 while widget.worker is not None:
     QApplication.processEvents()
-if layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
-    step = list(viewer.dims.current_step)
-    step[0] = item
-    viewer.dims.current_step = tuple(step)
+if segmentation:     # click on object ``item`` in the painted field, as a user would
+    painted = viewer.layers[f"{layer.name} objects by cluster"]
+    ys, xs = np.nonzero(painted.data == item + 1)
+    assert widget.select_at((0, float(np.median(ys)), float(np.median(xs)))) == item
+if segmentation or layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
+    if not segmentation:
+        step = list(viewer.dims.current_step)
+        step[0] = item
+        viewer.dims.current_step = tuple(step)
     for _ in range(5):
         QApplication.processEvents()
     while widget._inspecting is not None:

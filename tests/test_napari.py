@@ -1,6 +1,7 @@
 """The napari plugin with a real viewer (pytest-qt under Xvfb)."""
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -472,3 +473,134 @@ def test_dti_shows_aligned_prototypes_grid_and_inspector(make_napari_viewer, qtb
     qtbot.waitUntil(lambda: widget._inspecting is None, timeout=30_000)
     texts = viewer.layers["glyphs inspector scores"].metadata["texts"]
     assert texts == [f"{k}: {s:.3g}" for k, s in enumerate(result.scores[9])]
+
+
+# ---- objects from a segmentation (issue 14) ------------------------------------------------------
+@pytest.fixture
+def nuclei_widget(make_napari_viewer):
+    """The nuclei sample opened from File > Open Sample, the widget docked by the plugin route."""
+    viewer = make_napari_viewer()
+    opened = viewer.open_sample("napari-ticlust", "nuclei")
+    assert [type(layer).__name__ for layer in opened] == ["Image", "Labels"]
+    widget = dock(viewer)
+    widget.method.value = "kmeans"
+    widget.input.value = "nuclei"
+    assert widget.labels.choices == ("none", "nuclei labels")     # only Labels layers that fit the image
+    widget.labels.value = "nuclei labels"
+    widget.k.value = 3
+    return viewer, widget
+
+
+def test_objects_from_labels_are_painted_by_cluster_and_clicks_select_them(nuclei_widget, qtbot, tmp_path):
+    viewer, widget = nuclei_widget
+    labels = viewer.layers["nuclei labels"]
+    before, image_before = labels.data.copy(), viewer.layers["nuclei"].data.copy()
+    run_to_end(qtbot, widget)
+    result = widget.result
+    assert "Against the layer's 3 true classes" in widget.status.value     # the sample's labels know every kind
+    painted = viewer.layers["nuclei objects by cluster"]
+    features = painted.features
+    # one row per kept object: exactly the ids that do not touch the field's border
+    ids = np.unique(labels.data)[1:]
+    border = np.unique(np.concatenate([labels.data[0], labels.data[-1], labels.data[:, 0], labels.data[:, -1]]))
+    inner = np.setdiff1d(ids, border)
+    assert len(features) == result.n == viewer.layers["nuclei objects"].data.shape[0]
+    np.testing.assert_array_equal(np.sort(features["label"]), inner)
+    np.testing.assert_array_equal(features["cluster"], result.labels)
+    assert {"centroid_y", "centroid_x", "score", "runner_up"} <= set(features.columns)
+    # every kept object is painted with its own value, coloured as its cluster's prototype number
+    for pos in (0, result.n // 2, result.n - 1):
+        mask = labels.data == features["label"][pos]
+        assert np.all(painted.data[mask] == pos + 1)
+        np.testing.assert_allclose(painted.colormap.map(pos + 1), L.cluster_color(int(result.labels[pos])), atol=1e-6)
+    assert np.all(painted.data[np.isin(labels.data, border)] == 0)
+    np.testing.assert_array_equal(labels.data, before)                       # the input layers are left alone
+    np.testing.assert_array_equal(viewer.layers["nuclei"].data, image_before)
+    # a click on an object puts it under the slider: status line and inspector show that object
+    pos = result.n - 2
+    ys, xs = np.nonzero(labels.data == features["label"][pos])
+    where = (0, float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))
+    assert widget.select_at(where) == pos
+    assert viewer.dims.current_step[0] == pos and painted.selected_label == pos + 1
+    assert widget.status.value.startswith(f"object {pos} (label {features['label'][pos]}) → cluster {result.labels[pos]}")
+    frames = inspected(qtbot, widget, viewer, pos, name="nuclei objects")
+    assert frames.metadata["chosen"] == result.labels[pos]
+    # the objects' scene sits right of the field, drawn at the objects' own (enlarged) scale
+    objects, inspector = viewer.layers["nuclei objects"], viewer.layers["nuclei objects inspector"]
+    u, side = objects.scale[-1], objects.data.shape[-1]
+    assert objects.translate[-1] - u / 2 > labels.data.shape[1] and u >= 2
+    assert tuple(inspector.scale) == (u, u) and inspector.translate[1] == objects.translate[-1]
+    assert inspector.translate[0] >= objects.translate[-2] + side * u     # under the object, not over it
+    assert widget.select_at((0, -5.0, -5.0)) is None and viewer.dims.current_step[0] == pos    # off the field
+    # the viewer's own mouse callback: a click selects, a drag (panning) does not
+    assert widget._on_click in viewer.mouse_drag_callbacks
+    other = 1 if pos != 1 else 2
+    ys, xs = np.nonzero(labels.data == features["label"][other])
+    for moves, expected in ((1, pos), (0, other)):
+        event = SimpleNamespace(position=(0, float(ys[0]), float(xs[0])), type="mouse_press")
+        drag = widget._on_click(viewer, event)
+        next(drag)
+        for _ in range(moves):
+            event.type = "mouse_move"
+            next(drag)
+        event.type = "mouse_release"
+        with pytest.raises(StopIteration):
+            next(drag)
+        assert viewer.dims.current_step[0] == expected
+    # Save writes the per-object table into the CSV; Load shows the result on the objects again
+    out = widget.save_result(tmp_path / "nuclei.npz")
+    header = (tmp_path / "nuclei.csv").read_text().splitlines()[0].split(",")
+    assert {"label", "centroid_y", "cluster", "runner_up"} <= set(header)
+    painted.data = np.zeros_like(painted.data)
+    assert widget.load_result(out).n == result.n and widget.result_layer_name == "nuclei objects"
+    assert np.all(painted.data[labels.data == features["label"][pos]] == pos + 1)     # painted again
+
+
+def test_cancel_on_a_segmentation_leaves_no_layers(nuclei_widget, qtbot):
+    viewer, widget = nuclei_widget
+    names = [layer.name for layer in viewer.layers]
+    widget.method.value = "dti-kmeans"
+    widget.labels.value = "nuclei labels"
+    assert widget.start() is not None
+    qtbot.waitUntil(lambda: "nuclei objects" in viewer.layers, timeout=20_000)   # cut out: the run has begun
+    widget.cancel()
+    qtbot.waitUntil(lambda: widget.worker is None, timeout=30_000)
+    assert [layer.name for layer in viewer.layers] == names and widget.result is None
+
+
+def test_bad_segmentations_give_one_notification_and_change_nothing(nuclei_widget, qtbot, monkeypatch):
+    viewer, widget = nuclei_widget
+    shown = []
+    monkeypatch.setattr("ticlust._napari.widget.show_error", shown.append)
+    labels = viewer.layers["nuclei labels"]
+    names = [layer.name for layer in viewer.layers]
+    good = labels.data.copy()
+    one = np.zeros_like(good)
+    one[100:120, 100:120] = 7
+    for data, words in ((np.zeros_like(good), "no objects"), (one, "1 object"), (good[:200, :200], "labels have shape")):
+        labels.data = data                 # re-segmented after it was chosen
+        run_to_end(qtbot, widget)
+        assert len(shown) == 1 and words in shown[0], shown
+        shown.clear()
+        assert [layer.name for layer in viewer.layers] == names and widget.result is None
+    labels.data = good
+    widget.extraction["size"].value = 8                    # objects larger than the crop
+    run_to_end(qtbot, widget)
+    assert len(shown) == 1 and "larger than the 8×8 crop" in shown[0]
+    assert [layer.name for layer in viewer.layers] == names
+
+
+def test_shape_kmeans_clusters_the_contours_of_a_segmentation(nuclei_widget, qtbot):
+    viewer, widget = nuclei_widget
+    widget.method.value = "shape-kmeans"
+    widget.labels.value = "nuclei labels"
+    widget.k.value = 3
+    run_to_end(qtbot, widget)
+    result, painted = widget.result, viewer.layers["nuclei labels objects by cluster"]
+    contours = viewer.layers["nuclei labels contours"]
+    assert result.method == "shape-kmeans" and result.prototypes.shape[1:] == (64, 2)
+    assert len(painted.features) == result.n == len(np.unique(contours.features["shape_id"]))
+    labels = viewer.layers["nuclei labels"].data
+    ys, xs = np.nonzero(labels == painted.features["label"][4])
+    assert widget.select_at((0, float(ys[0]), float(xs[0]))) == 4
+    assert widget.status.value.startswith(f"object 4 (label {painted.features['label'][4]}) → cluster {result.labels[4]}")

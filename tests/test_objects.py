@@ -13,7 +13,7 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.landmarks import align_to
 from ticlust.nuclei import nuclei_field
-from ticlust.objects import TABLE_COLUMNS, objects_from_labels, shapes_from_labels
+from ticlust.objects import TABLE_COLUMNS, labels_fit, objects_from_labels, shapes_from_labels
 
 
 def disc(labels, cy, cx, r, value):
@@ -109,6 +109,12 @@ def test_channel_layouts_and_time_series():
     s1, _ = objects_from_labels(tyxc, labels_t, size=16)
     s2, _ = objects_from_labels(tcyx, labels_t, size=16)
     assert s1.shape == (8, 16, 16, 3) and np.array_equal(s1, s2)
+    # labels_fit (the napari widget's choice of Labels layers) accepts exactly these layouts
+    for img, lab in ((image, labels), (yxc, labels), (cyx, labels), (cyx[:2], labels), (tcyx, labels_t)):
+        assert labels_fit(img, lab)
+    for img, lab in ((image, labels[:30]), (image[:, :40], labels), (yxc, labels.T), (image, labels_t),
+                     (np.zeros((2, 3, 40, 50)), labels)):
+        assert not labels_fit(img, lab)
 
 
 def test_memmap_and_dask_inputs(tmp_path):

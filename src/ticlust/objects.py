@@ -118,6 +118,15 @@ def _mismatch(ishape, lshape) -> InputError:
                       f"(T×Y×X for a time series), the image optionally with one channel axis more.")
 
 
+def labels_fit(image, labels) -> bool:
+    """Whether ``labels`` (by shape) segment ``image``: a layout :func:`objects_from_labels` accepts."""
+    try:
+        _Field(image, labels, None, None)
+    except InputError:
+        return False
+    return len(labels.shape) in (2, 3)
+
+
 def _check_array(arr, name: str):
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
         raise InputError(f"The {name} is a {type(arr).__name__}, not an array: pass a NumPy, memory-mapped or dask array.")

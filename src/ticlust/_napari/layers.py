@@ -44,7 +44,8 @@ SUFFIXES = {
     "prototypes": "prototypes", "prototype_labels": "prototype numbers", "sorted": "sorted by cluster",
     "aligned": "aligned", "grid": "warp grid", "inspector": "inspector", "scores": "inspector scores",
     "frames": "inspector frames", "landmarks": "clusters", "ellipses": "landmark ellipses",
-    "means": "mean shapes", "legend": "legend",
+    "means": "mean shapes", "legend": "legend", "objects": "objects", "painted": "objects by cluster",
+    "contours": "contours",
 }
 
 
@@ -55,6 +56,21 @@ def layer_names(input_name: str) -> dict[str, str]:
 
 def is_ticlust_layer(name: str) -> bool:
     return any(name.endswith(" " + suffix) for suffix in SUFFIXES.values())
+
+
+def origin(input_layer) -> np.ndarray:
+    """Where the input's top-left pixel sits (row, col): everything ticlust draws for it is placed from there."""
+    return np.asarray(input_layer.translate[-2:], dtype=float)
+
+
+def unit(input_layer) -> float:
+    """World units per pixel of the input's images (its scale): what ticlust draws beside it is drawn as large."""
+    return float(input_layer.scale[-1])
+
+
+def place(input_layer, yx) -> np.ndarray:
+    """World position of (row, col) pixel coordinates of the input's scene."""
+    return origin(input_layer) + unit(input_layer) * np.asarray(yx, dtype=float)
 
 
 # ---- where things go -----------------------------------------------------------------------------
@@ -194,7 +210,7 @@ def set_image(viewer, name: str, data, **kwargs):
     if name in viewer.layers:
         layer = viewer.layers[name]
         layer.data = data
-        for key in ("translate", "metadata"):
+        for key in ("scale", "translate", "metadata"):
             if key in kwargs:
                 setattr(layer, key, kwargs[key])
         layer.reset_contrast_limits()
@@ -237,14 +253,14 @@ def rescale_lines(viewer, input_name: str) -> None:
             zoom_widths(viewer.layers[names[key]], zoom)
 
 
-def frame_result(viewer, input_layer) -> None:
-    """Fit the view to the input stack and everything ticlust drew beside it (not the hidden sorted view)."""
+def frame_result(viewer, input_layer, extra=()) -> None:
+    """Fit the view to the input stack and everything ticlust drew beside it (not the hidden sorted view),
+    and to the ``extra`` layers (the field the objects came from)."""
     names = layer_names(input_layer.name)
     keys = ("prototypes", "prototype_labels", "aligned", "inspector", "scores", "landmarks", "aligned", "ellipses",
             "means", "legend")
     shown = [viewer.layers[names[key]] for key in dict.fromkeys(keys) if names[key] in viewer.layers]
-    if input_layer.visible:
-        shown.append(input_layer)
+    shown += [layer for layer in (input_layer, *extra) if layer.visible]
     if shown:
         viewer.fit_to_view(layers=shown, margin=0.04)
 
@@ -295,10 +311,11 @@ def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None) -> 
     scene = Scene(h, w, k)
     mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
                          stacked=False)
-    set_image(viewer, names["prototypes"], mosaic, translate=scene.mosaic_offset, **image_kwargs(input_layer))
+    at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
+    set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
     texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
     raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
-    set_text_layer(viewer, names["prototype_labels"], raster, factor, scene.mosaic_offset)
+    set_text_layer(viewer, names["prototype_labels"], raster, factor, at, unit=u)
 
 
 def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
@@ -315,10 +332,12 @@ def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str
     input_layer.metadata["ticlust_assignments"] = pd.DataFrame(assignment_features(result))
     order = sorted_order(result)
     made.append(set_image(viewer, names["sorted"], np.asarray(input_layer.data)[order], visible=False,
+                          translate=tuple(input_layer.translate), scale=tuple(input_layer.scale),
                           metadata={"order": order, "labels": result.labels[order]}, **image_kwargs(input_layer)).name)
     if result.aligned is not None and result.aligned.shape[0] == result.n:
         made.append(set_image(viewer, names["aligned"], for_display(result.aligned, input_layer),
-                              translate=(0.0,) * (input_layer.ndim - 2) + scene.aligned_offset,
+                              translate=(0.0,) * (input_layer.ndim - 2) + tuple(place(input_layer, scene.aligned_offset)),
+                              scale=tuple(input_layer.scale),
                               metadata={"aligned_kind": result.aligned_kind}, **image_kwargs(input_layer)).name)
     if result.grids is not None and result.grids.shape[0] == result.n:
         made.append(update_grid(viewer, input_layer, result).name)
@@ -365,7 +384,8 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
     frame = min(max(frame, 0), result.n - 1)
     h, w = result.prototypes.shape[1:3]
     channels = int(input_layer.data.shape[1]) if channel_first_display(input_layer) else 0
-    paths = grid_paths(result.grids[frame], frame, ((-0.5, -0.5), (h - 0.5, w - 0.5)), channels)
+    paths = grid_paths(place(input_layer, result.grids[frame][..., ::-1])[..., ::-1], frame,
+                       tuple(tuple(place(input_layer, corner)) for corner in ((-0.5, -0.5), (h - 0.5, w - 0.5))), channels)
     color = cluster_color(int(result.labels[frame]))
     width = SCREEN_WIDTHS["grid"] / max(float(viewer.scene.camera.zoom), 1e-6)
     layer = set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", color, width,
@@ -384,16 +404,17 @@ def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray,
     names = layer_names(input_layer.name)
     k, h, w = aligned.shape[:3]
     scene = Scene(h, w, k)
-    cols, offset = scene.inspector_columns, scene.inspector_offset
+    cols, offset, u = scene.inspector_columns, tuple(place(input_layer, scene.inspector_offset)), unit(input_layer)
     strip = for_display(tiles_grid(aligned, scene, cols), input_layer, stacked=False)
     info = {"item": int(item), "chosen": int(chosen), "runner_up": int(runner_up), "scores": np.asarray(scores).copy()}
-    set_image(viewer, names["inspector"], strip, translate=offset, metadata=dict(info), **image_kwargs(input_layer))
+    set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
+              **image_kwargs(input_layer))
     role = ["chosen" if i == chosen else "runner_up" if i == runner_up else "other" for i in range(k)]
     colors = [CHOSEN_COLOR if r == "chosen" else RUNNER_UP_COLOR if r == "runner_up" else OTHER_COLOR for r in role]
     texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
     raster, factor = text_raster(scene, cols, texts, colors)
-    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts})
-    boxes = [np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
+    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts}, unit=u)
+    boxes = [u * np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
              + np.asarray(offset) for y, x in scene.tile_origins(cols)]
     px = [SCREEN_WIDTHS[r] for r in role]
     zoom = max(float(viewer.scene.camera.zoom), 1e-6)
@@ -451,7 +472,7 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
                                  np.asarray(features["landmark"]) if "landmark" in features else None)
     span = float(np.max(np.ptp(raw, axis=1))) if raw.size else 1.0
     spacing = 1.25 * max(span, 1e-9)
-    gallery = landmark_gallery(raw, result.labels, spacing)
+    gallery = landmark_gallery(raw, result.labels, spacing) + origin(input_layer)
     size = 0.09 * spacing
     point_colors = np.array([cluster_color(int(result.labels[s])) for s in np.repeat(np.arange(result.n), raw.shape[1])])
     _set_points(viewer, names["landmarks"], gallery, point_colors, size)
@@ -528,3 +549,72 @@ def highlight_shapes(viewer, input_layer, result: ClusteringResult, shapes: list
         layer.size = np.where(chosen, base * 2.5, base)
         layer.border_color = np.where(chosen[:, None], [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0])
         layer.border_width = np.where(chosen, 0.3, 0.0)
+
+
+# ---- objects from a segmentation -----------------------------------------------------------------
+def show_objects(viewer, field_layer, stack: np.ndarray, metadata: dict):
+    """The cut-out objects as an image stack (one object per slider step) to the right of the field,
+    so that the per-item layers (aligned, sorted, inspector, prototypes) work on it as on any stack.
+    Small objects beside a large field are shown enlarged (a whole zoom factor, about a sixth of the
+    field's height per object) so that they stay readable when the view holds both."""
+    name = layer_names(field_layer.name)["objects"]
+    lo, hi = field_extent(field_layer)
+    u = unit(field_layer) * max(1, round((hi[0] - lo[0]) / unit(field_layer) / (6 * stack.shape[1])))
+    gap = max(8.0 * unit(field_layer), (hi[1] - lo[1]) / 32)
+    edge = unit(field_layer) / 2             # extents run between pixel centres: align the top edges
+    translate, scale = (0.0, float(lo[0] - edge + u / 2), float(hi[1] + edge + gap + u / 2)), (1.0, u, u)
+    rgb = stack.ndim == 4 and is_rgb(field_layer)
+    if stack.ndim == 4 and not rgb:          # channels on a slider of their own, as for any multichannel stack
+        stack, translate, scale = np.moveaxis(stack, -1, 1), (0.0, *translate), (1.0, *scale)
+    return set_image(viewer, name, stack, translate=translate, scale=scale, metadata=dict(metadata),
+                     **({"rgb": True} if rgb else {"colormap": "gray"}))
+
+
+def field_extent(layer) -> tuple[np.ndarray, np.ndarray]:
+    """(top-left, bottom-right) of a layer's last two axes in world pixels."""
+    extent = np.asarray(layer.extent.world)[:, -2:]
+    return extent[0], extent[1]
+
+
+def paint_objects(viewer, labels_layer, table: dict, result: ClusteringResult, name: str):
+    """A Labels layer over the field with every kept object painted in its cluster's colour.
+
+    Its values are the object's place in the stack + 1 (so that a time series, where an id names one
+    object per frame, stays unambiguous), and its ``features`` are the per-object table (label id,
+    frame, centroid, …) with the result's cluster, score and runner-up, keyed by value (``index``).
+    The input Labels layer is read, never changed.
+    """
+    source = labels_layer.data
+    painted = np.zeros(source.shape, dtype=np.int32)
+    time = painted.ndim == 3
+    for pos in range(len(table["label"])):
+        t = int(table["frame"][pos])
+        box = (slice(int(table["bbox_y0"][pos]), int(table["bbox_y1"][pos])),
+               slice(int(table["bbox_x0"][pos]), int(table["bbox_x1"][pos])))
+        window = (t, *box) if time else box
+        painted[window][np.asarray(source[window]) == table["label"][pos]] = pos + 1
+    colors = {None: np.zeros(4), 0: np.zeros(4)}
+    colors.update({pos + 1: cluster_color(int(c)) for pos, c in enumerate(result.labels)})
+    from napari.utils.colormaps import DirectLabelColormap
+
+    features = pd.DataFrame({"index": np.arange(1, result.n + 1), **{c: np.asarray(v) for c, v in table.items()}})
+    for key, values in assignment_features(result).items():
+        features[key] = values
+    kwargs = dict(colormap=DirectLabelColormap(color_dict=colors), features=features, opacity=0.55,
+                  metadata={"ticlust_objects": True})
+    if name in viewer.layers:
+        layer = viewer.layers[name]
+        layer.data = painted
+        for key, value in kwargs.items():
+            setattr(layer, key, value)
+        return layer
+    return viewer.add_labels(painted, name=name, scale=labels_layer.scale, translate=labels_layer.translate, **kwargs)
+
+
+def object_at(painted_layer, position) -> int | None:
+    """The stack index of the object under a world ``position`` of the painted layer (None: background)."""
+    coords = np.round(painted_layer.world_to_data(np.asarray(position)[-painted_layer.ndim:])).astype(int)
+    if np.any(coords < 0) or np.any(coords >= np.asarray(painted_layer.data.shape)):
+        return None
+    value = int(painted_layer.data[tuple(coords)])
+    return value - 1 if value > 0 else None

@@ -5,12 +5,13 @@ No ``from __future__ import annotations`` here: napari finds the viewer paramete
 object, and a string annotation leaves ``Plugins > ticlust`` without a viewer.
 """
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from magicgui.widgets import (CheckBox, ComboBox, Container, Label, LineEdit, ProgressBar, PushButton, SpinBox,
                               Table)
-from napari.layers import Image, Points
+from napari.layers import Image, Labels, Points
 from napari.qt.threading import create_worker
 from napari.utils.notifications import show_error, show_info
 from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
@@ -21,12 +22,22 @@ from ..validation import channels_last
 from ..device import DEVICE_CHOICES
 from ..methods import Done, Progress, Snapshot, available_methods, get_method
 from ..methods.base import param_infos
+from ..objects import labels_fit, objects_from_labels, shapes_from_labels
 from ..result import ClusteringResult, load_result
 from . import layers as L
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
 SETTINGS = ("seed", "runs")
+NO_LABELS = "none"
+
+
+@dataclass
+class Objects:
+    """The worker's first event on a segmentation: the cut-out objects (or contours) and their table."""
+
+    data: np.ndarray
+    table: dict
 
 
 class TiclustWidget(Container):
@@ -46,6 +57,7 @@ class TiclustWidget(Container):
         self._pending_frame: int | None = None
         self._inspected = None           # the result the inspector layers were made for
         self._framed = None              # the result the view was last framed for
+        self.objects = None              # (field layer, labels layer, table) of a run on a segmentation
 
         methods = available_methods()
         self.method = ComboBox(label="method", choices=methods, value="kmeans" if "kmeans" in methods else methods[0],
@@ -53,11 +65,25 @@ class TiclustWidget(Container):
         self.input = ComboBox(label="input layer", choices=self._input_choices,
                               tooltip="An image stack (N×H×W, N×H×W×C or N×C×H×W) or, for shape methods, a Points "
                                       "layer with a shape_id feature")
+        self.labels = ComboBox(label="labels layer", choices=self._labels_choices,
+                               tooltip="Optional segmentation of the input image (0 = background, one id per object): "
+                                       "every object is cut out and clustered, then painted back by cluster")
         self.k = SpinBox(label="K", min=1, max=100000, tooltip="Number of clusters")
         self.params = Container(labels=True)
         self.show_advanced = CheckBox(value=False, text="Advanced parameters",
                                       tooltip="Show every parameter of the method, not only the essential ones")
         self.advanced = Container(labels=True)
+        self.extraction = Container(labels=True, widgets=[
+            CheckBox(name="keep_border", value=False, text="keep border objects",
+                     tooltip="Also cluster objects that touch the field's edge (they are cut off by it)"),
+            SpinBox(name="size", label="crop size", value=0, min=0, max=1024,
+                    tooltip="Side of each object's crop in pixels; 0 = the smallest that holds every object"),
+            CheckBox(name="orient", value=False, text="orient objects",
+                     tooltip="Turn each object so that its major axis points right (image methods)"),
+            CheckBox(name="rescale", value=False, text="rescale objects",
+                     tooltip="Zoom each object to fill its crop, whatever its size (image methods)"),
+        ])
+        self.extraction.visible = False
         self.device = ComboBox(label="device", choices=list(DEVICE_CHOICES), value="auto",
                                tooltip="auto uses a CUDA GPU when there is one, else the CPU")
         self.seed = SpinBox(label="seed", min=0, max=2**31 - 1, value=0, tooltip="The same seed gives the same result")
@@ -73,7 +99,7 @@ class TiclustWidget(Container):
         files = Container(widgets=[self.save_button, self.load_button], layout="horizontal", labels=False)
         self.table = Table(label="clusters", value={"cluster": [], "size": [], "mean score": [], "closest items": []})
         self.table.native.setMinimumHeight(180)
-        self.extend([self.method, self.input, self.k, self.params, self.show_advanced, self.device,
+        self.extend([self.method, self.input, self.labels, self.k, self.params, self.show_advanced, self.device,
                      self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table])
         # Advanced parameters scroll in a box of their own (st-kmeans has 17), so that the dock fits a
         # 1000-pixel-high screen; the status line wraps, so nothing widens the dock past FORM_WIDTH
@@ -82,7 +108,7 @@ class TiclustWidget(Container):
         self.advanced_area = QScrollArea()
         self.advanced_area.setWidgetResizable(True)
         self.advanced_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.advanced_area.setWidget(self.advanced.native)
+        self.advanced_area.setWidget(Container(widgets=[self.advanced, self.extraction], labels=False).native)
         self.advanced_area.setMaximumHeight(260)
         self.advanced_area.setVisible(False)
         self.native.layout().insertWidget(self.index(self.show_advanced) + 1, self.advanced_area)
@@ -90,15 +116,17 @@ class TiclustWidget(Container):
 
         self.method.changed.connect(self._on_method)
         self.input.changed.connect(self._on_input)
+        self.labels.changed.connect(lambda _=None: setattr(self.extraction, "visible", self.labels_layer() is not None))
         self.show_advanced.changed.connect(lambda on: self.advanced_area.setVisible(bool(on)))
         self.run_button.changed.connect(self._on_run_clicked)
         self.save_button.changed.connect(self._ask_save)
         self.load_button.changed.connect(self._ask_load)
         self.table.native.cellDoubleClicked.connect(self._jump_to_cluster)
         for event in (viewer.layers.events.inserted, viewer.layers.events.removed):
-            event.connect(lambda _=None: self.input.reset_choices())
+            event.connect(lambda _=None: (self.input.reset_choices(), self.labels.reset_choices()))
         viewer.dims.events.current_step.connect(self._on_step)
         viewer.scene.camera.events.zoom.connect(self._on_zoom)
+        viewer.mouse_drag_callbacks.append(self._on_click)
         self._on_method()
 
     # ---- form ------------------------------------------------------------------------------------
@@ -109,6 +137,19 @@ class TiclustWidget(Container):
     def _input_choices(self, _widget=None) -> list[str]:
         wanted = Points if self.spec.inputs == ("landmarks",) else Image
         return [layer.name for layer in self.viewer.layers if isinstance(layer, wanted) and not self._is_ours(layer)]
+
+    def _labels_choices(self, _widget=None) -> list[str]:
+        """"none" and the Labels layers that segment the chosen image (any Labels layer for contours)."""
+        image = None if self.spec.inputs == ("landmarks",) else self.input_layer()
+        if image is None and self.spec.inputs != ("landmarks",):
+            return [NO_LABELS]
+        return [NO_LABELS] + [layer.name for layer in self.viewer.layers
+                              if isinstance(layer, Labels) and not self._is_ours(layer)
+                              and (image is None or labels_fit(image.data, layer.data))]
+
+    def labels_layer(self):
+        name = self.labels.value
+        return self.viewer.layers[name] if name != NO_LABELS and name in self.viewer.layers else None
 
     def _is_ours(self, layer) -> bool:
         return L.is_ticlust_layer(layer.name)
@@ -125,6 +166,7 @@ class TiclustWidget(Container):
         self._on_input()
 
     def _on_input(self, _=None) -> None:
+        self.labels.reset_choices()
         layer = self.input_layer()
         if layer is None or self.worker is not None:
             return
@@ -173,25 +215,33 @@ class TiclustWidget(Container):
 
     def start(self):
         """Start training in a thread worker; returns the worker (None when the input is missing)."""
-        layer = self.input_layer()
+        labels = self.labels_layer()
+        contours = labels is not None and self.spec.inputs == ("landmarks",)
+        layer = labels if contours else self.input_layer()
         if layer is None:
             show_error("Choose an input layer first: open an image stack (or File > Open Sample > ticlust).")
             return None
         try:
-            data = self._layer_data(layer)
+            data = None if labels is not None else self._layer_data(layer)
         except InputError as exc:
             show_error(str(exc))
             return None
         params = self.param_values()
         job_args = dict(method=self.method.value, k=self.k.value, device=self.device.value, seed=self.seed.value,
                         runs=self.runs.value, **params)
+        cut = self._extraction_job(layer, labels, contours) if labels is not None else None
 
         def job():
             try:
-                yield from api.run(data, **job_args)
+                stack = data
+                if cut is not None:
+                    stack, table = cut()
+                    yield Objects(stack, table)
+                yield from api.run(stack, **job_args)
             except Exception as exc:  # reported in the GUI thread as a notification, never a traceback only
                 yield exc
 
+        self.objects = (layer, labels, None) if labels is not None else None
         self.result_layer_name = layer.name
         self._rollback = {}
         self._finished_cleanly = False
@@ -209,6 +259,16 @@ class TiclustWidget(Container):
             self.status.value = "Cancelling…"
             self.worker.quit()
 
+    def _extraction_job(self, field, labels, contours: bool):
+        """What the worker calls to cut the objects out (or trace their contours): the layers' data
+        are read there, never changed."""
+        options = {w.name: w.value for w in self.extraction}
+        image, mask = field.data, labels.data
+        if contours:
+            return lambda: shapes_from_labels(mask, keep_border=options["keep_border"])
+        return lambda: objects_from_labels(image, mask, size=options["size"] or None, keep_border=options["keep_border"],
+                                           orient=options["orient"], rescale=options["rescale"])
+
     def _layer_data(self, layer):
         if isinstance(layer, Points):
             from ..landmarks import points_to_landmarks
@@ -223,6 +283,8 @@ class TiclustWidget(Container):
     def _on_event(self, event) -> None:
         if isinstance(event, Exception):
             self._on_error(event)
+        elif isinstance(event, Objects):
+            self._show_objects(event)
         elif isinstance(event, Progress):
             self.progress.max = max(event.total, 1)
             self.progress.value = min(event.step, event.total)
@@ -252,6 +314,34 @@ class TiclustWidget(Container):
                 scores = evaluate(np.asarray(truth), event.result.labels)
                 message += f" Against the layer's {len(np.unique(truth))} true classes: ACC {scores['acc']:.3f}, NMI {scores['nmi']:.3f}."
             self.status.value = message
+
+    def _show_objects(self, event: Objects) -> None:
+        """The objects are cut out: show them as the stack (or contours) this run clusters."""
+        field, labels, _ = self.objects
+        self.objects = (field, labels, event.table)
+        names = L.layer_names(field.name)
+        kinds = labels.metadata.get("kinds")
+        truth = {"labels": np.asarray(kinds)[event.table["label"]]} if kinds is not None else {}
+        if self.spec.inputs == ("landmarks",):                    # contours: (N, n_points, 2) landmarks
+            from ..landmarks import landmarks_to_points
+
+            self._remember(names["contours"])
+            coords, shape_id, landmark = landmarks_to_points(event.data)
+            lo, hi = L.field_extent(field)
+            translate = (float(lo[0]), float(hi[1] + max(8.0, (hi[1] - lo[1]) / 32)))
+            features = {"shape_id": shape_id, "landmark": landmark}
+            if names["contours"] in self.viewer.layers:
+                points = self.viewer.layers[names["contours"]]
+                points.data, points.translate = coords, translate
+                points.features, points.metadata = features, truth
+            else:
+                self.viewer.add_points(coords, name=names["contours"], translate=translate, size=1.0, features=features,
+                                       metadata=truth)
+            self.result_layer_name = names["contours"]
+        else:
+            self._remember(names["objects"])
+            self.result_layer_name = L.show_objects(self.viewer, field, event.data, truth).name
+        self.status.value = f"{len(event.table['label'])} objects cut out of {field.name}; clustering…"
 
     def _remember(self, name: str) -> None:
         """Note how a layer was before this run touched it (None: it did not exist)."""
@@ -285,7 +375,8 @@ class TiclustWidget(Container):
 
     def _set_running(self, running: bool) -> None:
         self.run_button.text = "Cancel" if running else "Run"
-        for widget in (self.method, self.input, self.k, self.params, self.advanced, self.device, self.seed, self.runs,
+        for widget in (self.method, self.input, self.labels, self.extraction, self.k, self.params, self.advanced, self.device,
+                       self.seed, self.runs,
                        self.load_button):
             widget.enabled = not running
         self.save_button.enabled = not running and self.result is not None
@@ -298,6 +389,9 @@ class TiclustWidget(Container):
         self.result = result
         self.result_layer_name = input_layer.name
         self.assignments = L.assignment_features(result)
+        if self.objects is not None and self.objects[2] is not None and len(self.objects[2]["label"]) == result.n:
+            field, labels, table = self.objects     # a run (or a loaded result) on the objects of a field
+            L.paint_objects(self.viewer, labels, table, result, L.layer_names(field.name)["painted"])
         if isinstance(input_layer, Points):
             L.show_landmark_result(self.viewer, input_layer, result)
             input_layer.selected_data.events.items_changed.connect(self._on_points_selected)
@@ -313,7 +407,10 @@ class TiclustWidget(Container):
 
     def _frame(self, input_layer) -> None:
         self._framed = self.result
-        L.frame_result(self.viewer, input_layer)
+        field = self.objects[0] if self.objects is not None and self.objects[2] is not None else None
+        painted = L.layer_names(field.name)["painted"] if field is not None else None
+        extra = [self.viewer.layers[n] for n in (getattr(field, "name", None), painted) if n in self.viewer.layers]
+        L.frame_result(self.viewer, input_layer, extra)
         self._on_zoom()
 
     def verdict(self, item: int) -> tuple[int, int, np.ndarray]:
@@ -328,7 +425,9 @@ class TiclustWidget(Container):
         if self.result is None:
             raise ValueError("There is no result to save yet: press Run first.")
         out = self.result.save(path)
-        self.result.assignments_table(out.with_suffix(".csv"))
+        table = self.objects[2] if self.objects is not None else None
+        columns = table if table is not None and len(table["label"]) == self.result.n else None
+        self.result.assignments_table(out.with_suffix(".csv"), columns=columns)
         show_info(f"Saved {out.name} and {out.with_suffix('.csv').name}.")
         return out
 
@@ -337,11 +436,15 @@ class TiclustWidget(Container):
         chosen input layer, else the first stack with as many items)."""
         result = load_result(path)
         self.set_form({**result.config, "method": result.method, "k": result.k})
-        candidates = [layer] if layer is not None else [self.input_layer()] + [
+        current = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None
+        candidates = [layer] if layer is not None else [self.input_layer(), current] + [
             self.viewer.layers[name] for name in self.input.choices]
         match = next((c for c in candidates if c is not None and _item_count(c) == result.n), None)
         if match is not None:
-            self.input.value = match.name
+            if self.objects is not None and match.name != self.result_layer_name:
+                self.objects = None          # the result is shown on a plain stack, not on the objects of a field
+            if match.name in self.input.choices:     # the objects of a field stay shown, the field stays chosen
+                self.input.value = match.name
             self.show_result(result, match)
             self.status.value = f"Loaded {Path(path).name} ({result.method}, K = {result.k}) onto {match.name}."
         else:
@@ -401,7 +504,7 @@ class TiclustWidget(Container):
         if result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
             L.update_grid(self.viewer, layer, result)
         chosen, runner, scores = self.verdict(frame)
-        self.status.value = (f"item {frame} → cluster {chosen} (score {scores[chosen]:.4g}); "
+        self.status.value = (f"{self._item_name(frame)} → cluster {chosen} (score {scores[chosen]:.4g}); "
                              f"runner-up {runner} ({scores[runner]:.4g})")
         if self._inspector_wanted(layer):
             self._request_inspection(frame)
@@ -454,8 +557,46 @@ class TiclustWidget(Container):
         if shapes:
             s = shapes[0]
             chosen, runner, scores = self.verdict(s)
-            self.status.value = (f"shape {s} → cluster {chosen} (score {scores[chosen]:.4g}); "
+            self.status.value = (f"{self._item_name(s, 'shape')} → cluster {chosen} (score {scores[chosen]:.4g}); "
                                  f"runner-up {runner} ({scores[runner]:.4g})")
+
+    def _item_name(self, item: int, kind: str = "item") -> str:
+        table = self.objects[2] if self.objects is not None else None
+        if table is None or len(table["label"]) != self.result.n:
+            return f"{kind} {item}"
+        return f"object {item} (label {int(table['label'][item])})"
+
+    def _on_click(self, _viewer, event):
+        """A click (not a drag) on the painted objects selects the object under it."""
+        start = event.position
+        yield
+        dragged = False
+        while event.type == "mouse_move":
+            dragged = True
+            yield
+        if not dragged:
+            self.select_at(start)
+
+    def select_at(self, position) -> int | None:
+        """Select the object under a world position of the painted layer: it goes under the slider (or its
+        contour is selected), so the status line and the inspector show it. Returns its index, or None."""
+        if self.objects is None or self.objects[2] is None or self.result is None:
+            return None
+        name = L.layer_names(self.objects[0].name)["painted"]
+        if name not in self.viewer.layers or not self.viewer.layers[name].visible:
+            return None
+        item = L.object_at(self.viewer.layers[name], position)
+        layer = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None
+        if item is None or layer is None or item >= self.result.n:
+            return None
+        self.viewer.layers[name].selected_label = item + 1     # the layer controls name the picked object
+        if isinstance(layer, Points):
+            layer.selected_data = set(np.flatnonzero(L.shape_index_of_points(layer) == item).tolist())
+        else:
+            step = list(self.viewer.dims.current_step)
+            step[0] = item
+            self.viewer.dims.current_step = tuple(step)
+        return item
 
     def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
         """Double-click a cluster row: show its closest member under the slider."""
