@@ -80,32 +80,86 @@ def matched(sign_pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 # ---- the quartic ---------------------------------------------------------------------------------
-def quartic_roots(coeffs: torch.Tensor, polish: int = 2) -> torch.Tensor:
+def _largest_cubic_root(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Largest real root of m^3 + b m^2 + c m + d (float64, batched): trigonometric / Cardano form, then Newton."""
+    p = c - b * b / 3
+    q = 2 * b ** 3 / 27 - b * c / 3 + d
+    disc = q * q / 4 + p ** 3 / 27
+    sq = torch.sqrt(disc.clamp_min(0))
+    one = torch.where(disc >= 0, torch.sign(-q / 2 + sq) * (-q / 2 + sq).abs().pow(1 / 3)
+                      + torch.sign(-q / 2 - sq) * (-q / 2 - sq).abs().pow(1 / 3), torch.zeros_like(q))
+    rp = torch.sqrt((-p / 3).clamp_min(1e-300))
+    cosarg = (3 * q / (2 * p.clamp_max(-1e-300)) / rp).clamp(-1, 1)
+    three = 2 * rp * torch.cos(torch.acos(cosarg) / 3)
+    m = torch.where(disc >= 0, one, three) - b / 3
+    for _ in range(3):
+        f = ((m + b) * m + c) * m + d
+        df = (3 * m + 2 * b) * m + c
+        step = torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
+        m = torch.where(torch.isfinite(step), m - step, m)
+    return m
+
+
+def quartic_roots(coeffs: torch.Tensor, polish: int = 3) -> torch.Tensor:
     """All complex roots (..., 4) of c4 h^4 + c3 h^3 + c2 h^2 + c1 h + c0, batched.
 
-    Eigenvalues of the companion matrix (float64), then ``polish`` Newton steps on each root.
-    ``coeffs`` is (..., 5), highest degree first, with c4 != 0.
+    Ferrari's closed form in float64 elementwise arithmetic (a resolvent cubic, then two quadratics), so
+    it is a fixed sequence of vectorised kernels on any device — no batched eigen-solver, no host sync —
+    followed by ``polish`` Newton steps on each root. ``coeffs`` is (..., 5), highest degree first, with
+    c4 != 0; degenerate rows (non-finite after normalisation) get NaN roots (callers treat them as invalid).
     """
     c = coeffs.to(torch.float64)
     c = c / c[..., :1]
     bad = ~torch.isfinite(c).all(-1)
-    if bool(bad.any()):       # degenerate rows get NaN roots (callers treat them as invalid)
-        c = torch.where(bad[..., None], torch.tensor([1.0, 0, 0, 0, -1.0], dtype=c.dtype, device=c.device), c)
-    shape = c.shape[:-1]
-    comp = torch.zeros(*shape, 4, 4, dtype=torch.float64, device=c.device)
-    comp[..., 0, :] = -c[..., 1:]
-    comp[..., 1, 0] = comp[..., 2, 1] = comp[..., 3, 2] = 1.0
-    z = torch.linalg.eigvals(comp)
-    cz = c.to(z.dtype)
-    for _ in range(polish):
-        f = (((cz[..., 0:1] * z + cz[..., 1:2]) * z + cz[..., 2:3]) * z + cz[..., 3:4]) * z + cz[..., 4:5]
-        df = ((4 * cz[..., 0:1] * z + 3 * cz[..., 1:2]) * z + 2 * cz[..., 2:3]) * z + cz[..., 3:4]
-        step = torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
-        ok = torch.isfinite(step.real) & torch.isfinite(step.imag) & (step.abs() < 1e-2 * (1 + z.abs()))
-        z = torch.where(ok, z - step, z)
-    if bool(bad.any()):
-        z = torch.where(bad[..., None], torch.full_like(z, complex(math.nan, 0)), z)
-    return z
+    c = torch.where(bad[..., None], torch.tensor([1.0, 0, 0, 0, -1.0], dtype=c.dtype, device=c.device), c)
+    scale = torch.stack([c[..., k].abs().pow(1 / k) for k in range(1, 5)], -1).amax(-1).clamp_min(1e-150)
+    a3, a2, a1, a0 = (c[..., k] / scale ** k for k in range(1, 5))      # h = scale * u: roots of order 1
+    shift = a3 / 4                                                       # h = y - shift: y^4 + p y^2 + q y + r
+    p = a2 - 6 * shift ** 2
+    q = a1 - 2 * a2 * shift + 8 * shift ** 3
+    r = a0 - a1 * shift + a2 * shift ** 2 - 3 * shift ** 4
+    m = _largest_cubic_root(p, p * p / 4 - r, -q * q / 8).clamp_min(0)  # resolvent: 8m^3+8pm^2+(2p^2-8r)m-q^2
+    s = torch.sqrt(2 * m)
+    biq = s <= 1e-12                                                   # q = 0: y^2 = (-p ± sqrt(p^2-4r))/2
+    t = torch.where(biq, torch.zeros_like(q), q / (2 * torch.where(biq, torch.ones_like(s), s)))
+    roots = []
+    for sign in (1.0, -1.0):                                             # y^2 - sign s y + (p/2 + m + sign t)
+        bq, cq = -sign * s, p / 2 + m + sign * t
+        roots += _quadratic(bq, cq)
+    z = torch.stack(roots, -1)
+    bi = torch.stack(_biquadratic(p, r), -1)
+    z = (torch.where(biq[..., None], bi, z) - shift[..., None].to(z.dtype)) * scale[..., None].to(z.dtype)
+    cz = c.to(z.dtype)[..., None, :]
+
+    def value(z):
+        return (((z + cz[..., 1]) * z + cz[..., 2]) * z + cz[..., 3]) * z + cz[..., 4]
+
+    f = value(z)
+    for _ in range(polish):             # Newton, each step kept only where it lowers |f| (double roots)
+        df = ((4 * z + 3 * cz[..., 1]) * z + 2 * cz[..., 2]) * z + cz[..., 3]
+        new = z - torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
+        f_new = value(new)
+        ok = torch.isfinite(f_new.real) & torch.isfinite(f_new.imag) & (f_new.abs() < f.abs())
+        z, f = torch.where(ok, new, z), torch.where(ok, f_new, f)
+    return torch.where(bad[..., None], torch.full_like(z, complex(math.nan, 0)), z)
+
+
+def _quadratic(b: torch.Tensor, c: torch.Tensor) -> list[torch.Tensor]:
+    """The two complex roots of y^2 + b y + c (real b, c), the larger-magnitude one first (stable form)."""
+    disc = b * b - 4 * c
+    sq = torch.sqrt(disc.abs())
+    real = disc >= 0
+    big = -(b + torch.where(b >= 0, sq, -sq)) / 2                         # real roots: no cancellation
+    small = torch.where(big.abs() > 1e-300, c / torch.where(big == 0, torch.ones_like(big), big), torch.zeros_like(big))
+    r1 = torch.complex(torch.where(real, big, -b / 2), torch.where(real, torch.zeros_like(b), sq / 2))
+    r2 = torch.complex(torch.where(real, small, -b / 2), torch.where(real, torch.zeros_like(b), -sq / 2))
+    return [r1, r2]
+
+
+def _biquadratic(p: torch.Tensor, r: torch.Tensor) -> list[torch.Tensor]:
+    """The four roots of y^4 + p y^2 + r: y = ±sqrt(w) for the two roots w of w^2 + p w + r."""
+    w = [wi.sqrt() for wi in _quadratic(p, r)]
+    return [w[0], -w[0], w[1], -w[1]]
 
 
 # ---- the closed form of the constrained projection -----------------------------------------------
