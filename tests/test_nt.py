@@ -318,3 +318,62 @@ def test_default_m_rule():
     assert nt.default_m(256) == 1076
     assert nt.default_m(1024) == 2100
     assert nt.default_m(4096) == 4096
+
+
+def _separated(seed, k=3, n=20, size=8):
+    rng = np.random.default_rng(seed)
+    protos = rng.uniform(0, 1, (k, size, size))
+    labels = np.repeat(np.arange(k), n)
+    return (protos[labels] + 0.05 * rng.standard_normal((k * n, size, size))).astype(np.float32), labels
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_objective_assignment_recovers_separated_groups_published_rule_collapses(seed):
+    """Issue 16: minimising the item's term of Eq. 17 (default) finds three well-separated groups exactly;
+    the min-max score alone (Eq. 26, no re-seeding, A = I) still collapses them onto fewer clusters."""
+    from ticlust.metrics import evaluate
+    x, y = _separated(seed)
+    res = ticlust.fit(x, method="nt", k=3, seed=seed, max_iter=10, m=64, progress=False)
+    assert evaluate(y, res.labels)["nmi"] == pytest.approx(1.0)
+    pub = ticlust.fit(x, method="nt", k=3, seed=seed, max_iter=10, transform="identity", assignment="published",
+                      reseed_empty=False, progress=False)
+    assert len(np.unique(pub.labels)) < 3
+
+
+def test_reseed_empty_gives_every_cluster_the_worst_fitting_items():
+    c1 = torch.tensor([0, 0, 0, 1, 1, 0])
+    best = torch.tensor([1.0, 9.0, 2.0, 8.0, 0.5, 7.0])
+    out = nt.reseed_empty(c1, best, 4)
+    assert torch.equal(torch.bincount(out, minlength=4), torch.tensor([3, 1, 1, 1]))
+    assert out[1] == 2 and out[3] == 3 and torch.equal(out[[0, 2, 4]], c1[[0, 2, 4]])   # 9.0 then 8.0 moved
+    assert torch.equal(nt.reseed_empty(out, best, 4), out)                                 # nothing empty: unchanged
+    single = nt.reseed_empty(torch.tensor([0, 1]), torch.tensor([5.0, 1.0]), 3)           # never empties a cluster
+    assert torch.equal(single, torch.tensor([0, 1]))
+
+
+def test_assignment_reports_progress_every_batch():
+    """Cancel and the ETA see every batch of the assignment, not only whole iterations."""
+    from ticlust.methods.base import Progress
+    x, _ = _separated(0)                                           # 60 items, batch_size 16: 4 batches
+    events = [e for e in ticlust.run(x, method="nt", k=3, max_iter=2, m=64, batch_size=16, device="cpu")
+              if isinstance(e, Progress)]
+    assert len(events) >= 2 * 4 + 4
+    steps = [e.step for e in events if e.stage == "iterations"]
+    assert steps == sorted(steps) and steps[-1] == events[-5].total
+    assert all(e.total == 2 * 4 for e in events if e.stage == "iterations")
+
+
+def test_item_objective_is_the_eq17_term_of_each_candidate():
+    rng = np.random.default_rng(4)
+    q, tau, nu = _rand(rng, 5, 9), _rand(rng, 3, 9), _rand(rng, 2, 9)
+    lam0, lam1 = 0.3, 0.1
+    _, mags = nt.candidates(q, tau, nu, lam0, lam1, full=False)
+    obj = nt.item_objective(q, mags, tau, nu)
+    for i in range(5):
+        for c1 in range(3):
+            for c2 in range(2):
+                y = torch.sign(q[i]) * mags(torch.tensor([i]), torch.tensor([c1]), torch.tensor([c2]))[0]
+                direct = (0.5 * ((q[i] - y) ** 2).sum() + lam1 * y.abs().sum()
+                          + lam0 * (nt.rho(y, tau[c1]) / (nt.rho(y, nu[c2]) + nt._EPS) + nt.varsigma(y, tau[c1]))
+                          + 0.5 * ((q[i] - tau[c1] - nu[c2]) ** 2).sum())
+                assert float(obj[i, c1, c2]) == pytest.approx(float(direct), rel=1e-6)   # J omits the 1e-6 in rho(y, nu)

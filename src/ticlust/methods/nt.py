@@ -39,6 +39,11 @@ class NTConfig:
     c_s: int = param(2, "Number of similarity vectors nu (C_s, 'small' in the paper)", low=1, high=16)
     transform: str = param("learned", "The linear map A: learned (overcomplete, Eq. 30) or identity (A = I)",
                            choices=("learned", "identity"), essential=True)
+    assignment: str = param("objective", "Assignment rule: objective (the (c1, c2) minimising the item's term of "
+                            "Eq. 17, incl. 1/2||q - tau - nu||^2) or published (min-max score s_P alone, Eq. 26)",
+                            choices=("objective", "published"), essential=True)
+    reseed_empty: bool = param(True, "Give an empty cluster the worst-fitting item of a cluster with more than one "
+                               "member before the tau update (our addition, not in the paper)")
     init: str = param("gaussian", "Initialisation: gaussian (paper Sec. 5.1: A, tau, nu i.i.d. N(0,1)) or kmeans "
                       "(tau, nu fitted by Eq. 28-29 to a pixel k-means++ partition; not in the paper)",
                       choices=("gaussian", "kmeans"))
@@ -256,7 +261,8 @@ def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
 
 
 def support_solution(p, sup, pos, neg, mats: dict, lam0: float, shape: tuple[int, int, int]):
-    """On the plain soft threshold's support S: the best root's (alpha, beta) and the score s_P, each (B, C_d, C_s).
+    """On the plain soft threshold's support S: the best root's (alpha, beta), the score s_P and the objective J
+    of Eq. 20 (up to 1/2||q||^2), each (B, C_d, C_s).
 
     Every sum over M is two matrix products with the :func:`pair_mats` matrices (positive and negative
     side of q), so each (item, c1, c2) costs O(1) after them.
@@ -269,13 +275,13 @@ def support_solution(p, sup, pos, neg, mats: dict, lam0: float, shape: tuple[int
     sp, sp2 = sup * p, sup * p * p
     pp, pg, pv = ssum(sp2, 0, 0, "k"), ssum(sp, 1, 0, "k"), ssum(sp, 0, 1, "k")
     gg, gv, vv = ssum(sup, 2, 0, "k"), ssum(sup, 1, 1, "k"), ssum(sup, 0, 2, "k")
-    alpha, beta, _ = _best_root(pp, pg, pv, gg, gv, vv, lam0)
+    alpha, beta, jv = _best_root(pp, pg, pv, gg, gv, vv, lam0)
     h = pv - alpha * gv + beta * vv                                         # v.a on S
     r = pg - alpha * gg + beta * gv                                         # g.a on S
     sig = (ssum(sp2, 0, 0, "w") - 2 * alpha * ssum(sp, 1, 0, "w") + 2 * beta * ssum(sp, 0, 1, "w")
            + alpha * alpha * ssum(sup, 2, 0, "w") - 2 * alpha * beta * ssum(sup, 1, 1, "w")
            + beta * beta * ssum(sup, 0, 2, "w"))
-    return alpha, beta, (r / (h + _EPS) + sig).to(p.dtype)
+    return alpha, beta, (r / (h + _EPS) + sig).to(p.dtype), jv
 
 
 def may_leave_support(p, sup, g3, v3, alpha, beta) -> torch.Tensor:
@@ -305,6 +311,7 @@ class CandidateMagnitudes:
     beta: torch.Tensor                   # (B, C_d, C_s) float64, the best root's mu r/h^2
     ik: torch.Tensor                     # (C_d, M) 1 / (1 + 2 lam0 tau^2)
     moved: torch.Tensor                  # (B, C_d, C_s) bool: may leave S
+    objective: torch.Tensor | None = None  # (B, C_d, C_s) float64: Eq. 20 at the candidate, less 1/2||q||^2
     exact: torch.Tensor | None = None    # (moved.sum(), M) the moved ones' exact magnitudes, once re-solved
 
     def closed_form(self, i, c1, c2) -> torch.Tensor:
@@ -323,17 +330,26 @@ class CandidateMagnitudes:
         return a
 
 
+RESOLVE_CHUNK = 4096   # candidates re-solved together: bounds the (chunk, M) temporaries of ratio_project
+
+
 def resolve_moved(mags: CandidateMagnitudes, score, kk, tau, lam0: float, support_iters: int) -> None:
     """Re-solve the candidates that may leave S exactly (:func:`ratio_project`, from their closed form).
 
-    Writes their scores into ``score`` and their magnitudes into ``mags.exact``.
+    In chunks of RESOLVE_CHUNK, each with at most ``support_iters`` support passes, so memory and time
+    per call stay bounded however many candidates move. Writes their scores into ``score``, their
+    objectives into ``mags.objective`` and their magnitudes into ``mags.exact``.
     """
-    bi, ci, si = torch.nonzero(mags.moved, as_tuple=True)
-    g_s, v_s = mags.g3[bi, ci], mags.v3[bi, si]
-    init = mags.closed_form(bi, ci, si)
-    a_s, h_s, r_s = ratio_project(mags.p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
-    score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
-    mags.exact = a_s
+    bi_all, ci_all, si_all = torch.nonzero(mags.moved, as_tuple=True)
+    parts = []
+    for lo in range(0, bi_all.numel(), RESOLVE_CHUNK):
+        bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (bi_all, ci_all, si_all))
+        g_s, v_s, p_s = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]
+        a_s, h_s, r_s = ratio_project(p_s, kk[ci], lam0, g_s, v_s, support_iters, init=mags.closed_form(bi, ci, si))
+        score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
+        mags.objective[bi, ci, si] = ratio_objective(a_s, p_s, kk[ci], lam0, g_s, v_s).to(torch.float64)
+        parts.append(a_s)
+    mags.exact = torch.cat(parts)
 
 
 def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
@@ -355,11 +371,11 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     p = q.abs() - lam1                                                     # (B, M)
     sup = (p > 0).to(q.dtype)
     b, cd, cs, m = q.shape[0], tau.shape[0], nu.shape[0], tau.shape[1]
-    alpha, beta, score = support_solution(p, sup, pos, neg, mats, lam0, (b, cd, cs))
+    alpha, beta, score, jv = support_solution(p, sup, pos, neg, mats, lam0, (b, cd, cs))
     g3 = pos[:, None, :] * tau.clamp_min(0)[None] + neg[:, None, :] * (-tau).clamp_min(0)[None]   # (B, Cd, M)
     v3 = pos[:, None, :] * nu.clamp_min(0)[None] + neg[:, None, :] * (-nu).clamp_min(0)[None]     # (B, Cs, M)
     kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
-    mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta))
+    mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta), jv)
     if support_iters > 0 and bool(mags.moved.any()):
         resolve_moved(mags, score, kk, tau, lam0, support_iters)
     if not full:
@@ -369,23 +385,51 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     return score, mags(ii, c1, c2).reshape(b, cd, cs, m)
 
 
-def assign_batch(q, tau, nu, cfg, mats):
-    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2.
+def item_objective(q, mags: CandidateMagnitudes, tau, nu) -> torch.Tensor:
+    """(B, C_d, C_s) float64: the item's term of Eq. 17 at each candidate,
+    1/2||q - y||^2 + lam1||y||_1 + lam0 s_P + 1/2||q - tau_c1 - nu_c2||^2 (the first three are Eq. 20's J + 1/2||q||^2)."""
+    q64, tau64, nu64 = q.to(torch.float64), tau.to(torch.float64), nu.to(torch.float64)
+    qq = (q64 * q64).sum(-1)
+    pair = 0.5 * ((tau64[:, None, :] + nu64[None, :, :]) ** 2).sum(-1)                 # (C_d, C_s)
+    fit = 0.5 * qq[:, None, None] - (q64 @ tau64.T)[:, :, None] - (q64 @ nu64.T)[:, None, :] + pair[None]
+    return mags.objective + 0.5 * qq[:, None, None] + fit
 
+
+def assign_batch(q, tau, nu, cfg, mats):
+    """Joint assignment of a batch: labels c1, c2, representation y, and the criterion (B, C_d) min over c2.
+
+    ``assignment="objective"``: (c1, c2) minimise the item's term of Eq. 17 (:func:`item_objective`);
+    ``"published"``: they minimise the min-max score s_P alone (Eq. 26). Lower = closer in both.
     ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0).
     """
     score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats)
+    crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
     b, cd, cs = score.shape
-    flat = score.reshape(b, cd * cs).argmin(1)
+    flat = crit.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
     y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
-    return c1, c2, y, score.min(2).values
+    return c1, c2, y, crit.min(2).values
+
+
+def assign_batches(q, tau, nu, cfg, mats):
+    """Generator: assign the items batch by batch, yielding (done, total) batches after each; returns
+    (c1, c2, y, criterion) for all. ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
+    starts = range(0, q.shape[0], cfg.batch_size)
+    outs = []
+    for i, lo in enumerate(starts):
+        outs.append(assign_batch(q[lo:lo + cfg.batch_size], tau, nu, cfg, mats))
+        yield i + 1, len(starts)
+    return tuple(torch.cat(t) for t in zip(*outs))
 
 
 def assign_all(q, tau, nu, cfg, mats):
-    """Eq. 26 over all items in batches; ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
-    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg, mats) for i in range(0, q.shape[0], cfg.batch_size)]
-    return tuple(torch.cat(t) for t in zip(*outs))
+    """:func:`assign_batches` run to the end, without events."""
+    gen = assign_batches(q, tau, nu, cfg, mats)
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
 
 
 # ---- Stage 2: tau and nu ---------------------------------------------------------------------------
@@ -564,10 +608,11 @@ def condition_number(a: torch.Tensor) -> float:
     return float(sv.max() / sv.min().clamp_min(1e-300))
 
 
-def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
+def total_objective(q, y, c1, c2, tau, nu, a, cfg) -> float:
     """Eq. 17 with the fit weights of Eq. 28-30, per item: what the history records."""
     fit = 0.5 * ((q - y) ** 2).sum() + 0.5 * ((q - tau[c1] - nu[c2]) ** 2).sum()
-    disc = cfg.lam0 * scores.gather(1, c1[:, None]).sum() + cfg.lam1 * y.abs().sum()
+    s_p = rho(y, tau[c1]) / (rho(y, nu[c2]) + _EPS) + varsigma(y, tau[c1])
+    disc = cfg.lam0 * s_p.sum() + cfg.lam1 * y.abs().sum()
     up = 0.0
     for c in range(tau.shape[0]):
         tp, npair = fc_pair(tau[c], torch.cat([tau[:c], tau[c + 1:]]), nu)
@@ -591,7 +636,7 @@ class Assignment(NamedTuple):
     c1: torch.Tensor       # (n,) cluster (the tau of the best pair)
     c2: torch.Tensor       # (n,) the nu of the best pair
     y: torch.Tensor        # (n, M) NT representation
-    scores: torch.Tensor   # (n, K) min-max score s_P, minimised over nu
+    scores: torch.Tensor   # (n, K) the assignment criterion (Eq. 17's item term, or s_P), minimised over nu
 
 
 def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.random.Generator):
@@ -620,15 +665,44 @@ def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.ran
     return x, a, tau, nu
 
 
-def assignment_stage(x, a, tau, nu, cfg: NTConfig) -> tuple[Assignment, float]:
-    """Stage 1: q = A x and the joint assignment of Eq. 26 of every item; also the objective it reaches."""
+def assignment_stage(x, a, tau, nu, cfg: NTConfig):
+    """Generator, Stage 1: q = A x and the joint assignment of every item, yielding (done, total) batches;
+    returns (Assignment, the objective it reaches)."""
     q = x @ a.T
-    c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
-    return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, scores, cfg)
+    c1, c2, y, scores = yield from assign_batches(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
+    return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, cfg)
+
+
+def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int) -> torch.Tensor:
+    """Labels with every empty cluster given one item (our addition, not in the paper).
+
+    The items are taken in order of decreasing ``best`` (their assignment criterion: the worst-fitting
+    first), each from a cluster that keeps at least one member; the tau update (Eq. 28) then fits the
+    new cluster's tau to it. One host copy per call, only when a cluster is empty.
+    """
+    counts = torch.bincount(c1, minlength=k)
+    empty = torch.nonzero(counts == 0).flatten().tolist()
+    if not empty:
+        return c1
+    c1, counts = c1.clone(), counts.tolist()
+    labels = c1.tolist()
+    for i in torch.argsort(best, descending=True).tolist():
+        if not empty:
+            break
+        if counts[labels[i]] > 1:
+            c = empty.pop(0)
+            counts[labels[i]] -= 1
+            counts[c] += 1
+            c1[i] = c
+    return c1
 
 
 def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator):
-    """Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch."""
+    """Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch.
+
+    With ``reseed_empty``, empty clusters first get an item each (:func:`reseed_empty`)."""
+    if cfg.reseed_empty:
+        asg = asg._replace(c1=reseed_empty(asg.c1, asg.scores.gather(1, asg.c1[:, None])[:, 0], cfg.k))
     tau = update_tau(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
     nu = update_nu(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
     if cfg.transform == "learned":
@@ -662,6 +736,18 @@ def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
     return (sums / counts[:, None]).reshape(k, *stack.item_shape).cpu().numpy()
 
 
+def batch_progress(stage, done_iters: int, total_iters: int, history: list, name: str = "iterations"):
+    """Run an :func:`assignment_stage` generator, turning its (batch, batches) into Progress events in
+    units of iterations x batches (so the ETA and Cancel see every batch); returns the stage's value."""
+    loss = history[-1] if history else float("nan")
+    while True:
+        try:
+            done, batches = next(stage)
+        except StopIteration as stop:
+            return stop.value
+        yield Progress(done_iters * batches + done, max(total_iters, 1) * batches, loss, name)
+
+
 @dataclass
 class NTState(FittedState):
     a: np.ndarray                  # (M, N) the learned linear map
@@ -683,22 +769,26 @@ class NT(Method):
         labels = None
         t_start = time.perf_counter()
         iter_times = []
+        batches = -(-x.shape[0] // cfg.batch_size)
         for it in range(1, cfg.max_iter + 1):
             t0 = time.perf_counter()
-            asg, objective = assignment_stage(x, a, tau, nu, cfg)                    # Stage 1
+            stage = assignment_stage(x, a, tau, nu, cfg)                             # Stage 1
+            asg, objective = yield from batch_progress(stage, it - 1, cfg.max_iter, history)
             history.append(objective)
-            yield Progress(it, cfg.max_iter, history[-1], "assignment")
             changed = 1.0 if labels is None else float((labels != asg.c1).float().mean())
             labels = asg.c1
             tau, nu, a = update_stage(x, asg, tau, nu, a, cfg, rng)                   # Stages 2 and 3
             iter_times.append(time.perf_counter() - t0)
+            yield Progress(it * batches, cfg.max_iter * batches, history[-1], "iterations")
             if it % 5 == 0 or it == cfg.max_iter:
                 yield Snapshot(cluster_means(stack, labels, cfg.k))
             if cfg.tol > 0 and it > 1 and changed < cfg.tol:
                 break
-        asg, objective = assignment_stage(x, a, tau, nu, cfg)
+        asg, objective = yield from batch_progress(assignment_stage(x, a, tau, nu, cfg), 0, 1, history,
+                                                   "final assignment")
         history.append(objective)
-        timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}
+        timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times)),
+                  "first_iteration_s": iter_times[0], "last_iteration_s": iter_times[-1]}
         return self.final_result(stack, cfg, asg, (a, tau, nu), history, timing)
 
     def final_result(self, stack: Stack, cfg: NTConfig, asg: Assignment, params, history: list, timing: dict) -> ClusteringResult:
