@@ -377,3 +377,19 @@ def test_item_objective_is_the_eq17_term_of_each_candidate():
                           + lam0 * (nt.rho(y, tau[c1]) / (nt.rho(y, nu[c2]) + nt._EPS) + nt.varsigma(y, tau[c1]))
                           + 0.5 * ((q[i] - tau[c1] - nu[c2]) ** 2).sum())
                 assert float(obj[i, c1, c2]) == pytest.approx(float(direct), rel=1e-6)   # J omits the 1e-6 in rho(y, nu)
+
+
+def test_exact_re_solve_of_the_best_few_matches_re_solving_all():
+    """resolve_top: re-solving only each item's best few moved candidates picks what re-solving all picks
+    (here, where most candidates leave the fast path's support), and never a worse criterion than none."""
+    rng = np.random.default_rng(5)
+    q, tau, nu = _rand(rng, 40, 30) * 0.5, _rand(rng, 6, 30) * 2, _rand(rng, 2, 30) * 2
+    cfgs = {top: nt.NTConfig(k=6, lam0=0.5, resolve_top=top) for top in (0, 4)}
+    mats = nt.pair_mats(tau, nu, 0.5)
+    _, mags = nt.candidates(q, tau, nu, 0.5, 0.03, full=False, mats=mats, resolve=False)
+    assert mags.moved.float().mean() > 0.5
+    out = {top: nt.assign_batch(q, tau, nu, cfg, mats) for top, cfg in cfgs.items()}
+    none = nt.item_objective(q, mags, tau, nu).reshape(40, -1).min(1).values
+    assert torch.equal(out[4][0], out[0][0]) and torch.equal(out[4][1], out[0][1])
+    best4 = out[4][3].min(1).values
+    assert torch.allclose(best4, out[0][3].min(1).values) and torch.all(best4 <= none + 1e-9)

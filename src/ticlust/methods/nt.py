@@ -63,6 +63,8 @@ class NTConfig:
                                   low=0.01, high=1.0)
     nu_iters: int = param(5, "Inner iterations of the nu update (Eq. 29)", low=1)
     support_iters: int = param(3, "Support refinements of the closed-form candidate solution", low=1)
+    resolve_top: int = param(4, "Candidates per item re-solved exactly when they may leave the fast path's support: "
+                             "the best few by their feasible (upper-bound) criterion; 0 = all", low=0)
     reject_quantile: float = param(0.0, "Flag as rejected the items whose best score is above this upper quantile "
                                    "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5, essential=True)
     batch_size: int = param(256, "Items per batch in the candidate step", low=1, gui=False)
@@ -330,36 +332,63 @@ class CandidateMagnitudes:
         return a
 
 
-RESOLVE_CHUNK = 4096   # candidates re-solved together: bounds the (chunk, M) temporaries of ratio_project
+RESOLVE_CHUNK = 4096   # candidates handled together: bounds the (chunk, M) temporaries of ratio_project
 
 
-def resolve_moved(mags: CandidateMagnitudes, score, kk, tau, lam0: float, support_iters: int) -> None:
-    """Re-solve the candidates that may leave S exactly (:func:`ratio_project`, from their closed form).
+def moved_rows(mags: CandidateMagnitudes, select: torch.Tensor | None = None):
+    """(rows into mags.exact, item, c1, c2) of the moved candidates, or of those in ``select`` (a subset of moved)."""
+    bi, ci, si = torch.nonzero(mags.moved, as_tuple=True)
+    rows = torch.arange(bi.numel(), device=bi.device)
+    if select is not None:
+        keep = select[bi, ci, si]
+        rows, bi, ci, si = rows[keep], bi[keep], ci[keep], si[keep]
+    return rows, bi, ci, si
 
-    In chunks of RESOLVE_CHUNK, each with at most ``support_iters`` support passes, so memory and time
-    per call stay bounded however many candidates move. Writes their scores into ``score``, their
-    objectives into ``mags.objective`` and their magnitudes into ``mags.exact``.
+
+def estimate_moved(mags: CandidateMagnitudes, score, tau, lam0: float) -> None:
+    """The candidates that may leave S get their thresholded closed form (feasible), scored exactly.
+
+    Its J is an upper bound on the exact re-solve's. Fills ``mags.exact``, ``score`` and ``mags.objective``.
     """
-    bi_all, ci_all, si_all = torch.nonzero(mags.moved, as_tuple=True)
-    parts = []
-    for lo in range(0, bi_all.numel(), RESOLVE_CHUNK):
+    rows, bi_all, ci_all, si_all = moved_rows(mags)
+    mags.exact = torch.empty(rows.numel(), mags.p.shape[-1], dtype=mags.p.dtype, device=mags.p.device)
+    for lo in range(0, rows.numel(), RESOLVE_CHUNK):
         bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (bi_all, ci_all, si_all))
-        g_s, v_s, p_s = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]
-        a_s, h_s, r_s = ratio_project(p_s, kk[ci], lam0, g_s, v_s, support_iters, init=mags.closed_form(bi, ci, si))
-        score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
-        mags.objective[bi, ci, si] = ratio_objective(a_s, p_s, kk[ci], lam0, g_s, v_s).to(torch.float64)
-        parts.append(a_s)
-    mags.exact = torch.cat(parts)
+        a = mags.closed_form(bi, ci, si)
+        write_moved(mags, score, tau, lam0, rows[lo:lo + RESOLVE_CHUNK], (bi, ci, si), a)
+
+
+def write_moved(mags, score, tau, lam0, rows, index, a) -> None:
+    """Store the magnitudes ``a`` of moved candidates ``index`` = (item, c1, c2) with their s_P and J."""
+    bi, ci, si = index
+    g, v, p = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]
+    h, r = (v * a).sum(-1), (g * a).sum(-1)
+    score[bi, ci, si] = r / (h + _EPS) + (a * a * tau[ci] ** 2).sum(-1)
+    mags.objective[bi, ci, si] = ratio_objective(a, p, 1.0 / mags.ik[ci], lam0, g, v).to(torch.float64)
+    mags.exact[rows] = a
+
+
+def resolve_moved(mags: CandidateMagnitudes, score, tau, lam0: float, support_iters: int, select=None) -> None:
+    """Re-solve exactly (:func:`ratio_project`, from the stored estimate) the moved candidates in ``select``
+    (default: all), in chunks of RESOLVE_CHUNK with at most ``support_iters`` support passes each, so memory
+    and time per call stay bounded. Needs :func:`estimate_moved` first."""
+    rows_all, bi_all, ci_all, si_all = moved_rows(mags, select)
+    for lo in range(0, rows_all.numel(), RESOLVE_CHUNK):
+        rows, bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (rows_all, bi_all, ci_all, si_all))
+        a, _, _ = ratio_project(mags.p[bi], 1.0 / mags.ik[ci], lam0, mags.g3[bi, ci], mags.v3[bi, si],
+                                support_iters, init=mags.exact[rows])
+        write_moved(mags, score, tau, lam0, rows, (bi, ci, si), a)
 
 
 def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
-               support_iters: int = 3, full: bool = True, mats: dict | None = None):
+               support_iters: int = 3, full: bool = True, mats: dict | None = None, resolve: bool = True):
     """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
 
     Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
     quartic, its roots' objectives and the score are matrix products over M (:func:`support_solution`).
     A candidate whose thresholded solution may leave S (a cheap sufficient test) is re-solved exactly by
-    :func:`ratio_project`. Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
+    :func:`ratio_project` (with ``resolve``; else they keep their thresholded closed form, scored exactly,
+    for the caller to re-solve the ones it needs with :func:`resolve_moved`). Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
     :class:`CandidateMagnitudes`) gives |y| (len(i), M) of the chosen candidates; with ``full`` the
     (B, C_d, C_s, M) tensor of all instead. ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed
     here when not given.
@@ -376,8 +405,10 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     v3 = pos[:, None, :] * nu.clamp_min(0)[None] + neg[:, None, :] * (-nu).clamp_min(0)[None]     # (B, Cs, M)
     kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
     mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta), jv)
-    if support_iters > 0 and bool(mags.moved.any()):
-        resolve_moved(mags, score, kk, tau, lam0, support_iters)
+    if bool(mags.moved.any()):
+        estimate_moved(mags, score, tau, lam0)
+        if resolve and support_iters > 0:
+            resolve_moved(mags, score, tau, lam0, support_iters)
     if not full:
         return score, mags
     ii, c1, c2 = (t.reshape(-1).to(q.device)
@@ -402,9 +433,16 @@ def assign_batch(q, tau, nu, cfg, mats):
     ``"published"``: they minimise the min-max score s_P alone (Eq. 26). Lower = closer in both.
     ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0).
     """
-    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats)
+    top = cfg.resolve_top
+    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats,
+                                   resolve=top == 0)
     crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
     b, cd, cs = score.shape
+    if top > 0 and magnitudes.exact is not None and cfg.support_iters > 0:       # exact re-solve of the best few
+        best = torch.zeros(b, cd * cs, dtype=torch.bool, device=q.device)
+        best.scatter_(1, crit.reshape(b, cd * cs).topk(min(top, cd * cs), 1, largest=False).indices, True)
+        resolve_moved(magnitudes, score, tau, cfg.lam0, cfg.support_iters, best.reshape(b, cd, cs) & magnitudes.moved)
+        crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
     flat = crit.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
     y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
