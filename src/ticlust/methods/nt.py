@@ -462,12 +462,7 @@ def assign_batches(q, tau, nu, cfg, mats):
 
 def assign_all(q, tau, nu, cfg, mats):
     """:func:`assign_batches` run to the end, without events."""
-    gen = assign_batches(q, tau, nu, cfg, mats)
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
+    return drain(assign_batches(q, tau, nu, cfg, mats))
 
 
 # ---- Stage 2: tau and nu ---------------------------------------------------------------------------
@@ -580,7 +575,23 @@ def a_objective(a, x, z, lam2, lam3, lam4):
 
 
 def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float) -> torch.Tensor:
-    """Approximate closed form of Eq. 30 (Ravishankar & Bresler 2015 extended; docs/nt.md, Sec. A).
+    """:func:`update_a_steps` run to the end."""
+    return drain(update_a_steps(x, z, lam2, lam3, lam4))
+
+
+def drain(gen):
+    """Run a generator to the end, ignoring what it yields; its return value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def update_a_steps(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float):
+    """Generator (yields None between its large matrix steps, so a caller can emit events); returns A.
+
+    Approximate closed form of Eq. 30 (Ravishankar & Bresler 2015 extended; docs/nt.md, Sec. A).
 
     x: (N, n) data columns, z: (M, n) targets. With X X^T + lam2 I = L L^T and the SVD L^-1 X Z^T = Q S R^T,
     A = R diag(b) Q^T L^-1 where each b_j is the best positive root of
@@ -593,8 +604,12 @@ def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: f
     f = x64 @ x64.T + lam2 * torch.eye(n_dim, dtype=torch.float64, device=x.device)
     chol = torch.linalg.cholesky(f)
     linv = torch.linalg.solve_triangular(chol, torch.eye(n_dim, dtype=torch.float64, device=x.device), upper=False)
+    yield
     kmat = linv @ (x64 @ z64.T)                                                # (N, M)
-    ev, qm = torch.linalg.eigh(kmat @ kmat.T)                                  # thin SVD via the N x N Gram
+    gram = kmat @ kmat.T
+    yield
+    ev, qm = torch.linalg.eigh(gram)                                           # thin SVD via the N x N Gram
+    yield
     s = ev.clamp_min(0).sqrt()
     ok = s > 1e-9 * float(s.max().clamp_min(1e-300))
     rt = (qm.T @ kmat) / torch.where(ok, s, torch.ones_like(s))[:, None]        # R^T (N, M)
@@ -605,6 +620,7 @@ def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: f
         valid = rt[ok]
         extra = extra - (extra @ valid.T) @ valid
         rt[~ok] = torch.linalg.qr(extra.T)[0].T
+    yield
     w = ((qm.T @ linv.T) ** 2).sum(1)                                         # diag(Q^T F^-1 Q)
     if lam3 > 0:
         coeffs = torch.stack([2 * lam3 * w * w, torch.zeros_like(w), 1 - 2 * lam3 * w, -s,
@@ -736,19 +752,21 @@ def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int) -> torch.Tensor:
 
 
 def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator):
-    """Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch.
+    """Generator (yields None after each sub-step, for events; returns (tau, nu, A)). Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch.
 
     With ``reseed_empty``, empty clusters first get an item each (:func:`reseed_empty`)."""
     if cfg.reseed_empty:
         asg = asg._replace(c1=reseed_empty(asg.c1, asg.scores.gather(1, asg.c1[:, None])[:, 0], cfg.k))
     tau = update_tau(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    yield
     nu = update_nu(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    yield
     if cfg.transform == "learned":
         n = x.shape[0]
         size = max(1, int(round(cfg.batch_fraction * n)))
         idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(x.device)
         target = 0.5 * (asg.y[idx] + tau[asg.c1[idx]] + nu[asg.c2[idx]])
-        a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
+        a_hat = yield from update_a_steps(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
         a = a - cfg.online_rho * (a - a_hat)
     return tau, nu, a
 
@@ -815,9 +833,15 @@ class NT(Method):
             history.append(objective)
             changed = 1.0 if labels is None else float((labels != asg.c1).float().mean())
             labels = asg.c1
-            tau, nu, a = update_stage(x, asg, tau, nu, a, cfg, rng)                   # Stages 2 and 3
+            updates = update_stage(x, asg, tau, nu, a, cfg, rng)                      # Stages 2 and 3
+            while True:
+                try:
+                    next(updates)
+                except StopIteration as stop:
+                    tau, nu, a = stop.value
+                    break
+                yield Progress(it * batches, cfg.max_iter * batches, history[-1], "iterations")
             iter_times.append(time.perf_counter() - t0)
-            yield Progress(it * batches, cfg.max_iter * batches, history[-1], "iterations")
             if it % 5 == 0 or it == cfg.max_iter:
                 yield Snapshot(cluster_means(stack, labels, cfg.k))
             if cfg.tol > 0 and it > 1 and changed < cfg.tol:
