@@ -354,14 +354,17 @@ def estimate_moved(mags: CandidateMagnitudes, score, tau, lam0: float) -> None:
     mags.exact = torch.empty(rows.numel(), mags.p.shape[-1], dtype=mags.p.dtype, device=mags.p.device)
     for lo in range(0, rows.numel(), RESOLVE_CHUNK):
         bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (bi_all, ci_all, si_all))
-        a = mags.closed_form(bi, ci, si)
-        write_moved(mags, score, tau, lam0, rows[lo:lo + RESOLVE_CHUNK], (bi, ci, si), a)
+        g, v, p = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]          # gathered once for both steps
+        al, be = mags.alpha[bi, ci, si, None].to(p.dtype), mags.beta[bi, ci, si, None].to(p.dtype)
+        a = (p - al * g + be * v).clamp_min(0) * mags.ik[ci]            # = mags.closed_form(bi, ci, si)
+        write_moved(mags, score, tau, lam0, rows[lo:lo + RESOLVE_CHUNK], (bi, ci, si), a, (g, v, p))
 
 
-def write_moved(mags, score, tau, lam0, rows, index, a) -> None:
-    """Store the magnitudes ``a`` of moved candidates ``index`` = (item, c1, c2) with their s_P and J."""
+def write_moved(mags, score, tau, lam0, rows, index, a, gvp=None) -> None:
+    """Store the magnitudes ``a`` of moved candidates ``index`` = (item, c1, c2) with their s_P and J;
+    ``gvp`` = their gathered (g, v, p) when the caller has them."""
     bi, ci, si = index
-    g, v, p = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]
+    g, v, p = gvp if gvp is not None else (mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi])
     h, r = (v * a).sum(-1), (g * a).sum(-1)
     score[bi, ci, si] = r / (h + _EPS) + (a * a * tau[ci] ** 2).sum(-1)
     mags.objective[bi, ci, si] = ratio_objective(a, p, 1.0 / mags.ik[ci], lam0, g, v).to(torch.float64)
@@ -375,9 +378,9 @@ def resolve_moved(mags: CandidateMagnitudes, score, tau, lam0: float, support_it
     rows_all, bi_all, ci_all, si_all = moved_rows(mags, select)
     for lo in range(0, rows_all.numel(), RESOLVE_CHUNK):
         rows, bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (rows_all, bi_all, ci_all, si_all))
-        a, _, _ = ratio_project(mags.p[bi], 1.0 / mags.ik[ci], lam0, mags.g3[bi, ci], mags.v3[bi, si],
-                                support_iters, init=mags.exact[rows])
-        write_moved(mags, score, tau, lam0, rows, (bi, ci, si), a)
+        g, v, p = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]
+        a, _, _ = ratio_project(p, 1.0 / mags.ik[ci], lam0, g, v, support_iters, init=mags.exact[rows])
+        write_moved(mags, score, tau, lam0, rows, (bi, ci, si), a, (g, v, p))
 
 
 def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
