@@ -29,7 +29,11 @@ from _data import data_dir  # noqa: E402
 def load(name: str, subsample: int):
     root = Path(data_dir(None))
     d = np.load(root / ("coil20_32x32.npz" if name == "coil20" else f"{name}.npz"))
-    x, y = d["images"], d["labels"]
+    if "images" in d.files:
+        x, y = d["images"], d["labels"]
+    else:                   # USPS / MNIST: train and test concatenated, as benchmarks/nt.py does
+        x = np.concatenate([d[k] for k in sorted(k for k in d.files if k.startswith("x"))])
+        y = np.concatenate([d[k] for k in sorted(k for k in d.files if k.startswith("y"))])
     if subsample and subsample < len(x):
         idx = np.sort(np.random.default_rng(0).choice(len(x), subsample, replace=False))
         x, y = x[idx], y[idx]
