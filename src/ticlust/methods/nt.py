@@ -6,9 +6,11 @@ representation y is the exact minimiser (Eq. 20-23) of
 
     1/2 ||q - y||^2 + lam1 ||y||_1 + lam0 [ rho(y, tau) / rho(y, nu) + varsigma(y, tau) ],
 
-found from the roots of a quartic in h = rho(y, nu) (docs/nt.md derives it). The item goes to the
-pair with the lowest min-max score s_P = rho(y, tau)/rho(y, nu) + varsigma(y, tau) (Eq. 24, 26): its
-cluster is c1 and its representation that candidate. tau and nu are then updated in closed form
+found from the roots of a quartic in h = rho(y, nu) (docs/nt.md derives it). By default the item goes to
+the pair whose candidate minimises its own term of Eq. 17 (the above plus 1/2||q - tau_c1 - nu_c2||^2,
+which Eq. 11/13 keep in the likelihood); assignment="published" uses the min-max score
+s_P = rho(y, tau)/rho(y, nu) + varsigma(y, tau) alone (Eq. 24, 26). Its cluster is c1 and its
+representation that candidate. tau and nu are then updated in closed form
 (Eq. 28-29) and A by an approximate closed form (Eq. 30), online with step rho on a random batch.
 """
 from __future__ import annotations
@@ -872,7 +874,7 @@ class NT(Method):
             timing=timing)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
-        """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
+        """Cluster and NT representation of new items by the fit's assignment rule with the fitted A, tau, nu."""
         state = result.state
         a = torch.from_numpy(state.a).to(device)
         check_same_size(stack, a.shape[1])
