@@ -37,6 +37,38 @@ def test_quartic_roots_match_numpy_roots():
         assert np.abs(np.polyval(c, z)).max() < 1e-8 * (1 + np.abs(c).sum() * (1 + np.abs(z).max()) ** 4)
 
 
+def test_quartic_roots_from_known_roots_across_scales():
+    """Polynomials built from known real/complex roots over 1e-3..1e3, including a double root and the
+    structured quartic of the candidate step (no h^2 term): the vectorised solver finds them all."""
+    rng = np.random.default_rng(1)
+    cases = []
+    for _ in range(300):
+        scale = 10.0 ** rng.uniform(-3, 3)
+        kind = rng.integers(3)
+        if kind == 0:
+            r = rng.standard_normal(4) * scale
+        elif kind == 1:
+            re, im = rng.standard_normal(2) * scale
+            r = np.array([complex(re, im), complex(re, -im), *(rng.standard_normal(2) * scale)])
+        else:
+            d = rng.standard_normal() * scale
+            r = np.array([d, d, *(rng.standard_normal(2) * scale)])
+        cases.append((r, np.real(np.poly(r))))
+    coeffs = np.stack([c for _, c in cases]) * rng.uniform(0.5, 2, (len(cases), 1))
+    ours = nt.quartic_roots(torch.from_numpy(coeffs)).numpy()
+    for (r, c), z in zip(cases, ours):
+        d = np.abs(np.asarray(r)[:, None] - z[None, :]).min(1) / np.abs(r).max()
+        # simple roots to near machine precision; a double root is ill-conditioned (found to < 1%)
+        assert d.max() < (1e-2 if len(set(np.asarray(r).tolist())) < 4 else 1e-9), (r, z)
+    # the candidate step's quartic h^4 - Pv h^3 + c1 h + c0 with c0 >= 0
+    pv, c1, c0 = rng.uniform(0.1, 50, 500), rng.standard_normal(500) * 10, rng.uniform(0, 5, 500)
+    coeffs = np.stack([np.ones(500), -pv, np.zeros(500), c1, c0], 1)
+    ours = nt.quartic_roots(torch.from_numpy(coeffs)).numpy()
+    for c, z in zip(coeffs, ours):
+        ref = np.roots(c)
+        assert np.abs(ref[:, None] - z[None, :]).min(1).max() < 1e-7 * (1 + np.abs(ref).max())
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_candidate_closed_form_matches_numerical_minimum(seed):
     """Eq. 20 in the sign-consistent orthant: closed form (quartic in h) vs L-BFGS-B with several starts."""
@@ -286,3 +318,78 @@ def test_default_m_rule():
     assert nt.default_m(256) == 1076
     assert nt.default_m(1024) == 2100
     assert nt.default_m(4096) == 4096
+
+
+def _separated(seed, k=3, n=20, size=8):
+    rng = np.random.default_rng(seed)
+    protos = rng.uniform(0, 1, (k, size, size))
+    labels = np.repeat(np.arange(k), n)
+    return (protos[labels] + 0.05 * rng.standard_normal((k * n, size, size))).astype(np.float32), labels
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_objective_assignment_recovers_separated_groups_published_rule_collapses(seed):
+    """Issue 16: minimising the item's term of Eq. 17 (default) finds three well-separated groups exactly;
+    the min-max score alone (Eq. 26, no re-seeding, A = I) still collapses them onto fewer clusters."""
+    from ticlust.metrics import evaluate
+    x, y = _separated(seed)
+    res = ticlust.fit(x, method="nt", k=3, seed=seed, max_iter=10, m=64, progress=False)
+    assert evaluate(y, res.labels)["nmi"] == pytest.approx(1.0)
+    pub = ticlust.fit(x, method="nt", k=3, seed=seed, max_iter=10, transform="identity", assignment="published",
+                      reseed_empty=False, progress=False)
+    assert len(np.unique(pub.labels)) < 3
+
+
+def test_reseed_empty_gives_every_cluster_the_worst_fitting_items():
+    c1 = torch.tensor([0, 0, 0, 1, 1, 0])
+    best = torch.tensor([1.0, 9.0, 2.0, 8.0, 0.5, 7.0])
+    out = nt.reseed_empty(c1, best, 4)
+    assert torch.equal(torch.bincount(out, minlength=4), torch.tensor([3, 1, 1, 1]))
+    assert out[1] == 2 and out[3] == 3 and torch.equal(out[[0, 2, 4]], c1[[0, 2, 4]])   # 9.0 then 8.0 moved
+    assert torch.equal(nt.reseed_empty(out, best, 4), out)                                 # nothing empty: unchanged
+    single = nt.reseed_empty(torch.tensor([0, 1]), torch.tensor([5.0, 1.0]), 3)           # never empties a cluster
+    assert torch.equal(single, torch.tensor([0, 1]))
+
+
+def test_assignment_reports_progress_every_batch():
+    """Cancel and the ETA see every batch of the assignment, not only whole iterations."""
+    from ticlust.methods.base import Progress
+    x, _ = _separated(0)                                           # 60 items, batch_size 16: 4 batches
+    events = [e for e in ticlust.run(x, method="nt", k=3, max_iter=2, m=64, batch_size=16, device="cpu")
+              if isinstance(e, Progress)]
+    assert len(events) >= 2 * 4 + 4
+    steps = [e.step for e in events if e.stage == "iterations"]
+    assert steps == sorted(steps) and steps[-1] == events[-5].total
+    assert all(e.total == 2 * 4 for e in events if e.stage == "iterations")
+
+
+def test_item_objective_is_the_eq17_term_of_each_candidate():
+    rng = np.random.default_rng(4)
+    q, tau, nu = _rand(rng, 5, 9), _rand(rng, 3, 9), _rand(rng, 2, 9)
+    lam0, lam1 = 0.3, 0.1
+    _, mags = nt.candidates(q, tau, nu, lam0, lam1, full=False)
+    obj = nt.item_objective(q, mags, tau, nu)
+    for i in range(5):
+        for c1 in range(3):
+            for c2 in range(2):
+                y = torch.sign(q[i]) * mags(torch.tensor([i]), torch.tensor([c1]), torch.tensor([c2]))[0]
+                direct = (0.5 * ((q[i] - y) ** 2).sum() + lam1 * y.abs().sum()
+                          + lam0 * (nt.rho(y, tau[c1]) / (nt.rho(y, nu[c2]) + nt._EPS) + nt.varsigma(y, tau[c1]))
+                          + 0.5 * ((q[i] - tau[c1] - nu[c2]) ** 2).sum())
+                assert float(obj[i, c1, c2]) == pytest.approx(float(direct), rel=1e-6)   # J omits the 1e-6 in rho(y, nu)
+
+
+def test_exact_re_solve_of_the_best_few_matches_re_solving_all():
+    """resolve_top: re-solving only each item's best few moved candidates picks what re-solving all picks
+    (here, where most candidates leave the fast path's support), and never a worse criterion than none."""
+    rng = np.random.default_rng(5)
+    q, tau, nu = _rand(rng, 40, 30) * 0.5, _rand(rng, 6, 30) * 2, _rand(rng, 2, 30) * 2
+    cfgs = {top: nt.NTConfig(k=6, lam0=0.5, resolve_top=top) for top in (0, 4)}
+    mats = nt.pair_mats(tau, nu, 0.5)
+    _, mags = nt.candidates(q, tau, nu, 0.5, 0.03, full=False, mats=mats, resolve=False)
+    assert mags.moved.float().mean() > 0.5
+    out = {top: nt.assign_batch(q, tau, nu, cfg, mats) for top, cfg in cfgs.items()}
+    none = nt.item_objective(q, mags, tau, nu).reshape(40, -1).min(1).values
+    assert torch.equal(out[4][0], out[0][0]) and torch.equal(out[4][1], out[0][1])
+    best4 = out[4][3].min(1).values
+    assert torch.allclose(best4, out[0][3].min(1).values) and torch.all(best4 <= none + 1e-9)

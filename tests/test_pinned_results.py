@@ -38,7 +38,7 @@ PINNED = {
     "pssc": ("e8735948c8fb2bf2", "028569545579d19a"),
     "dti-kmeans": ("672b290563c14ce3", "08327d5a3bb77bc4"),
     "dti-gmm": ("7a7dda476e578357", "ed538b94dfe90c41"),
-    "nt": ("1c80f2cccb2da365", "ef45f9556c90ecb6"),
+    "nt": ("ba6b49da905c6a87", "d295816ed033683a"),
     "shape-kmeans": ("cf9ac92def474ae4", "9cfafe2773c631d0"),
     "procrustes-kmeans": ("8c7994175c4cd99d", "9f89eb12b2c9b20a"),
 }

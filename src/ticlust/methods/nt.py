@@ -6,9 +6,11 @@ representation y is the exact minimiser (Eq. 20-23) of
 
     1/2 ||q - y||^2 + lam1 ||y||_1 + lam0 [ rho(y, tau) / rho(y, nu) + varsigma(y, tau) ],
 
-found from the roots of a quartic in h = rho(y, nu) (docs/nt.md derives it). The item goes to the
-pair with the lowest min-max score s_P = rho(y, tau)/rho(y, nu) + varsigma(y, tau) (Eq. 24, 26): its
-cluster is c1 and its representation that candidate. tau and nu are then updated in closed form
+found from the roots of a quartic in h = rho(y, nu) (docs/nt.md derives it). By default the item goes to
+the pair whose candidate minimises its own term of Eq. 17 (the above plus 1/2||q - tau_c1 - nu_c2||^2,
+which Eq. 11/13 keep in the likelihood); assignment="published" uses the min-max score
+s_P = rho(y, tau)/rho(y, nu) + varsigma(y, tau) alone (Eq. 24, 26). Its cluster is c1 and its
+representation that candidate. tau and nu are then updated in closed form
 (Eq. 28-29) and A by an approximate closed form (Eq. 30), online with step rho on a random batch.
 """
 from __future__ import annotations
@@ -39,6 +41,11 @@ class NTConfig:
     c_s: int = param(2, "Number of similarity vectors nu (C_s, 'small' in the paper)", low=1, high=16)
     transform: str = param("learned", "The linear map A: learned (overcomplete, Eq. 30) or identity (A = I)",
                            choices=("learned", "identity"), essential=True)
+    assignment: str = param("objective", "Assignment rule: objective (the (c1, c2) minimising the item's term of "
+                            "Eq. 17, incl. 1/2||q - tau - nu||^2) or published (min-max score s_P alone, Eq. 26)",
+                            choices=("objective", "published"), essential=True)
+    reseed_empty: bool = param(True, "Give an empty cluster the worst-fitting item of a cluster with more than one "
+                               "member before the tau update (our addition, not in the paper)")
     init: str = param("gaussian", "Initialisation: gaussian (paper Sec. 5.1: A, tau, nu i.i.d. N(0,1)) or kmeans "
                       "(tau, nu fitted by Eq. 28-29 to a pixel k-means++ partition; not in the paper)",
                       choices=("gaussian", "kmeans"))
@@ -58,6 +65,8 @@ class NTConfig:
                                   low=0.01, high=1.0)
     nu_iters: int = param(5, "Inner iterations of the nu update (Eq. 29)", low=1)
     support_iters: int = param(3, "Support refinements of the closed-form candidate solution", low=1)
+    resolve_top: int = param(4, "Candidates per item re-solved exactly when they may leave the fast path's support: "
+                             "the best few by their feasible (upper-bound) criterion; 0 = all", low=0)
     reject_quantile: float = param(0.0, "Flag as rejected the items whose best score is above this upper quantile "
                                    "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5, essential=True)
     batch_size: int = param(256, "Items per batch in the candidate step", low=1, gui=False)
@@ -80,32 +89,86 @@ def matched(sign_pos: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 
 
 # ---- the quartic ---------------------------------------------------------------------------------
-def quartic_roots(coeffs: torch.Tensor, polish: int = 2) -> torch.Tensor:
+def _largest_cubic_root(b: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """Largest real root of m^3 + b m^2 + c m + d (float64, batched): trigonometric / Cardano form, then Newton."""
+    p = c - b * b / 3
+    q = 2 * b ** 3 / 27 - b * c / 3 + d
+    disc = q * q / 4 + p ** 3 / 27
+    sq = torch.sqrt(disc.clamp_min(0))
+    one = torch.where(disc >= 0, torch.sign(-q / 2 + sq) * (-q / 2 + sq).abs().pow(1 / 3)
+                      + torch.sign(-q / 2 - sq) * (-q / 2 - sq).abs().pow(1 / 3), torch.zeros_like(q))
+    rp = torch.sqrt((-p / 3).clamp_min(1e-300))
+    cosarg = (3 * q / (2 * p.clamp_max(-1e-300)) / rp).clamp(-1, 1)
+    three = 2 * rp * torch.cos(torch.acos(cosarg) / 3)
+    m = torch.where(disc >= 0, one, three) - b / 3
+    for _ in range(3):
+        f = ((m + b) * m + c) * m + d
+        df = (3 * m + 2 * b) * m + c
+        step = torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
+        m = torch.where(torch.isfinite(step), m - step, m)
+    return m
+
+
+def quartic_roots(coeffs: torch.Tensor, polish: int = 3) -> torch.Tensor:
     """All complex roots (..., 4) of c4 h^4 + c3 h^3 + c2 h^2 + c1 h + c0, batched.
 
-    Eigenvalues of the companion matrix (float64), then ``polish`` Newton steps on each root.
-    ``coeffs`` is (..., 5), highest degree first, with c4 != 0.
+    Ferrari's closed form in float64 elementwise arithmetic (a resolvent cubic, then two quadratics), so
+    it is a fixed sequence of vectorised kernels on any device — no batched eigen-solver, no host sync —
+    followed by ``polish`` Newton steps on each root. ``coeffs`` is (..., 5), highest degree first, with
+    c4 != 0; degenerate rows (non-finite after normalisation) get NaN roots (callers treat them as invalid).
     """
     c = coeffs.to(torch.float64)
     c = c / c[..., :1]
     bad = ~torch.isfinite(c).all(-1)
-    if bool(bad.any()):       # degenerate rows get NaN roots (callers treat them as invalid)
-        c = torch.where(bad[..., None], torch.tensor([1.0, 0, 0, 0, -1.0], dtype=c.dtype, device=c.device), c)
-    shape = c.shape[:-1]
-    comp = torch.zeros(*shape, 4, 4, dtype=torch.float64, device=c.device)
-    comp[..., 0, :] = -c[..., 1:]
-    comp[..., 1, 0] = comp[..., 2, 1] = comp[..., 3, 2] = 1.0
-    z = torch.linalg.eigvals(comp)
-    cz = c.to(z.dtype)
-    for _ in range(polish):
-        f = (((cz[..., 0:1] * z + cz[..., 1:2]) * z + cz[..., 2:3]) * z + cz[..., 3:4]) * z + cz[..., 4:5]
-        df = ((4 * cz[..., 0:1] * z + 3 * cz[..., 1:2]) * z + 2 * cz[..., 2:3]) * z + cz[..., 3:4]
-        step = torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
-        ok = torch.isfinite(step.real) & torch.isfinite(step.imag) & (step.abs() < 1e-2 * (1 + z.abs()))
-        z = torch.where(ok, z - step, z)
-    if bool(bad.any()):
-        z = torch.where(bad[..., None], torch.full_like(z, complex(math.nan, 0)), z)
-    return z
+    c = torch.where(bad[..., None], torch.tensor([1.0, 0, 0, 0, -1.0], dtype=c.dtype, device=c.device), c)
+    scale = torch.stack([c[..., k].abs().pow(1 / k) for k in range(1, 5)], -1).amax(-1).clamp_min(1e-150)
+    a3, a2, a1, a0 = (c[..., k] / scale ** k for k in range(1, 5))      # h = scale * u: roots of order 1
+    shift = a3 / 4                                                       # h = y - shift: y^4 + p y^2 + q y + r
+    p = a2 - 6 * shift ** 2
+    q = a1 - 2 * a2 * shift + 8 * shift ** 3
+    r = a0 - a1 * shift + a2 * shift ** 2 - 3 * shift ** 4
+    m = _largest_cubic_root(p, p * p / 4 - r, -q * q / 8).clamp_min(0)  # resolvent: 8m^3+8pm^2+(2p^2-8r)m-q^2
+    s = torch.sqrt(2 * m)
+    biq = s <= 1e-12                                                   # q = 0: y^2 = (-p ± sqrt(p^2-4r))/2
+    t = torch.where(biq, torch.zeros_like(q), q / (2 * torch.where(biq, torch.ones_like(s), s)))
+    roots = []
+    for sign in (1.0, -1.0):                                             # y^2 - sign s y + (p/2 + m + sign t)
+        bq, cq = -sign * s, p / 2 + m + sign * t
+        roots += _quadratic(bq, cq)
+    z = torch.stack(roots, -1)
+    bi = torch.stack(_biquadratic(p, r), -1)
+    z = (torch.where(biq[..., None], bi, z) - shift[..., None].to(z.dtype)) * scale[..., None].to(z.dtype)
+    cz = c.to(z.dtype)[..., None, :]
+
+    def value(z):
+        return (((z + cz[..., 1]) * z + cz[..., 2]) * z + cz[..., 3]) * z + cz[..., 4]
+
+    f = value(z)
+    for _ in range(polish):             # Newton, each step kept only where it lowers |f| (double roots)
+        df = ((4 * z + 3 * cz[..., 1]) * z + 2 * cz[..., 2]) * z + cz[..., 3]
+        new = z - torch.where(df.abs() > 1e-300, f / df, torch.zeros_like(f))
+        f_new = value(new)
+        ok = torch.isfinite(f_new.real) & torch.isfinite(f_new.imag) & (f_new.abs() < f.abs())
+        z, f = torch.where(ok, new, z), torch.where(ok, f_new, f)
+    return torch.where(bad[..., None], torch.full_like(z, complex(math.nan, 0)), z)
+
+
+def _quadratic(b: torch.Tensor, c: torch.Tensor) -> list[torch.Tensor]:
+    """The two complex roots of y^2 + b y + c (real b, c), the larger-magnitude one first (stable form)."""
+    disc = b * b - 4 * c
+    sq = torch.sqrt(disc.abs())
+    real = disc >= 0
+    big = -(b + torch.where(b >= 0, sq, -sq)) / 2                         # real roots: no cancellation
+    small = torch.where(big.abs() > 1e-300, c / torch.where(big == 0, torch.ones_like(big), big), torch.zeros_like(big))
+    r1 = torch.complex(torch.where(real, big, -b / 2), torch.where(real, torch.zeros_like(b), sq / 2))
+    r2 = torch.complex(torch.where(real, small, -b / 2), torch.where(real, torch.zeros_like(b), -sq / 2))
+    return [r1, r2]
+
+
+def _biquadratic(p: torch.Tensor, r: torch.Tensor) -> list[torch.Tensor]:
+    """The four roots of y^4 + p y^2 + r: y = ±sqrt(w) for the two roots w of w^2 + p w + r."""
+    w = [wi.sqrt() for wi in _quadratic(p, r)]
+    return [w[0], -w[0], w[1], -w[1]]
 
 
 # ---- the closed form of the constrained projection -----------------------------------------------
@@ -202,7 +265,8 @@ def pair_mats(tau: torch.Tensor, nu: torch.Tensor, lam0: float) -> dict:
 
 
 def support_solution(p, sup, pos, neg, mats: dict, lam0: float, shape: tuple[int, int, int]):
-    """On the plain soft threshold's support S: the best root's (alpha, beta) and the score s_P, each (B, C_d, C_s).
+    """On the plain soft threshold's support S: the best root's (alpha, beta), the score s_P and the objective J
+    of Eq. 20 (up to 1/2||q||^2), each (B, C_d, C_s).
 
     Every sum over M is two matrix products with the :func:`pair_mats` matrices (positive and negative
     side of q), so each (item, c1, c2) costs O(1) after them.
@@ -215,13 +279,13 @@ def support_solution(p, sup, pos, neg, mats: dict, lam0: float, shape: tuple[int
     sp, sp2 = sup * p, sup * p * p
     pp, pg, pv = ssum(sp2, 0, 0, "k"), ssum(sp, 1, 0, "k"), ssum(sp, 0, 1, "k")
     gg, gv, vv = ssum(sup, 2, 0, "k"), ssum(sup, 1, 1, "k"), ssum(sup, 0, 2, "k")
-    alpha, beta, _ = _best_root(pp, pg, pv, gg, gv, vv, lam0)
+    alpha, beta, jv = _best_root(pp, pg, pv, gg, gv, vv, lam0)
     h = pv - alpha * gv + beta * vv                                         # v.a on S
     r = pg - alpha * gg + beta * gv                                         # g.a on S
     sig = (ssum(sp2, 0, 0, "w") - 2 * alpha * ssum(sp, 1, 0, "w") + 2 * beta * ssum(sp, 0, 1, "w")
            + alpha * alpha * ssum(sup, 2, 0, "w") - 2 * alpha * beta * ssum(sup, 1, 1, "w")
            + beta * beta * ssum(sup, 0, 2, "w"))
-    return alpha, beta, (r / (h + _EPS) + sig).to(p.dtype)
+    return alpha, beta, (r / (h + _EPS) + sig).to(p.dtype), jv
 
 
 def may_leave_support(p, sup, g3, v3, alpha, beta) -> torch.Tensor:
@@ -251,6 +315,7 @@ class CandidateMagnitudes:
     beta: torch.Tensor                   # (B, C_d, C_s) float64, the best root's mu r/h^2
     ik: torch.Tensor                     # (C_d, M) 1 / (1 + 2 lam0 tau^2)
     moved: torch.Tensor                  # (B, C_d, C_s) bool: may leave S
+    objective: torch.Tensor | None = None  # (B, C_d, C_s) float64: Eq. 20 at the candidate, less 1/2||q||^2
     exact: torch.Tensor | None = None    # (moved.sum(), M) the moved ones' exact magnitudes, once re-solved
 
     def closed_form(self, i, c1, c2) -> torch.Tensor:
@@ -269,27 +334,66 @@ class CandidateMagnitudes:
         return a
 
 
-def resolve_moved(mags: CandidateMagnitudes, score, kk, tau, lam0: float, support_iters: int) -> None:
-    """Re-solve the candidates that may leave S exactly (:func:`ratio_project`, from their closed form).
+RESOLVE_CHUNK = 4096   # candidates handled together: bounds the (chunk, M) temporaries of ratio_project
 
-    Writes their scores into ``score`` and their magnitudes into ``mags.exact``.
-    """
+
+def moved_rows(mags: CandidateMagnitudes, select: torch.Tensor | None = None):
+    """(rows into mags.exact, item, c1, c2) of the moved candidates, or of those in ``select`` (a subset of moved)."""
     bi, ci, si = torch.nonzero(mags.moved, as_tuple=True)
-    g_s, v_s = mags.g3[bi, ci], mags.v3[bi, si]
-    init = mags.closed_form(bi, ci, si)
-    a_s, h_s, r_s = ratio_project(mags.p[bi], kk[ci], lam0, g_s, v_s, support_iters, init=init)
-    score[bi, ci, si] = r_s / (h_s + _EPS) + (a_s * a_s * tau[ci] ** 2).sum(-1)
-    mags.exact = a_s
+    rows = torch.arange(bi.numel(), device=bi.device)
+    if select is not None:
+        keep = select[bi, ci, si]
+        rows, bi, ci, si = rows[keep], bi[keep], ci[keep], si[keep]
+    return rows, bi, ci, si
+
+
+def estimate_moved(mags: CandidateMagnitudes, score, tau, lam0: float) -> None:
+    """The candidates that may leave S get their thresholded closed form (feasible), scored exactly.
+
+    Its J is an upper bound on the exact re-solve's. Fills ``mags.exact``, ``score`` and ``mags.objective``.
+    """
+    rows, bi_all, ci_all, si_all = moved_rows(mags)
+    mags.exact = torch.empty(rows.numel(), mags.p.shape[-1], dtype=mags.p.dtype, device=mags.p.device)
+    for lo in range(0, rows.numel(), RESOLVE_CHUNK):
+        bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (bi_all, ci_all, si_all))
+        g, v, p = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]          # gathered once for both steps
+        al, be = mags.alpha[bi, ci, si, None].to(p.dtype), mags.beta[bi, ci, si, None].to(p.dtype)
+        a = (p - al * g + be * v).clamp_min(0) * mags.ik[ci]            # = mags.closed_form(bi, ci, si)
+        write_moved(mags, score, tau, lam0, rows[lo:lo + RESOLVE_CHUNK], (bi, ci, si), a, (g, v, p))
+
+
+def write_moved(mags, score, tau, lam0, rows, index, a, gvp=None) -> None:
+    """Store the magnitudes ``a`` of moved candidates ``index`` = (item, c1, c2) with their s_P and J;
+    ``gvp`` = their gathered (g, v, p) when the caller has them."""
+    bi, ci, si = index
+    g, v, p = gvp if gvp is not None else (mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi])
+    h, r = (v * a).sum(-1), (g * a).sum(-1)
+    score[bi, ci, si] = r / (h + _EPS) + (a * a * tau[ci] ** 2).sum(-1)
+    mags.objective[bi, ci, si] = ratio_objective(a, p, 1.0 / mags.ik[ci], lam0, g, v).to(torch.float64)
+    mags.exact[rows] = a
+
+
+def resolve_moved(mags: CandidateMagnitudes, score, tau, lam0: float, support_iters: int, select=None) -> None:
+    """Re-solve exactly (:func:`ratio_project`, from the stored estimate) the moved candidates in ``select``
+    (default: all), in chunks of RESOLVE_CHUNK with at most ``support_iters`` support passes each, so memory
+    and time per call stay bounded. Needs :func:`estimate_moved` first."""
+    rows_all, bi_all, ci_all, si_all = moved_rows(mags, select)
+    for lo in range(0, rows_all.numel(), RESOLVE_CHUNK):
+        rows, bi, ci, si = (t[lo:lo + RESOLVE_CHUNK] for t in (rows_all, bi_all, ci_all, si_all))
+        g, v, p = mags.g3[bi, ci], mags.v3[bi, si], mags.p[bi]
+        a, _, _ = ratio_project(p, 1.0 / mags.ik[ci], lam0, g, v, support_iters, init=mags.exact[rows])
+        write_moved(mags, score, tau, lam0, rows, (bi, ci, si), a, (g, v, p))
 
 
 def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float, lam1: float,
-               support_iters: int = 3, full: bool = True, mats: dict | None = None):
+               support_iters: int = 3, full: bool = True, mats: dict | None = None, resolve: bool = True):
     """Candidates of Eq. 21-23 for a batch of q (B, M): scores s_P (B, C_d, C_s) of Eq. 24 and magnitudes |y|.
 
     Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
     quartic, its roots' objectives and the score are matrix products over M (:func:`support_solution`).
     A candidate whose thresholded solution may leave S (a cheap sufficient test) is re-solved exactly by
-    :func:`ratio_project`. Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
+    :func:`ratio_project` (with ``resolve``; else they keep their thresholded closed form, scored exactly,
+    for the caller to re-solve the ones it needs with :func:`resolve_moved`). Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
     :class:`CandidateMagnitudes`) gives |y| (len(i), M) of the chosen candidates; with ``full`` the
     (B, C_d, C_s, M) tensor of all instead. ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed
     here when not given.
@@ -301,13 +405,15 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     p = q.abs() - lam1                                                     # (B, M)
     sup = (p > 0).to(q.dtype)
     b, cd, cs, m = q.shape[0], tau.shape[0], nu.shape[0], tau.shape[1]
-    alpha, beta, score = support_solution(p, sup, pos, neg, mats, lam0, (b, cd, cs))
+    alpha, beta, score, jv = support_solution(p, sup, pos, neg, mats, lam0, (b, cd, cs))
     g3 = pos[:, None, :] * tau.clamp_min(0)[None] + neg[:, None, :] * (-tau).clamp_min(0)[None]   # (B, Cd, M)
     v3 = pos[:, None, :] * nu.clamp_min(0)[None] + neg[:, None, :] * (-nu).clamp_min(0)[None]     # (B, Cs, M)
     kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
-    mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta))
-    if support_iters > 0 and bool(mags.moved.any()):
-        resolve_moved(mags, score, kk, tau, lam0, support_iters)
+    mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta), jv)
+    if bool(mags.moved.any()):
+        estimate_moved(mags, score, tau, lam0)
+        if resolve and support_iters > 0:
+            resolve_moved(mags, score, tau, lam0, support_iters)
     if not full:
         return score, mags
     ii, c1, c2 = (t.reshape(-1).to(q.device)
@@ -315,23 +421,53 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     return score, mags(ii, c1, c2).reshape(b, cd, cs, m)
 
 
-def assign_batch(q, tau, nu, cfg, mats):
-    """Joint assignment of Eq. 26 for a batch: labels c1, c2, representation y, scores (B, C_d) min over c2.
+def item_objective(q, mags: CandidateMagnitudes, tau, nu) -> torch.Tensor:
+    """(B, C_d, C_s) float64: the item's term of Eq. 17 at each candidate,
+    1/2||q - y||^2 + lam1||y||_1 + lam0 s_P + 1/2||q - tau_c1 - nu_c2||^2 (the first three are Eq. 20's J + 1/2||q||^2)."""
+    q64, tau64, nu64 = q.to(torch.float64), tau.to(torch.float64), nu.to(torch.float64)
+    qq = (q64 * q64).sum(-1)
+    pair = 0.5 * ((tau64[:, None, :] + nu64[None, :, :]) ** 2).sum(-1)                 # (C_d, C_s)
+    fit = 0.5 * qq[:, None, None] - (q64 @ tau64.T)[:, :, None] - (q64 @ nu64.T)[:, None, :] + pair[None]
+    return mags.objective + 0.5 * qq[:, None, None] + fit
 
+
+def assign_batch(q, tau, nu, cfg, mats):
+    """Joint assignment of a batch: labels c1, c2, representation y, and the criterion (B, C_d) min over c2.
+
+    ``assignment="objective"``: (c1, c2) minimise the item's term of Eq. 17 (:func:`item_objective`);
+    ``"published"``: they minimise the min-max score s_P alone (Eq. 26). Lower = closer in both.
     ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0).
     """
-    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats)
+    top = cfg.resolve_top
+    score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats,
+                                   resolve=top == 0)
+    crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
     b, cd, cs = score.shape
-    flat = score.reshape(b, cd * cs).argmin(1)
+    if top > 0 and magnitudes.exact is not None and cfg.support_iters > 0:       # exact re-solve of the best few
+        best = torch.zeros(b, cd * cs, dtype=torch.bool, device=q.device)
+        best.scatter_(1, crit.reshape(b, cd * cs).topk(min(top, cd * cs), 1, largest=False).indices, True)
+        resolve_moved(magnitudes, score, tau, cfg.lam0, cfg.support_iters, best.reshape(b, cd, cs) & magnitudes.moved)
+        crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
+    flat = crit.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
     y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
-    return c1, c2, y, score.min(2).values
+    return c1, c2, y, crit.min(2).values
+
+
+def assign_batches(q, tau, nu, cfg, mats):
+    """Generator: assign the items batch by batch, yielding (done, total) batches after each; returns
+    (c1, c2, y, criterion) for all. ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
+    starts = range(0, q.shape[0], cfg.batch_size)
+    outs = []
+    for i, lo in enumerate(starts):
+        outs.append(assign_batch(q[lo:lo + cfg.batch_size], tau, nu, cfg, mats))
+        yield i + 1, len(starts)
+    return tuple(torch.cat(t) for t in zip(*outs))
 
 
 def assign_all(q, tau, nu, cfg, mats):
-    """Eq. 26 over all items in batches; ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
-    outs = [assign_batch(q[i:i + cfg.batch_size], tau, nu, cfg, mats) for i in range(0, q.shape[0], cfg.batch_size)]
-    return tuple(torch.cat(t) for t in zip(*outs))
+    """:func:`assign_batches` run to the end, without events."""
+    return drain(assign_batches(q, tau, nu, cfg, mats))
 
 
 # ---- Stage 2: tau and nu ---------------------------------------------------------------------------
@@ -444,7 +580,23 @@ def a_objective(a, x, z, lam2, lam3, lam4):
 
 
 def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float) -> torch.Tensor:
-    """Approximate closed form of Eq. 30 (Ravishankar & Bresler 2015 extended; docs/nt.md, Sec. A).
+    """:func:`update_a_steps` run to the end."""
+    return drain(update_a_steps(x, z, lam2, lam3, lam4))
+
+
+def drain(gen):
+    """Run a generator to the end, ignoring what it yields; its return value."""
+    while True:
+        try:
+            next(gen)
+        except StopIteration as stop:
+            return stop.value
+
+
+def update_a_steps(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float):
+    """Generator (yields None between its large matrix steps, so a caller can emit events); returns A.
+
+    Approximate closed form of Eq. 30 (Ravishankar & Bresler 2015 extended; docs/nt.md, Sec. A).
 
     x: (N, n) data columns, z: (M, n) targets. With X X^T + lam2 I = L L^T and the SVD L^-1 X Z^T = Q S R^T,
     A = R diag(b) Q^T L^-1 where each b_j is the best positive root of
@@ -457,8 +609,12 @@ def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: f
     f = x64 @ x64.T + lam2 * torch.eye(n_dim, dtype=torch.float64, device=x.device)
     chol = torch.linalg.cholesky(f)
     linv = torch.linalg.solve_triangular(chol, torch.eye(n_dim, dtype=torch.float64, device=x.device), upper=False)
+    yield
     kmat = linv @ (x64 @ z64.T)                                                # (N, M)
-    ev, qm = torch.linalg.eigh(kmat @ kmat.T)                                  # thin SVD via the N x N Gram
+    gram = kmat @ kmat.T
+    yield
+    ev, qm = torch.linalg.eigh(gram)                                           # thin SVD via the N x N Gram
+    yield
     s = ev.clamp_min(0).sqrt()
     ok = s > 1e-9 * float(s.max().clamp_min(1e-300))
     rt = (qm.T @ kmat) / torch.where(ok, s, torch.ones_like(s))[:, None]        # R^T (N, M)
@@ -469,6 +625,7 @@ def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: f
         valid = rt[ok]
         extra = extra - (extra @ valid.T) @ valid
         rt[~ok] = torch.linalg.qr(extra.T)[0].T
+    yield
     w = ((qm.T @ linv.T) ** 2).sum(1)                                         # diag(Q^T F^-1 Q)
     if lam3 > 0:
         coeffs = torch.stack([2 * lam3 * w * w, torch.zeros_like(w), 1 - 2 * lam3 * w, -s,
@@ -510,10 +667,11 @@ def condition_number(a: torch.Tensor) -> float:
     return float(sv.max() / sv.min().clamp_min(1e-300))
 
 
-def total_objective(q, y, c1, c2, tau, nu, a, scores, cfg) -> float:
+def total_objective(q, y, c1, c2, tau, nu, a, cfg) -> float:
     """Eq. 17 with the fit weights of Eq. 28-30, per item: what the history records."""
     fit = 0.5 * ((q - y) ** 2).sum() + 0.5 * ((q - tau[c1] - nu[c2]) ** 2).sum()
-    disc = cfg.lam0 * scores.gather(1, c1[:, None]).sum() + cfg.lam1 * y.abs().sum()
+    s_p = rho(y, tau[c1]) / (rho(y, nu[c2]) + _EPS) + varsigma(y, tau[c1])
+    disc = cfg.lam0 * s_p.sum() + cfg.lam1 * y.abs().sum()
     up = 0.0
     for c in range(tau.shape[0]):
         tp, npair = fc_pair(tau[c], torch.cat([tau[:c], tau[c + 1:]]), nu)
@@ -537,7 +695,7 @@ class Assignment(NamedTuple):
     c1: torch.Tensor       # (n,) cluster (the tau of the best pair)
     c2: torch.Tensor       # (n,) the nu of the best pair
     y: torch.Tensor        # (n, M) NT representation
-    scores: torch.Tensor   # (n, K) min-max score s_P, minimised over nu
+    scores: torch.Tensor   # (n, K) the assignment criterion (Eq. 17's item term, or s_P), minimised over nu
 
 
 def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.random.Generator):
@@ -566,23 +724,54 @@ def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.ran
     return x, a, tau, nu
 
 
-def assignment_stage(x, a, tau, nu, cfg: NTConfig) -> tuple[Assignment, float]:
-    """Stage 1: q = A x and the joint assignment of Eq. 26 of every item; also the objective it reaches."""
+def assignment_stage(x, a, tau, nu, cfg: NTConfig):
+    """Generator, Stage 1: q = A x and the joint assignment of every item, yielding (done, total) batches;
+    returns (Assignment, the objective it reaches)."""
     q = x @ a.T
-    c1, c2, y, scores = assign_all(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
-    return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, scores, cfg)
+    c1, c2, y, scores = yield from assign_batches(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
+    return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, cfg)
+
+
+def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int) -> torch.Tensor:
+    """Labels with every empty cluster given one item (our addition, not in the paper).
+
+    The items are taken in order of decreasing ``best`` (their assignment criterion: the worst-fitting
+    first), each from a cluster that keeps at least one member; the tau update (Eq. 28) then fits the
+    new cluster's tau to it. One host copy per call, only when a cluster is empty.
+    """
+    counts = torch.bincount(c1, minlength=k)
+    empty = torch.nonzero(counts == 0).flatten().tolist()
+    if not empty:
+        return c1
+    c1, counts = c1.clone(), counts.tolist()
+    labels = c1.tolist()
+    for i in torch.argsort(best, descending=True).tolist():
+        if not empty:
+            break
+        if counts[labels[i]] > 1:
+            c = empty.pop(0)
+            counts[labels[i]] -= 1
+            counts[c] += 1
+            c1[i] = c
+    return c1
 
 
 def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator):
-    """Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch."""
+    """Generator (yields None after each sub-step, for events; returns (tau, nu, A)). Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch.
+
+    With ``reseed_empty``, empty clusters first get an item each (:func:`reseed_empty`)."""
+    if cfg.reseed_empty:
+        asg = asg._replace(c1=reseed_empty(asg.c1, asg.scores.gather(1, asg.c1[:, None])[:, 0], cfg.k))
     tau = update_tau(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    yield
     nu = update_nu(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
+    yield
     if cfg.transform == "learned":
         n = x.shape[0]
         size = max(1, int(round(cfg.batch_fraction * n)))
         idx = torch.from_numpy(np.sort(rng.choice(n, size=size, replace=False))).to(x.device)
         target = 0.5 * (asg.y[idx] + tau[asg.c1[idx]] + nu[asg.c2[idx]])
-        a_hat = update_a(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
+        a_hat = yield from update_a_steps(x[idx].T, target.T, cfg.lam2, cfg.lam3, cfg.lam4)
         a = a - cfg.online_rho * (a - a_hat)
     return tau, nu, a
 
@@ -608,6 +797,18 @@ def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
     return (sums / counts[:, None]).reshape(k, *stack.item_shape).cpu().numpy()
 
 
+def batch_progress(stage, done_iters: int, total_iters: int, history: list, name: str = "iterations"):
+    """Run an :func:`assignment_stage` generator, turning its (batch, batches) into Progress events in
+    units of iterations x batches (so the ETA and Cancel see every batch); returns the stage's value."""
+    loss = history[-1] if history else float("nan")
+    while True:
+        try:
+            done, batches = next(stage)
+        except StopIteration as stop:
+            return stop.value
+        yield Progress(done_iters * batches + done, max(total_iters, 1) * batches, loss, name)
+
+
 @dataclass
 class NTState(FittedState):
     a: np.ndarray                  # (M, N) the learned linear map
@@ -629,22 +830,32 @@ class NT(Method):
         labels = None
         t_start = time.perf_counter()
         iter_times = []
+        batches = -(-x.shape[0] // cfg.batch_size)
         for it in range(1, cfg.max_iter + 1):
             t0 = time.perf_counter()
-            asg, objective = assignment_stage(x, a, tau, nu, cfg)                    # Stage 1
+            stage = assignment_stage(x, a, tau, nu, cfg)                             # Stage 1
+            asg, objective = yield from batch_progress(stage, it - 1, cfg.max_iter, history)
             history.append(objective)
-            yield Progress(it, cfg.max_iter, history[-1], "assignment")
             changed = 1.0 if labels is None else float((labels != asg.c1).float().mean())
             labels = asg.c1
-            tau, nu, a = update_stage(x, asg, tau, nu, a, cfg, rng)                   # Stages 2 and 3
+            updates = update_stage(x, asg, tau, nu, a, cfg, rng)                      # Stages 2 and 3
+            while True:
+                try:
+                    next(updates)
+                except StopIteration as stop:
+                    tau, nu, a = stop.value
+                    break
+                yield Progress(it * batches, cfg.max_iter * batches, history[-1], "iterations")
             iter_times.append(time.perf_counter() - t0)
             if it % 5 == 0 or it == cfg.max_iter:
                 yield Snapshot(cluster_means(stack, labels, cfg.k))
             if cfg.tol > 0 and it > 1 and changed < cfg.tol:
                 break
-        asg, objective = assignment_stage(x, a, tau, nu, cfg)
+        asg, objective = yield from batch_progress(assignment_stage(x, a, tau, nu, cfg), 0, 1, history,
+                                                   "final assignment")
         history.append(objective)
-        timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times))}
+        timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times)),
+                  "first_iteration_s": iter_times[0], "last_iteration_s": iter_times[-1]}
         return self.final_result(stack, cfg, asg, (a, tau, nu), history, timing)
 
     def final_result(self, stack: Stack, cfg: NTConfig, asg: Assignment, params, history: list, timing: dict) -> ClusteringResult:
@@ -663,7 +874,7 @@ class NT(Method):
             timing=timing)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
-        """Cluster and NT representation of new items by the min-max assignment of Eq. 26 with the fitted A, tau, nu."""
+        """Cluster and NT representation of new items by the fit's assignment rule with the fitted A, tau, nu."""
         state = result.state
         a = torch.from_numpy(state.a).to(device)
         check_same_size(stack, a.shape[1])
