@@ -43,7 +43,7 @@ class NTConfig:
                            choices=("learned", "identity"), essential=True)
     assignment: str = param("objective", "Assignment rule: objective (the (c1, c2) minimising the item's term of "
                             "Eq. 17, incl. 1/2||q - tau - nu||^2) or published (min-max score s_P alone, Eq. 26)",
-                            choices=("objective", "published"), essential=True)
+                            choices=("objective", "published"))
     reseed_empty: bool = param(True, "Give an empty cluster the worst-fitting item of a cluster with more than one "
                                "member before the tau update (our addition, not in the paper)")
     init: str = param("gaussian", "Initialisation: gaussian (paper Sec. 5.1: A, tau, nu i.i.d. N(0,1)) or kmeans "
