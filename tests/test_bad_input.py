@@ -102,6 +102,14 @@ def test_predict_checks_the_item_shape_not_only_the_pixel_count():
         ticlust.predict(res, np.random.default_rng(1).random((3, 8, 32)).astype(np.float32))
 
 
+def test_a_2d_array_that_looks_like_one_image_is_not_clustered_silently():
+    image = stack(n=1, size=28)[0]
+    with pytest.warns(UserWarning, match="clustered as 28 vectors"):
+        ticlust.fit(image, method="kmeans", k=2, seed=0)
+    with pytest.raises(InputError, match="single image"):
+        ticlust.fit(image, method="st-kmeans", k=2)            # image-only methods refuse it outright
+
+
 @pytest.mark.parametrize("param, value", [("max_iter", 1.5), ("tol", float("nan")), ("max_iter", float("inf"))])
 def test_parameters_are_never_rounded_or_non_finite(param, value):
     with pytest.raises(InputError, match=param):

@@ -1,6 +1,8 @@
 """Checks on what users pass in: image stacks, landmark sets, K. Each failure is one InputError sentence."""
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .errors import InputError
@@ -34,6 +36,9 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
     ndim = len(shape)
     if ndim == 1 or (ndim == 2 and not allow_vectors):
         raise InputError(f"The {name} has shape {shape}, a single image or vector: give a stack of images shaped N×H×W or N×H×W×C.")
+    if ndim == 2 and not to_predict and shape[0] <= shape[1]:
+        warnings.warn(f"The {name} is a 2-D array {shape[0]}×{shape[1]}: it is clustered as {shape[0]} vectors of "
+                      f"{shape[1]} values. If it is one image, give a stack of images (N×H×W) instead.", stacklevel=3)
     if shape[0] < 2 and not to_predict:
         raise InputError(f"The {name} holds a single item: give at least 2 to cluster.")
     if ndim == 3 and shape[2] == 2:
