@@ -329,3 +329,18 @@ def test_inspector_replays_the_fits_warps_for_fitted_items(glyphs):
         np.testing.assert_allclose(warped[r.labels[i]], r.aligned[i], atol=1e-5)
     fresh_warped, fresh_scores = align_one(r, x[0], device="cpu")   # a new image: aligned from scratch
     assert fresh_warped.shape == warped.shape and fresh_scores.shape == (3,)
+
+
+def test_predict_reads_a_large_stack_block_by_block(glyphs, monkeypatch):
+    """Assigning new images streams them in blocks; the blocks give what one pass gives."""
+    from ticlust.methods import st_kmeans
+
+    x, _ = glyphs
+    r = ticlust.fit(x[:16], "st-kmeans", k=2, device="cpu", seed=0, landmarks=3, **FAST)
+    whole = ticlust.predict(r, x, device="cpu")
+    monkeypatch.setattr(st_kmeans, "PREDICT_BLOCK", 7)
+    blocks = ticlust.predict(r, x, device="cpu")
+    assert np.array_equal(blocks.labels, whole.labels)
+    np.testing.assert_allclose(blocks.scores, whole.scores, rtol=1e-5, atol=1e-6)
+    assert blocks.aligned.shape == whole.aligned.shape and set(blocks.params) == set(whole.params)
+    np.testing.assert_allclose(blocks.params["pair_theta"], whole.params["pair_theta"], atol=1e-5)

@@ -454,6 +454,24 @@ def auto_chunk(stack: Stack, k: int, device: torch.device) -> int:
     return int(max(CPU_CHUNK, min(stack.n, free // 4 // max(per_image, 1))))
 
 
+PREDICT_BLOCK = 4096   # images read from a (lazy) stack at once when assigning new images
+
+
+def _joined(parts: list[dict]) -> dict:
+    """Result fields of consecutive blocks of items as one: arrays (and dicts of arrays) concatenated."""
+    if len(parts) == 1:
+        return parts[0]
+    out = {}
+    for key, value in parts[0].items():
+        if isinstance(value, np.ndarray):
+            out[key] = np.concatenate([p[key] for p in parts])
+        elif isinstance(value, dict):
+            out[key] = {k: np.concatenate([p[key][k] for p in parts]) for k in value}
+        else:
+            out[key] = value
+    return out
+
+
 def _chunks(n: int, size: int):
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
@@ -734,12 +752,16 @@ class AIKMeans(Method):
         return run, mu, pairs
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
-        """Assign new images with the centroids fixed: only their alignments are optimised."""
+        """Assign new images with the centroids fixed: only their alignments are optimised. A large (lazy)
+        stack is read PREDICT_BLOCK images at a time (each image's alignments do not depend on the others)."""
         start = time.perf_counter()
-        run, _, pairs = self.align_new(result, stack, device, batch_size)
-        labels = pairs.losses.argmin(1)
+        parts = []
+        for s in range(0, stack.n, PREDICT_BLOCK):
+            block = stack if stack.n <= PREDICT_BLOCK else stack.subset(np.arange(s, min(s + PREDICT_BLOCK, stack.n)))
+            run, _, pairs = self.align_new(result, block, device, batch_size)
+            parts.append(run.outputs(pairs, pairs.losses.argmin(1)))
         timing = {"fit_s": time.perf_counter() - start}
-        return self.predicted(result, timing=timing, **run.outputs(pairs, labels))
+        return self.predicted(result, timing=timing, **_joined(parts))
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
         """For the alignment inspector: one image warped onto every centroid, and its distance to each.
