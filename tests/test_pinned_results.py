@@ -62,3 +62,11 @@ def test_results_are_pinned(method):
     result = pinned_fit(method)
     got = (digest(result.labels.astype(np.int64)), digest(np.round(np.asarray(result.prototypes, np.float64), 4)))
     assert got == PINNED[method], f"{method}: {got}"
+
+
+@pytest.mark.parametrize("method", ["st-kmeans", "dti-kmeans", "nt", "pssc"])
+def test_same_seed_twice_gives_identical_results(method):
+    """Reproducibility on the CPU (the pins cover every method once; these run twice in one process)."""
+    a, b = pinned_fit(method), pinned_fit(method)
+    assert np.array_equal(a.labels, b.labels) and np.array_equal(a.prototypes, b.prototypes)
+    assert np.array_equal(a.scores, b.scores)
