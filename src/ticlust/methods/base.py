@@ -7,6 +7,7 @@ napari widget, which build everything else from it.
 """
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 import random
@@ -154,7 +155,7 @@ def _converted(kind, value):
 
 
 # ---- the fitted-method contract ------------------------------------------------------------------
-class Method:
+class Method(abc.ABC):
     """A clustering method, shared like scikit-learn's ``_BaseKMeans`` is between its variants.
 
     A subclass sets the class attributes and writes its maths: ``train`` (a generator of Progress /
@@ -195,9 +196,9 @@ class Method:
                               for key, v in result.config.items() if key in names})
 
     # ---- training --------------------------------------------------------------------------------
+    @abc.abstractmethod
     def train(self, items, cfg, device: torch.device, seed: int):
         """The method's maths: yield Progress / Snapshot events, return the result (see ``result``)."""
-        raise NotImplementedError
 
     def run(self, items, cfg, device: torch.device, seed: int) -> Iterator[Event]:
         """One training run as events, ending with Done(result)."""
@@ -213,8 +214,9 @@ class Method:
         return ClusteringResult(method=fitted.method, config=fitted.config, state=fitted.state,
                                 **{"prototypes": fitted.prototypes, **fields})
 
+    @abc.abstractmethod
     def predict(self, result: ClusteringResult, items, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
-        raise NotImplementedError
+        """New items assigned with the fitted prototypes (and transforms); ``batch_size`` None: the config's."""
 
     def refine(self, items, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         """Re-fit from an edited result (warm start), keeping items with ``pinned`` ≥ 0 in that cluster:
