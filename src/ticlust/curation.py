@@ -11,11 +11,11 @@ import dataclasses
 import numpy as np
 import torch
 
-from .api import fit, fitted_scale, prepare
+from .api import fit, fitted_scale, item_count, prepare
 from .device import resolve_device
 from .errors import InputError
 from .methods import get_method
-from .methods.base import drain
+from .methods.base import Done, drain
 from .result import ClusteringResult
 
 
@@ -80,9 +80,7 @@ def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: s
     if members.size < 2:
         raise InputError(f"Cluster {cluster} has {members.size} member(s): a split needs at least 2.")
     spec = get_method(result.method)
-    items = fitted_scale(prepare(data, spec), result)
-    if _count(items) != result.n:
-        raise InputError(f"The data has {_count(items)} items but the result has {result.n}: give the data it was fitted on.")
+    items = _fitted_items(data, result)
     params = {k: v for k, v in dataclasses.asdict(spec.config_of(result)).items() if k != "k"}
     subset = items.subset(members) if hasattr(items, "subset") else items[members]
     half = fit(subset, method=result.method, k=2, seed=seed, device=device, progress=False, **params)
@@ -97,8 +95,12 @@ def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: s
                    prototypes=protos, responsibilities=None, covariances=None)
 
 
-def _count(items) -> int:
-    return items.n if hasattr(items, "n") else len(items)
+def _fitted_items(data, result: ClusteringResult):
+    """The data a result was fitted on, validated and scaled like the fit; it must hold as many items."""
+    items = fitted_scale(prepare(data, get_method(result.method)), result)
+    if item_count(items) != result.n:
+        raise InputError(f"The data has {item_count(items)} items but the result has {result.n}: give the data it was fitted on.")
+    return items
 
 
 def refine(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True) -> ClusteringResult:
@@ -110,13 +112,9 @@ def refine(data, result: ClusteringResult, device: str = "auto", keep_pinned: bo
 
 def refine_events(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True):
     """:func:`refine` as events (Progress …, Done(result)), for the widget's worker and Cancel."""
-    from .methods import Done
-
     spec = get_method(result.method)
-    items = fitted_scale(prepare(data, spec), result)
-    if _count(items) != result.n:
-        raise InputError(f"The data has {_count(items)} items but the result has {result.n}: give the data it was fitted on.")
-    cfg = spec.make_config(result.k, **{k: v for k, v in dataclasses.asdict(spec.config_of(result)).items() if k != "k"})
+    items = _fitted_items(data, result)
+    cfg = dataclasses.replace(spec.config_of(result), k=result.k)
     pins = _pins(result) if keep_pinned else np.full(result.n, -1, np.int64)
     dev = resolve_device(device)
     refined = yield from spec.refine(items, cfg, result, torch.from_numpy(pins), dev)
