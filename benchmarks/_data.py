@@ -2,6 +2,7 @@
 (the checkout's parent in CI and here; one level further up from a worktree)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -12,3 +13,8 @@ def data_dir(given: str | None = None) -> Path:
         if (base / "shared" / "datasets").is_dir():
             return base / "shared" / "datasets"
     raise SystemExit("No shared/datasets folder found beside the repository: pass --data-dir.")
+
+
+def load_average() -> str:
+    """The machine's 1/5/15-minute load averages, written beside every timing (other jobs share the cores)."""
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())

@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve()
 METHODS = ["kmeans", "gmm", "ai-kmeans", "st-kmeans", "pssc", "dti-kmeans", "dti-gmm", "nt"]
@@ -29,7 +29,6 @@ def child(args) -> None:
     torch.set_num_threads(args.threads)
     sys.path.insert(0, str(HERE.parents[1] / "src"))
     import ticlust
-    from ticlust.methods import Progress
 
     with np.load(data_dir(args.data_dir) / "mnist.npz") as d:
         x = d["x_test"][: 10000 if args.method == "pssc" else 2000]
@@ -66,10 +65,10 @@ def main() -> None:
         rows.append((method, json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else
                      {"error": out.stderr.strip().splitlines()[-1]}))
         print(method, rows[-1][1], flush=True)
-    load = open("/proc/loadavg").read().split()[:3]
+    load = load_average()
     lines = [f"# Longest gap between events ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              f"`python benchmarks/event_gaps.py --threads {args.threads} --seconds {args.seconds:g}`: 2,000 MNIST-test "
-             f"digits (PSSC 10,000), K = 10, defaults, CPU, load average {' '.join(load)} at the end. Target "
+             f"digits (PSSC 10,000), K = 10, defaults, CPU, load average {load} at the end. Target "
              "(issue 19): ≤ 1.5 s on 2 cores for every method.", "",
              "| method | longest gap (s) | before the event of stage | events | seconds run | finished | close (s) |",
              "|---|---|---|---|---|---|---|"]

@@ -22,6 +22,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import ticlust  # noqa: E402
+from _data import load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from ticlust.api import align_one  # noqa: E402
 
 FITS = {"st-kmeans": {"max_iter": 5}, "ai-kmeans": {"max_iter": 5}, "dti-kmeans": {"max_epochs": 30}}
@@ -57,10 +58,10 @@ def main() -> None:
         agree = np.mean([int(np.argmin(align_one(res, x[i], device=args.device)[1])) == res.labels[i] for i in sample])
         rows.append((method, replay, fresh, agree, len(sample)))
         print(rows[-1], flush=True)
-    load = open("/proc/loadavg").read().split()[:3]
+    load = load_average()
     lines = [f"# Inspector: every prototype aligned onto one image ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              f"`python benchmarks/inspector.py --device {args.device} --threads {args.threads} --n {args.n}`: glyph sample, "
-             f"K = 10, 32×32, load average {' '.join(load)}. Targets (issue 17): ≤ 300 ms on 2 CPU cores, ≤ 100 ms on a GPU; "
+             f"K = 10, 32×32, load average {load}. Targets (issue 17): ≤ 300 ms on 2 CPU cores, ≤ 100 ms on a GPU; "
              "the inspector's chosen cluster = the fit's on ≥ 99 %.", "",
              "| method | fitted image (fit's warps replayed) | new image (aligned from scratch) | from-scratch alignment of fitted images picks the fit's cluster |",
              "|---|---|---|---|"]

@@ -25,7 +25,6 @@ import torch  # noqa: E402
 
 import ticlust  # noqa: E402
 from ticlust.evaluation import knn_evaluate  # noqa: E402
-from ticlust.methods import nt  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
 from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 

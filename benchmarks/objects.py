@@ -42,15 +42,13 @@ import ticlust  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
 from ticlust.nuclei import nuclei_field  # noqa: E402
 from ticlust.objects import objects_from_labels, shapes_from_labels  # noqa: E402
-from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 RESULTS = HERE / "results"
 JSON = RESULTS / "objects.json"
 IMAGE_METHODS = ("kmeans", "gmm", "ai-kmeans", "st-kmeans", "pssc", "dti-kmeans", "dti-gmm", "nt")
 
 
-def load() -> str:
-    return " ".join(f"{v:.2f}" for v in os.getloadavg())
 
 
 def commit() -> str:
@@ -95,7 +93,7 @@ def accuracy(args) -> dict:
         for method in args.methods:
             params = params_for(args, method)
             row = {"extraction": extraction, "method": method, "params": params, "commit": commit(),
-                   "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load()}
+                   "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_average()}
             t1 = time.perf_counter()
             try:
                 res = ticlust.fit(stack, method=method, k=3, device="cpu", seed=args.seed, progress=False, **params)
@@ -105,7 +103,7 @@ def accuracy(args) -> dict:
                 row["error"] = f"{type(exc).__name__}: {exc}"[:300]
             row["fit_s"] = round(time.perf_counter() - t1, 2)
             row["total_s"] = round(row["fit_s"] + extract_s, 2)
-            row["load_after"] = load()
+            row["load_after"] = load_average()
             row["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
             out["rows"].append(row)
             print(json.dumps(row), flush=True)
@@ -132,11 +130,11 @@ def shapes(args) -> dict:
     truth = field.kind_of(table["label"])
     out = {"nuclei": {"n_objects": int(len(marks)), "trace_s": round(trace_s, 3), "rows": []}}
     for distance in ("fisher-rao-diagonal", "wasserstein"):
-        load0 = load()
+        load0 = load_average()
         t1 = time.perf_counter()
         res = ticlust.fit(marks, method="shape-kmeans", k=3, seed=args.seed, device="cpu", progress=False, distance=distance)
         row = {"distance": distance, **{k: round(v, 4) for k, v in evaluate(truth, res.labels).items()},
-               "fit_s": round(time.perf_counter() - t1, 2), "load": f"{load0} → {load()}"}
+               "fit_s": round(time.perf_counter() - t1, 2), "load": f"{load0} → {load_average()}"}
         out["nuclei"]["rows"].append(row)
         print(json.dumps(row), flush=True)
     out["osteosarcoma"] = osteosarcoma(args)
@@ -183,7 +181,7 @@ def osteosarcoma(args) -> dict:
         t1 = time.perf_counter()
         res = ticlust.fit(data, method="shape-kmeans", k=6, seed=args.seed, device="cpu", progress=False)
         row = {"landmarks": name, **{k: round(v, 4) for k, v in evaluate(labels, res.labels).items()},
-               "fit_s": round(time.perf_counter() - t1, 2), "load": load()}
+               "fit_s": round(time.perf_counter() - t1, 2), "load": load_average()}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
     return out
@@ -206,7 +204,7 @@ def timing(args) -> dict:
         labels_mib = field.labels.nbytes / 2 ** 20
         times = []
         for _ in range(args.repeats):
-            load0 = load()
+            load0 = load_average()
             t0 = time.perf_counter()
             stack, table = objects_from_labels(field.image, field.labels, **options)
             times.append(time.perf_counter() - t0)
@@ -221,7 +219,7 @@ def timing(args) -> dict:
                "extract_s_min": round(min(times), 3), "extract_s_median": round(float(np.median(times)), 3),
                "repeats": args.repeats, "shapes_s": round(shapes_s, 3), "field_mib": round(field_mib, 1),
                "labels_mib": round(labels_mib, 1), "stack_mib": round(stack.nbytes / 2 ** 20, 1),
-               "peak_alloc_mib": round(peak / 2 ** 20, 1), "load": f"{load0} → {load()}"}
+               "peak_alloc_mib": round(peak / 2 ** 20, 1), "load": f"{load0} → {load_average()}"}
         out["rows"].append(row)
         print(json.dumps(row), flush=True)
         del field, stack, marks

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve()
 
@@ -59,11 +59,11 @@ def main() -> None:
             cmd += ["--data-dir", args.data_dir]
         out = subprocess.run(cmd, capture_output=True, text=True, check=True)
         rows.append((size, json.loads(out.stdout.strip().splitlines()[-1])))
-    load = open("/proc/loadavg").read().split()[:3]
+    load = load_average()
     lines = [f"# PSSC on larger crops ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              f"`python benchmarks/pssc_sizes.py --threads {args.threads} --n {args.n}`: the first {args.n} MNIST-test "
              "digits zoomed (bilinear) to each size, PSSC defaults, K = 10, CPU, load average "
-             f"{' '.join(load)} when it finished (other work ran beside it: times are upper bounds).", "",
+             f"{load} when it finished (other work ran beside it: times are upper bounds).", "",
              "| size | features | PCA through | ACC | ACC (majority) | NMI | seconds | peak RSS (MiB) |", "|---|---|---|---|---|---|---|---|"]
     for size, r in rows:
         via = "Gram (N×N)" if r["features"] > 8192 and args.n < r["features"] else "covariance (F×F)"

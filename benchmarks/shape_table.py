@@ -25,7 +25,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 import ticlust  # noqa: E402
 from ticlust.landmarks import procrustes_align  # noqa: E402
 from ticlust.methods.shape_kmeans import ShapeKMeansConfig, _final  # noqa: E402
-from _data import data_dir  # noqa: E402
+from _data import data_dir, load_average  # noqa: E402
 
 DD2 = dict(distance="fisher-rao-diagonal", type=2)
 # column -> (method, parameters, what it is)
@@ -75,10 +75,6 @@ def objective_at(method: str, params: dict, x: np.ndarray, labels: np.ndarray, k
     return float(_final(cfg, t, torch.from_numpy(labels.astype(np.int64))[None])[3][0])
 
 
-def loadavg() -> str:
-    return " ".join(open("/proc/loadavg").read().split()[:3]) if Path("/proc/loadavg").exists() else "?"
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None)
@@ -92,7 +88,7 @@ def main(argv=None):
     sets = load_sets(data_dir(args.data_dir))
     keys = args.sets.split(",") if args.sets else list(sets)
     variants = [v for v in args.variants.split(",") if v]
-    load0 = loadavg()
+    load0 = load_average()
     ari, secs, diag = {}, {}, {}
     for key in keys:
         name, x, y = sets[key]
@@ -110,10 +106,10 @@ def main(argv=None):
             ari[key, v], secs[key, v] = scores, times
             if v in ("pk", "dd2", "dw", "dd2-l2", "pk-form", "dd2-form"):
                 diag[key, v] = (objective_at(method, params, x, y, k), objective_at(method, params, x, best.labels, k))
-            print(f"{key:10s} {v:9s} ARI {np.mean(scores):.3f} ± {np.std(scores):.3f}  {np.mean(times):.2f} s/fit  load {loadavg()}",
+            print(f"{key:10s} {v:9s} ARI {np.mean(scores):.3f} ± {np.std(scores):.3f}  {np.mean(times):.2f} s/fit  load {load_average()}",
                   flush=True)
     lines = ["# Shape table: shape-kmeans variants beside procrustes-kmeans (issue 15 item 4)", "",
-             f"CPU, torch threads {args.threads}, load average at start {load0}, at end {loadavg()} (2-core machine "
+             f"CPU, torch threads {args.threads}, load average at start {load0}, at end {load_average()} (2-core machine "
              f"shared with other jobs: times are inflated and noisy). ARI: mean ± sd over seeds 0-{args.seeds - 1} "
              "(every variant has random starts); K = the number of groups. `python benchmarks/shape_table.py`.", "",
              "Variants:", ""]

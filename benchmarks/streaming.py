@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 HERE = Path(__file__).resolve()
 
@@ -74,11 +74,11 @@ def main() -> None:
             out = subprocess.run([sys.executable, str(HERE), "--child", str(path), method, "--threads", str(args.threads)],
                                  capture_output=True, text=True, check=True)
             rows.append((method, json.loads(out.stdout.strip().splitlines()[-1])))
-    load = open("/proc/loadavg").read().split()[:3]
+    load = load_average()
     lines = [f"# Streaming memory ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
              f"`python benchmarks/streaming.py --threads {args.threads} --n {args.n}` on a {args.n:,} x 28 x 28 uint8 "
              f"memmap ({file_mb:.0f} MiB; {args.n * 784 * 4 / 2**20:.0f} MiB as float32), K = 10, CPU, "
-             f"load average {' '.join(load)} when it finished. Target (issue 19): K-means peak ≤ 500 MB above "
+             f"load average {load} when it finished. Target (issue 19): K-means peak ≤ 500 MB above "
              "the interpreter's baseline (the RSS after `import ticlust` and opening the memmap).", "",
              "| method | iterations | peak RSS (MiB) | baseline (MiB) | above baseline (MiB) | seconds | cluster sizes |",
              "|---|---|---|---|---|---|---|"]
