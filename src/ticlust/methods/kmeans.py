@@ -44,7 +44,6 @@ class Rows:
             source = source.tensor(device, flat=True)
         self.source, self.device, self.batch_size = source, torch.device(device), int(batch_size)
         self.n, self.dim = (source.n, source.dim) if isinstance(source, Stack) else tuple(source.shape)
-        self.dtype = torch.float32 if isinstance(source, Stack) else source.dtype
 
     @property
     def streams(self) -> bool:
@@ -96,13 +95,9 @@ def as_rows(x, batch_size: int = 8192) -> Rows:
     return x if isinstance(x, Rows) else Rows(x, x.device, batch_size)
 
 
-def squared_distances(x: torch.Tensor, centers: torch.Tensor, x_sq: torch.Tensor | None = None) -> torch.Tensor:
-    """Squared Euclidean distances (B, K) between flat items (B, D) and centres (K, D).
-
-    ``x_sq`` (B, 1), the items' squared norms, can be passed in when they are reused across calls.
-    """
-    if x_sq is None:
-        x_sq = (x * x).sum(1, keepdim=True)
+def squared_distances(x: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean distances (B, K) between flat items (B, D) and centres (K, D)."""
+    x_sq = (x * x).sum(1, keepdim=True)
     d2 = torch.addmm(x_sq + (centers * centers).sum(1)[None], x, centers.T, alpha=-2.0)
     return d2.clamp_min_(0.0)
 
@@ -201,24 +196,22 @@ class KMeans(Method):
         rng = seed_everything(seed)
         x = Rows(stack, device, cfg.batch_size)
         centers = (yield from kmeans_plus_plus_steps(x, cfg.k, rng)) if cfg.init == "k-means++" else random_init(x, cfg.k, rng)
-        history = []
-        for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, cfg.batch_size):
-            history.append(inertia / stack.n)
-            yield Progress(it, cfg.max_iter, history[-1], "Lloyd iterations")
-            yield Snapshot(centers.reshape(cfg.k, *stack.item_shape).cpu().numpy())
-        d2, labels = assign(x, centers, cfg.batch_size)
-        history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
-        return self.result(cfg, KMeansState(centers.cpu().numpy()), labels=labels.cpu().numpy(), scores=d2.cpu().numpy(),
-                           prototypes=centers.reshape(cfg.k, *stack.item_shape).cpu().numpy(), history=history)
+        return (yield from self._lloyd(x, stack, cfg, centers, "Lloyd iterations"))
 
     def refine(self, stack: Stack, cfg: KMeansConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
         x = Rows(stack, device, cfg.batch_size)
         centers = torch.from_numpy(np.asarray(start.prototypes, np.float32).reshape(cfg.k, -1)).to(device)
+        return (yield from self._lloyd(x, stack, cfg, centers, "Refine: Lloyd iterations", pinned))
+
+    def _lloyd(self, x: Rows, stack: Stack, cfg: KMeansConfig, centers: torch.Tensor, stage: str,
+               pinned: torch.Tensor | None = None):
+        """Lloyd iterations from ``centers`` (events), then the final assignment as the result."""
         history = []
-        for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
+        for it, inertia, centers, _ in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
             history.append(inertia / stack.n)
-            yield Progress(it, cfg.max_iter, history[-1], "Refine: Lloyd iterations")
+            yield Progress(it, cfg.max_iter, history[-1], stage)
+            yield Snapshot(centers.reshape(cfg.k, *stack.item_shape).cpu().numpy())
         d2 = x.distances(centers)
         labels = keep_pinned(d2.argmin(1), pinned)
         history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
