@@ -380,14 +380,16 @@ def test_item_objective_is_the_eq17_term_of_each_candidate():
 
 
 def test_exact_re_solve_of_the_best_few_matches_re_solving_all():
-    """resolve_top: re-solving only each item's best few moved candidates picks what re-solving all picks
-    (here, where most candidates leave the fast path's support), and never a worse criterion than none."""
+    """resolve_top: re-solving only each item's best few candidates (ranked by the fast path) picks what
+    re-solving all picks (here, where most candidates leave the fast path's support), and never a worse
+    criterion than the feasible thresholded forms without any re-solve."""
     rng = np.random.default_rng(5)
     q, tau, nu = _rand(rng, 40, 30) * 0.5, _rand(rng, 6, 30) * 2, _rand(rng, 2, 30) * 2
     cfgs = {top: nt.NTConfig(k=6, lam0=0.5, resolve_top=top) for top in (0, 4)}
     mats = nt.pair_mats(tau, nu, 0.5)
-    _, mags = nt.candidates(q, tau, nu, 0.5, 0.03, full=False, mats=mats, resolve=False)
+    score, mags = nt.candidates(q, tau, nu, 0.5, 0.03, full=False, mats=mats, resolve=False)
     assert mags.moved.float().mean() > 0.5
+    nt.estimate_moved(mags, score, tau, 0.5)          # every moved candidate at its feasible thresholded form
     out = {top: nt.assign_batch(q, tau, nu, cfg, mats) for top, cfg in cfgs.items()}
     none = nt.item_objective(q, mags, tau, nu).reshape(40, -1).min(1).values
     assert torch.equal(out[4][0], out[0][0]) and torch.equal(out[4][1], out[0][1])

@@ -392,8 +392,9 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     Fast path: on the support S = {|q| > lam1} of the plain soft threshold, the sums that define the
     quartic, its roots' objectives and the score are matrix products over M (:func:`support_solution`).
     A candidate whose thresholded solution may leave S (a cheap sufficient test) is re-solved exactly by
-    :func:`ratio_project` (with ``resolve``; else they keep their thresholded closed form, scored exactly,
-    for the caller to re-solve the ones it needs with :func:`resolve_moved`). Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
+    :func:`ratio_project` (with ``resolve``; else every candidate keeps the fast path's values — for a
+    moved one the closed form on S, which may be infeasible — and the caller picks the ones it needs, then
+    runs :func:`estimate_moved` and :func:`resolve_moved` on them). Returns (scores, magnitudes) where magnitudes(i, c1, c2) (a
     :class:`CandidateMagnitudes`) gives |y| (len(i), M) of the chosen candidates; with ``full`` the
     (B, C_d, C_s, M) tensor of all instead. ``mats`` is :func:`pair_mats` of (tau, nu, lam0), computed
     here when not given.
@@ -410,9 +411,9 @@ def candidates(q: torch.Tensor, tau: torch.Tensor, nu: torch.Tensor, lam0: float
     v3 = pos[:, None, :] * nu.clamp_min(0)[None] + neg[:, None, :] * (-nu).clamp_min(0)[None]     # (B, Cs, M)
     kk = 1 + 2 * lam0 * tau * tau                                           # (Cd, M)
     mags = CandidateMagnitudes(p, g3, v3, alpha, beta, 1.0 / kk, may_leave_support(p, sup, g3, v3, alpha, beta), jv)
-    if bool(mags.moved.any()):
+    if resolve and bool(mags.moved.any()):
         estimate_moved(mags, score, tau, lam0)
-        if resolve and support_iters > 0:
+        if support_iters > 0:
             resolve_moved(mags, score, tau, lam0, support_iters)
     if not full:
         return score, mags
@@ -443,11 +444,19 @@ def assign_batch(q, tau, nu, cfg, mats):
                                    resolve=top == 0)
     crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
     b, cd, cs = score.shape
-    if top > 0 and magnitudes.exact is not None and cfg.support_iters > 0:       # exact re-solve of the best few
+    if top > 0 and bool(magnitudes.moved.any()):              # exact re-solve of each item's best few
         best = torch.zeros(b, cd * cs, dtype=torch.bool, device=q.device)
         best.scatter_(1, crit.reshape(b, cd * cs).topk(min(top, cd * cs), 1, largest=False).indices, True)
-        resolve_moved(magnitudes, score, tau, cfg.lam0, cfg.support_iters, best.reshape(b, cd, cs) & magnitudes.moved)
+        best = best.reshape(b, cd, cs)
+        dropped = magnitudes.moved & ~best                     # fast-path values not to be trusted: out of the running
+        magnitudes.moved = magnitudes.moved & best
+        estimate_moved(magnitudes, score, tau, cfg.lam0)
+        if cfg.support_iters > 0:
+            resolve_moved(magnitudes, score, tau, cfg.lam0, cfg.support_iters)
         crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
+        chosen = crit.masked_fill(dropped, math.inf).reshape(b, -1).min(1).values[:, None, None]
+        floor = torch.nextafter(chosen, torch.full_like(chosen, math.inf))    # never re-solved: never ahead of the chosen
+        crit = torch.where(dropped, torch.maximum(crit, floor), crit)
     flat = crit.reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
     y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
