@@ -52,6 +52,7 @@ def spoiled_and_mended(x, y, method, opts):
 
 CASES = {
     "procrustes-kmeans": (three_shapes, {}),
+    "shape-kmeans": (three_shapes, {}),
 }
 
 
