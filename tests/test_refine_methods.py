@@ -14,7 +14,7 @@ import pytest
 import ticlust
 from ticlust import curation
 from ticlust.landmarks import MEAN_SHAPE_A, MEAN_SHAPE_B, simulate_shapes
-from ticlust.samples import glyphs_sample
+from ticlust.samples import digits_sample, glyphs_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,6 +24,13 @@ def three_shapes():
     bent = MEAN_SHAPE_A.copy()
     bent[2:4] += np.array([[-15.0, 20.0], [10.0, 25.0]])
     return simulate_shapes(np.stack([MEAN_SHAPE_A, MEAN_SHAPE_B, bent]), n=45, sigma=3.0, seed=0)
+
+
+def four_digits():
+    """30 each of the digits 0, 1, 4 and 7 at 16×16 (the package's sample), labelled 0-3."""
+    x, y = digits_sample(16)
+    index = np.concatenate([np.flatnonzero(y == d)[:30] for d in (0, 1, 4, 7)])
+    return x[index], np.repeat(np.arange(4), 30)
 
 
 def glyphs():
@@ -53,6 +60,7 @@ def spoiled_and_mended(x, y, method, opts):
 CASES = {
     "procrustes-kmeans": (three_shapes, {}),
     "shape-kmeans": (three_shapes, {}),
+    "pssc": (four_digits, dict(pad_to=16, scales=2, candidates=120, representatives=40, restarts=3, poc=0)),
 }
 
 
