@@ -60,6 +60,7 @@ def spoiled_and_mended(x, y, method, opts):
 CASES = {
     "procrustes-kmeans": (three_shapes, {}),
     "shape-kmeans": (three_shapes, {}),
+    "nt": (four_digits, dict(max_iter=5, m=256, init="kmeans")),
     "pssc": (four_digits, dict(pad_to=16, scales=2, candidates=120, representatives=40, restarts=3, poc=0)),
 }
 
