@@ -57,9 +57,13 @@ def spoiled_and_mended(x, y, method, opts):
     return good, spoiled, curation.move(mended, moved, majority(mended.labels, y, groups - 1)), moved
 
 
+DTI_SMALL = dict(max_epochs=4, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=16, encoder_width=0.25,
+                 threads=1, refine_epochs=3)
 CASES = {
     "procrustes-kmeans": (three_shapes, {}),
     "shape-kmeans": (three_shapes, {}),
+    "dti-kmeans": (four_digits, DTI_SMALL),
+    "dti-gmm": (four_digits, DTI_SMALL),
     "nt": (four_digits, dict(max_iter=5, m=256, init="kmeans")),
     "pssc": (four_digits, dict(pad_to=16, scales=2, candidates=120, representatives=40, restarts=3, poc=0)),
 }
