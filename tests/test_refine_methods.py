@@ -14,7 +14,8 @@ import pytest
 import ticlust
 from ticlust import curation
 from ticlust.landmarks import MEAN_SHAPE_A, MEAN_SHAPE_B, simulate_shapes
-from ticlust.samples import digits_sample, glyphs_sample
+from ticlust.methods.base import Done, Progress
+from ticlust.samples import digits_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -31,10 +32,6 @@ def four_digits():
     x, y = digits_sample(16)
     index = np.concatenate([np.flatnonzero(y == d)[:30] for d in (0, 1, 4, 7)])
     return x[index], np.repeat(np.arange(4), 30)
-
-
-def glyphs():
-    return glyphs_sample(n_per_class=10, size=16, seed=1)
 
 
 def majority(labels, y, group) -> int:
@@ -86,7 +83,9 @@ def test_refine_mends_a_spoiled_clustering(method, tmp_path):
     assert refined.history and np.isfinite(refined.history[-1])
     for field in ("labels", "scores", "prototypes", "pinned"):                        # the input is left as it was
         assert np.array_equal(getattr(mended, field), getattr(before, field))
-    again = curation.refine(x, mended, device="cpu")                                  # same result twice
+    events = list(curation.refine_events(x, mended, device="cpu"))                    # events for the widget's bar
+    assert any(isinstance(e, Progress) for e in events) and isinstance(events[-1], Done)
+    again = events[-1].result                                                         # and the same result twice
     assert np.array_equal(again.labels, refined.labels) and np.array_equal(again.prototypes, refined.prototypes)
     free = curation.refine(x, mended, device="cpu", keep_pinned=False)               # unpinned, they go back
     assert np.all(free.labels[moved] == majority(free.labels, y, 0))
