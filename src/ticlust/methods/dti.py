@@ -73,7 +73,8 @@ class DTIKMeansConfig:
                                   low=1, gui=False)
     threads: int = param(0, "CPU threads for torch (0: leave as is)", low=0, gui=False)
     refine_epochs: int = param(10, "Epochs of a Refine (from a clustering edited by hand): a fresh network with every "
-                               "module in from the start learns the alignments onto the edited prototypes", low=1)
+                               "module in learns the alignments onto the edited prototypes, the first half with "
+                               "every item held in its edited cluster", low=1)
     record_labels: bool = param(False, "Keep every epoch's training assignments in extras['epoch_labels'] (for benchmarks)", gui=False)
 
 
@@ -613,15 +614,19 @@ class DTIKMeans(Method):
 
         The edit dropped the network (the state), so encoder and heads start fresh, with the fit's seed. The heads
         start at the identity, so the first steps see the edited prototypes as they are, and the curriculum is
-        skipped: it exists to find prototypes before warps can hide them, and these are already found. No
-        cluster moves (re-seeding, splits): the clusters are the user's. GMM variances and weights start afresh."""
+        skipped: it exists to find prototypes before warps can hide them, and these are already found. The first
+        half of the epochs hold every item in its edited cluster, so that the fresh network learns the alignments
+        the edit asks for before assignments may change (measured: freeing them at once lost accuracy, see
+        docs/refine.md). No cluster moves (re-seeding, splits): the clusters are the user's. GMM variances and
+        weights start afresh."""
         with torch_threads(cfg.threads):
             protos = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
             run = DTIRun(stack, cfg, device, int(start.config.get("seed", 0)), self.gmm, protos)
-            run.pinned = pinned.to(device)
+            edited = torch.from_numpy(np.asarray(start.labels, np.int64)).to(device)
             run.curriculum.active = len(run.modules)
             run.total = cfg.refine_epochs * math.ceil(len(run.x) / run.batch_size)
-            for _ in range(cfg.refine_epochs):
+            for epoch in range(cfg.refine_epochs):
+                run.pinned = edited if epoch < cfg.refine_epochs // 2 else pinned.to(device)
                 yield from run.run_epoch()
                 yield Snapshot(_protos_numpy(run.model, run.channels_last))
             return (yield from self._fitted(run, time.perf_counter() - run.start))
