@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ticlust
-from ticlust import cli
+from ticlust import cli, curation
 from ticlust.errors import InputError
 from ticlust.methods.base import Method, Progress, Snapshot, get_method, param, register, unregister
 from ticlust.result import FittedState
@@ -107,6 +107,12 @@ class Toy(Method):
         yield Snapshot(np.zeros((cfg.k, *stack.item_shape), np.float32))
         return self.result(cfg, ToyState(edges), **self.scored(stack, edges, cfg), history=[0.0])
 
+    def refine(self, stack: Stack, cfg: ToyConfig, start, pinned, device):
+        """Bins again (they do not depend on a start), the pinned items kept in their cluster."""
+        result = yield from self.train(stack, cfg, device, seed=0)
+        result.labels = np.where(pinned.numpy() >= 0, pinned.numpy(), result.labels)
+        return result
+
     def scored(self, stack: Stack, edges: np.ndarray, cfg: ToyConfig) -> dict:
         means = stack.numpy().reshape(stack.n, -1).mean(1)
         labels = np.searchsorted(edges, means)
@@ -139,6 +145,8 @@ def test_a_registered_toy_method_works_everywhere(toy, tmp_path, capsys):
     saved = ticlust.load_result(res.save(tmp_path / "toy.npz"))
     assert isinstance(saved.state, ToyState) and np.array_equal(saved.state.thresholds, res.state.thresholds)
     assert np.array_equal(ticlust.predict(saved, x).labels, res.labels)
+    refined = curation.refine(x, curation.move(res, [0], 2))
+    assert refined.labels[0] == 2 and np.array_equal(refined.labels[1:], res.labels[1:])
     assert cli.main(["methods"]) == 0
     assert "toy-bins: Brightness bins (test)" in capsys.readouterr().out
     np.save(tmp_path / "x.npy", x)

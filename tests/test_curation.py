@@ -87,9 +87,6 @@ def test_edits_are_checked(blobs):
         curation.move(res, [500], 0)
     with pytest.raises(InputError, match="items"):
         curation.refine(x[:10], curation.move(res, [0], 1))
-    with pytest.raises(InputError, match="not available"):
-        curation.refine(x, curation.move(ticlust.fit(x, method="pssc", k=4, seed=0, pad_to=8, scales=2,
-                                                      candidates=40, representatives=10), [0], 1))
 
 
 def test_export_gallery_from_the_cli(blobs, tmp_path, capsys):

@@ -159,8 +159,9 @@ class Method(abc.ABC):
     """A clustering method, shared like scikit-learn's ``_BaseKMeans`` is between its variants.
 
     A subclass sets the class attributes and writes its maths: ``train`` (a generator of Progress /
-    Snapshot events that *returns* its ClusteringResult, made with :meth:`result`) and ``predict``
-    (new items → a result), and ``align`` if it aligns prototypes onto images. The base owns the rest:
+    Snapshot events that *returns* its ClusteringResult, made with :meth:`result`), ``refine`` (the same
+    from an edited result) and ``predict`` (new items → a result), and ``align`` if it aligns prototypes
+    onto images. The base owns the rest:
     the registered name, the config ⇄ result round trip, the typed fitted state, result assembly,
     draining a generator and keeping the best of several runs.
     """
@@ -218,11 +219,11 @@ class Method(abc.ABC):
     def predict(self, result: ClusteringResult, items, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """New items assigned with the fitted prototypes (and transforms); ``batch_size`` None: the config's."""
 
+    @abc.abstractmethod
     def refine(self, items, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
-        """Re-fit from an edited result (warm start), keeping items with ``pinned`` ≥ 0 in that cluster:
-        a generator like ``train``. Methods that cannot yet say so in one sentence."""
-        raise InputError(f"Refine is not available for {self.name} yet: fit again with the K you want instead.")
-        yield  # pragma: no cover  (a generator, like train)
+        """Re-fit from an edited result (``ticlust.curation``): a generator like ``train``, warm started from
+        ``start``'s labels or prototypes (its fitted state was dropped by the edit), keeping every item with
+        ``pinned`` ≥ 0 in that cluster; randomness from the fit's seed (``start.config``), so it repeats."""
 
 
 def drain(events):

@@ -26,7 +26,7 @@ from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
 from .base import Method, Progress, Snapshot, drain, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
-from .kmeans import kmeans_plus_plus
+from .kmeans import keep_pinned, kmeans_plus_plus
 
 MODULE_CHOICES = ("auto", "color", "affine", "projective", "tps", "morpho")
 
@@ -72,6 +72,9 @@ class DTIKMeansConfig:
     infer_batch_size: int = param(256, "Images per batch when aligning every image after training or assigning new ones",
                                   low=1, gui=False)
     threads: int = param(0, "CPU threads for torch (0: leave as is)", low=0, gui=False)
+    refine_epochs: int = param(10, "Epochs of a Refine (from a clustering edited by hand): a fresh network with every "
+                               "module in learns the alignments onto the edited prototypes, the first half with "
+                               "every item held in its edited cluster", low=1)
     record_labels: bool = param(False, "Keep every epoch's training assignments in extras['epoch_labels'] (for benchmarks)", gui=False)
 
 
@@ -358,7 +361,7 @@ class DTIRun:
     """One training run: the model, its optimizer and curriculum, and the bookkeeping its result
     reports (loss per epoch, timings, cluster moves, optionally every epoch's labels)."""
 
-    def __init__(self, stack: Stack, cfg, device: torch.device, seed: int, gmm: bool):
+    def __init__(self, stack: Stack, cfg, device: torch.device, seed: int, gmm: bool, prototypes: torch.Tensor | None = None):
         check_images(stack)
         size = stack.item_shape[:2]
         rng = seed_everything(seed)
@@ -369,7 +372,7 @@ class DTIRun:
         self.modules = resolve_modules(cfg, self.x.shape[1], size)
         self.model = model = DTIModel(cfg, self.x.shape[1], size, self.modules, gmm).to(device)
         with torch.no_grad():
-            model.prototypes.copy_(initial_prototypes(self.x, cfg.k, cfg.init, rng))
+            model.prototypes.copy_(initial_prototypes(self.x, cfg.k, cfg.init, rng) if prototypes is None else prototypes)
         if device.type == "cpu":
             model.encoder.to(memory_format=torch.channels_last)
         if cfg.compile:
@@ -387,6 +390,7 @@ class DTIRun:
         self.epoch = self.step = 0
         self.start = self.reported_at = time.perf_counter()
         self.reported = float("nan")      # the last loss read back from the device, for Progress
+        self.pinned: torch.Tensor | None = None   # (N,) clusters the user fixed items to (-1: free), for Refine
         model.train()
 
     def run_epoch(self):
@@ -400,8 +404,9 @@ class DTIRun:
             xb = self.x[idx.to(self.device)]
             if self.device.type == "cpu":
                 xb = xb.contiguous(memory_format=torch.channels_last)
+            pins = None if self.pinned is None else self.pinned[idx.to(self.device)]
             loss, assigned, report, dist = _step(self.model, xb, self.curriculum.active, self.weights, self.autocast,
-                                                 self.model.gmm, cfg)
+                                                 self.model.gmm, cfg, pins)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.step < self.warmup_steps:
@@ -457,6 +462,18 @@ class DTIRun:
         return timing, extras
 
 
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """torch's CPU thread count set to ``n`` (0: left as is) for one run only: the count is the process's."""
+    before = torch.get_num_threads()
+    try:
+        if n:
+            torch.set_num_threads(n)
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def _stage_name(modules, curriculum):
     names = ["identity", *modules[: curriculum.active]]
     return ("+".join(names) + (" (lr/10)" if curriculum.final else ""))[:32]
@@ -466,14 +483,15 @@ def _protos_numpy(model, channels_last):
     return from_nchw(model.prototypes.detach(), channels_last).cpu().numpy().copy()
 
 
-def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
+def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None):
     """One batch: the loss to back-propagate, each item's cluster, the loss value to report (a 0-d
     tensor: reading it would wait for the device) and the (B, K) squared distances to every transformed
     prototype (GMM: mean), without a graph.
 
     K-means: Eq. 4's gradient only involves each item's closest transformed prototype, so all B×K
     transforms are computed without a graph and only the B winners are re-done with one (the same
-    loss and gradient, a fraction of the memory and time).
+    loss and gradient, a fraction of the memory and time). ``pinned`` (B,): clusters the user fixed
+    items to (-1: free); such an item is assigned there (GMM: its responsibility is one-hot there).
     """
     params = model.predict_params(xb, active, autocast)
     protos = model.prototypes[None]
@@ -481,7 +499,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     if not gmm:
         with torch.no_grad():
             d = sq_distances(x, model.transform(protos, [p.detach() for p in params], active), weights)
-            best = d.argmin(1)
+            best = keep_pinned(d.argmin(1), pinned)
         rows = torch.arange(len(best), device=best.device)
         chosen = [p[rows, best] for p in params]
         recon = model.transform(model.prototypes[best], chosen, active)
@@ -492,10 +510,12 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     log_pi = torch.log_softmax(model.eta, 0)
     joint = gmm_loglik(x, means, var, cfg.sigma_min, weights) + log_pi
     gamma = torch.softmax(joint.detach(), 1)
+    if pinned is not None:
+        gamma = torch.where((pinned >= 0)[:, None], torch.nn.functional.one_hot(pinned.clamp_min(0), model.k).to(gamma.dtype), gamma)
     d = xb[0].numel()
     loss = -(gamma * joint).sum(1).mean() / d
     nll = -torch.logsumexp(joint.detach(), 1).mean() / d
-    return loss, joint.detach().argmax(1), nll, sq_distances(x, means.detach(), weights)
+    return loss, keep_pinned(joint.detach().argmax(1), pinned), nll, sq_distances(x, means.detach(), weights)
 
 
 @torch.no_grad()
@@ -513,30 +533,32 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
     return params, recon, sq_distances(xb[:, None], recon, weights)
 
 
-def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int):
+def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int, pinned=None):
     """Every item aligned by the model, with all its modules (generator: Progress per batch, so a long
     pass can be cancelled): returns the result's fields (scores, labels, aligned prototypes, per-module
-    parameters, display grids; GMM: responsibilities, variances and mixing weights) and the mean loss."""
+    parameters, display grids; GMM: responsibilities, variances and mixing weights) and the mean loss.
+    ``pinned`` (N,): clusters the user fixed items to (-1: free); those are assigned and aligned there."""
     model.eval()
     modules, gmm = model.sequence.names, model.gmm
     active = len(modules)
     channels_last = _channels_last(stack)
     lattice = (cfg.grid_lattice, cfg.grid_lattice)
-    scores, aligned, grids, loss_terms = [], [], [], []
+    scores, labels_all, aligned, grids, loss_terms = [], [], [], [], []
     per_module = {m: [] for m in modules}
     resp = []
     n_batches = -(-stack.n // batch_size)
-    for i, (_, batch) in enumerate(stack.batches(batch_size)):
+    for i, (s, batch) in enumerate(stack.batches(batch_size)):
         yield Progress(i, n_batches, float("nan"), "Aligning every image")
         xb = to_nchw(torch.from_numpy(batch).to(device))
         params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg)
-        labels = score.argmin(1)
+        labels = keep_pinned(score.argmin(1), None if pinned is None else pinned[s:s + len(batch)])
         scores.append(score)
+        labels_all.append(labels)
         if gmm:
             resp.append(torch.softmax(-score, 1))
             loss_terms.append(-torch.logsumexp(-score, 1) / xb[0].numel())
         else:
-            loss_terms.append(score.min(1).values)
+            loss_terms.append(score.gather(1, labels[:, None])[:, 0])
         rows = torch.arange(len(labels), device=labels.device)
         aligned.append(from_nchw(recon[rows, labels], channels_last))
         chosen = [p[rows, labels] for p in params]
@@ -546,7 +568,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
                      if any(mod.spatial for mod in model.sequence.modules[:active])
                      else model_lattice(model.size, lattice, len(labels), device))
     scores = torch.cat(scores).cpu().numpy()
-    fields = dict(labels=scores.argmin(1), scores=scores, aligned=torch.cat(aligned).cpu().numpy(),
+    fields = dict(labels=torch.cat(labels_all).cpu().numpy(), scores=scores, aligned=torch.cat(aligned).cpu().numpy(),
                   aligned_kind="prototype-on-item", grids=torch.cat(grids).cpu().numpy(),
                   params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()}, extras={})
     if gmm:
@@ -577,10 +599,7 @@ class DTIKMeans(Method):
 
     def train(self, stack: Stack, cfg, device: torch.device, seed: int):
         """Train on the images (Progress each step, Snapshot each epoch) and return the result."""
-        before = torch.get_num_threads()
-        try:   # the thread count is the process's: set it for this run only
-            if cfg.threads:
-                torch.set_num_threads(cfg.threads)
+        with torch_threads(cfg.threads):
             run = DTIRun(stack, cfg, device, seed, self.gmm)
             while not run.curriculum.done:
                 tally = yield from run.run_epoch()
@@ -588,15 +607,36 @@ class DTIKMeans(Method):
                 yield Snapshot(_protos_numpy(run.model, run.channels_last))
             train_s = time.perf_counter() - run.start
             return (yield from self._fitted(run, train_s))
-        finally:
-            torch.set_num_threads(before)
+
+    def refine(self, stack: Stack, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """``refine_epochs`` epochs from the edited prototypes with every module in, then every item aligned; pinned
+        items are assigned to their cluster in training and in the result.
+
+        The edit dropped the network (the state), so encoder and heads start fresh, with the fit's seed. The heads
+        start at the identity, so the first steps see the edited prototypes as they are, and the curriculum is
+        skipped: it exists to find prototypes before warps can hide them, and these are already found. The first
+        half of the epochs hold every item in its edited cluster, so that the fresh network learns the alignments
+        the edit asks for before assignments may change (measured: freeing them at once lost accuracy, see
+        docs/refine.md). No cluster moves (re-seeding, splits): the clusters are the user's. GMM variances and
+        weights start afresh."""
+        with torch_threads(cfg.threads):
+            protos = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
+            run = DTIRun(stack, cfg, device, int(start.config.get("seed", 0)), self.gmm, protos)
+            edited = torch.from_numpy(np.asarray(start.labels, np.int64)).to(device)
+            run.curriculum.active = len(run.modules)
+            run.total = cfg.refine_epochs * math.ceil(len(run.x) / run.batch_size)
+            for epoch in range(cfg.refine_epochs):
+                run.pinned = edited if epoch < cfg.refine_epochs // 2 else pinned.to(device)
+                yield from run.run_epoch()
+                yield Snapshot(_protos_numpy(run.model, run.channels_last))
+            return (yield from self._fitted(run, time.perf_counter() - run.start))
 
     def _fitted(self, run: DTIRun, train_s: float):
         """The result of a finished run (generator): every item aligned by the final model, the run's report
         and the weights."""
         cfg, model = run.cfg, run.model
         fields, final_loss = yield from _infer(model, run.stack, run.device, cfg, run.weights, run.autocast,
-                                               max(run.batch_size, cfg.infer_batch_size))
+                                               max(run.batch_size, cfg.infer_batch_size), run.pinned)
         timing, extras = run.report(train_s)
         fields["extras"].update(extras)
         state = DTIState(np.asarray(run.modules), {k: v.detach().cpu().numpy() for k, v in model.state_dict().items()})

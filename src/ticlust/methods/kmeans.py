@@ -150,6 +150,15 @@ def keep_pinned(labels: torch.Tensor, pinned: torch.Tensor | None) -> torch.Tens
     return labels if pinned is None else torch.where(pinned >= 0, pinned.to(labels.device), labels)
 
 
+def partition_means(x: torch.Tensor, labels: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+    """Mean row (K, D) of each cluster of ``labels`` (N,) over rows ``x`` (N, D); an empty cluster keeps its
+    ``fallback`` row. Refine starts Lloyd here: the centres of the user's edited partition."""
+    one_hot = torch.nn.functional.one_hot(labels, len(fallback)).to(x.dtype)
+    counts = one_hot.sum(0)
+    means = (one_hot.T @ x) / counts.clamp_min(1)[:, None]
+    return torch.where(counts[:, None] > 0, means, fallback.to(device=x.device, dtype=x.dtype))
+
+
 def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batch_size: int = 8192,
           pinned: torch.Tensor | None = None) -> Iterator[tuple[int, float, torch.Tensor, torch.Tensor]]:
     """Lloyd iterations from ``centers``; yields (iteration, inertia, centres, labels) after each update.

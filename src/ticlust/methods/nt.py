@@ -15,6 +15,7 @@ representation that candidate. tau and nu are then updated in closed form
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ class NTConfig:
     lam3: float = param(16.0, "lambda3: weight of ||A A^T - I||_F^2", low=0.0)
     lam4: float = param(16.0, "lambda4: weight of -log|det A^T A|", low=1e-9)
     max_iter: int = param(100, "Iterations (the paper stops after the 100th)", low=1, essential=True)
+    refine_iter: int = param(10, "Iterations of a Refine, which starts from a clustering edited by hand", low=1)
     tol: float = param(0.0, "Also stop when fewer than this fraction of items change cluster (0 = run all iterations)",
                        low=0.0, high=1.0)
     online_rho: float = param(0.5, "Step rho of the online A update A <- A - rho (A - A_hat)", low=0.0, high=1.0)
@@ -432,12 +434,21 @@ def item_objective(q, mags: CandidateMagnitudes, tau, nu) -> torch.Tensor:
     return mags.objective + 0.5 * qq[:, None, None] + fit
 
 
-def assign_batch(q, tau, nu, cfg, mats):
+def pinned_only(crit: torch.Tensor, pinned: torch.Tensor | None) -> torch.Tensor:
+    """The criterion (B, C_d, C_s) with every cluster but its own ruled out (inf) for a pinned item (pinned ≥ 0)."""
+    if pinned is None:
+        return crit
+    other = (torch.arange(crit.shape[1], device=crit.device)[None] != pinned[:, None]) & (pinned[:, None] >= 0)
+    return crit.masked_fill(other[:, :, None], math.inf)
+
+
+def assign_batch(q, tau, nu, cfg, mats, pinned=None):
     """Joint assignment of a batch: labels c1, c2, representation y, and the criterion (B, C_d) min over c2.
 
     ``assignment="objective"``: (c1, c2) minimise the item's term of Eq. 17 (:func:`item_objective`);
     ``"published"``: they minimise the min-max score s_P alone (Eq. 26). Lower = closer in both.
-    ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0).
+    ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0). ``pinned`` (B,): clusters the user fixed items to
+    (-1: free); such an item takes its best pair within that cluster.
     """
     top = cfg.resolve_top
     score, magnitudes = candidates(q, tau, nu, cfg.lam0, cfg.lam1, cfg.support_iters, full=False, mats=mats,
@@ -446,7 +457,7 @@ def assign_batch(q, tau, nu, cfg, mats):
     b, cd, cs = score.shape
     if top > 0 and bool(magnitudes.moved.any()):              # exact re-solve of each item's best few
         best = torch.zeros(b, cd * cs, dtype=torch.bool, device=q.device)
-        best.scatter_(1, crit.reshape(b, cd * cs).topk(min(top, cd * cs), 1, largest=False).indices, True)
+        best.scatter_(1, pinned_only(crit, pinned).reshape(b, cd * cs).topk(min(top, cd * cs), 1, largest=False).indices, True)
         best = best.reshape(b, cd, cs)
         dropped = magnitudes.moved & ~best                     # fast-path values not to be trusted: out of the running
         magnitudes.moved = magnitudes.moved & best
@@ -457,19 +468,21 @@ def assign_batch(q, tau, nu, cfg, mats):
         chosen = crit.masked_fill(dropped, math.inf).reshape(b, -1).min(1).values[:, None, None]
         floor = torch.nextafter(chosen, torch.full_like(chosen, math.inf))    # never re-solved: never ahead of the chosen
         crit = torch.where(dropped, torch.maximum(crit, floor), crit)
-    flat = crit.reshape(b, cd * cs).argmin(1)
+    flat = pinned_only(crit, pinned).reshape(b, cd * cs).argmin(1)
     c1, c2 = flat // cs, flat % cs
     y = torch.sign(q) * magnitudes(torch.arange(b, device=q.device), c1, c2)
     return c1, c2, y, crit.min(2).values
 
 
-def assign_batches(q, tau, nu, cfg, mats):
+def assign_batches(q, tau, nu, cfg, mats, pinned=None):
     """Generator: assign the items batch by batch, yielding (done, total) batches after each; returns
-    (c1, c2, y, criterion) for all. ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch."""
+    (c1, c2, y, criterion) for all. ``mats`` is :func:`pair_mats` of (tau, nu, cfg.lam0), shared by every batch;
+    ``pinned``: as in :func:`assign_batch`."""
     starts = range(0, q.shape[0], cfg.batch_size)
     outs = []
     for i, lo in enumerate(starts):
-        outs.append(assign_batch(q[lo:lo + cfg.batch_size], tau, nu, cfg, mats))
+        part = None if pinned is None else pinned[lo:lo + cfg.batch_size]
+        outs.append(assign_batch(q[lo:lo + cfg.batch_size], tau, nu, cfg, mats, part))
         yield i + 1, len(starts)
     return tuple(torch.cat(t) for t in zip(*outs))
 
@@ -733,20 +746,20 @@ def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.ran
     return x, a, tau, nu
 
 
-def assignment_stage(x, a, tau, nu, cfg: NTConfig):
-    """Generator, Stage 1: q = A x and the joint assignment of every item, yielding (done, total) batches;
-    returns (Assignment, the objective it reaches)."""
+def assignment_stage(x, a, tau, nu, cfg: NTConfig, pinned=None):
+    """Generator, Stage 1: q = A x and the joint assignment of every item (pinned ones within their cluster),
+    yielding (done, total) batches; returns (Assignment, the objective it reaches)."""
     q = x @ a.T
-    c1, c2, y, scores = yield from assign_batches(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0))
+    c1, c2, y, scores = yield from assign_batches(q, tau, nu, cfg, pair_mats(tau, nu, cfg.lam0), pinned)
     return Assignment(q, c1, c2, y, scores), total_objective(q, y, c1, c2, tau, nu, a, cfg)
 
 
-def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int) -> torch.Tensor:
+def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int, pinned: torch.Tensor | None = None) -> torch.Tensor:
     """Labels with every empty cluster given one item (our addition, not in the paper).
 
     The items are taken in order of decreasing ``best`` (their assignment criterion: the worst-fitting
-    first), each from a cluster that keeps at least one member; the tau update (Eq. 28) then fits the
-    new cluster's tau to it. One host copy per call, only when a cluster is empty.
+    first), each from a cluster that keeps at least one member, never a ``pinned`` one (≥ 0); the tau
+    update (Eq. 28) then fits the new cluster's tau to it. One host copy per call, only when a cluster is empty.
     """
     counts = torch.bincount(c1, minlength=k)
     empty = torch.nonzero(counts == 0).flatten().tolist()
@@ -754,10 +767,11 @@ def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int) -> torch.Tensor:
         return c1
     c1, counts = c1.clone(), counts.tolist()
     labels = c1.tolist()
+    free = [True] * len(labels) if pinned is None else (pinned < 0).tolist()
     for i in torch.argsort(best, descending=True).tolist():
         if not empty:
             break
-        if counts[labels[i]] > 1:
+        if counts[labels[i]] > 1 and free[i]:
             c = empty.pop(0)
             counts[labels[i]] -= 1
             counts[c] += 1
@@ -765,12 +779,12 @@ def reseed_empty(c1: torch.Tensor, best: torch.Tensor, k: int) -> torch.Tensor:
     return c1
 
 
-def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator):
+def update_stage(x, asg: Assignment, tau, nu, a, cfg: NTConfig, rng: np.random.Generator, pinned=None):
     """Generator (yields None after each sub-step, for events; returns (tau, nu, A)). Stages 2 and 3: tau (Eq. 28), then nu (Eq. 29), then the online step on A (Eq. 30) from a random batch.
 
-    With ``reseed_empty``, empty clusters first get an item each (:func:`reseed_empty`)."""
+    With ``reseed_empty``, empty clusters first get an item each (:func:`reseed_empty`), never a pinned one."""
     if cfg.reseed_empty:
-        asg = asg._replace(c1=reseed_empty(asg.c1, asg.scores.gather(1, asg.c1[:, None])[:, 0], cfg.k))
+        asg = asg._replace(c1=reseed_empty(asg.c1, asg.scores.gather(1, asg.c1[:, None])[:, 0], cfg.k, pinned))
     tau = update_tau(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
     yield
     nu = update_nu(asg.q, asg.y, asg.c1, asg.c2, tau, nu, cfg)
@@ -791,6 +805,12 @@ def kmeans_start(x, q, tau, nu, cfg, rng):
     labels = None
     for _, _, centers, labels in lloyd(x, centers, max_iter=100):
         pass
+    return fit_to_partition(q, labels, tau, nu, cfg)
+
+
+def fit_to_partition(q, labels, tau, nu, cfg):
+    """tau, nu fitted (Eq. 28-29) to a partition of the transformed items q, with the soft threshold of q as
+    the representation and each item's nu the one it overlaps most: the k-means start, and Refine's."""
     y = torch.sign(q) * (q.abs() - cfg.lam1).clamp_min(0)
     c2 = rho(y[:, None, :], nu[None]).argmax(1)
     tau = update_tau(q, y, labels, c2, tau, nu, cfg)
@@ -835,32 +855,52 @@ class NT(Method):
         """Alternate the three stages of Sec. 4.2 (assignment, tau/nu, online A) for ``max_iter`` iterations."""
         rng = seed_everything(seed)
         x, a, tau, nu = initial_state(stack, cfg, device, rng)
+        return (yield from self._iterate(stack, cfg, x, (a, tau, nu), rng, cfg.max_iter))
+
+    def refine(self, stack: Stack, cfg: NTConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """``refine_iter`` iterations of the three stages from the edited partition, pinned items kept in their cluster.
+
+        The edit dropped A, tau and nu (the state). The partition is the warm start, as a pixel k-means partition
+        is for init="kmeans": tau and nu are fitted to it (Eq. 28-29) from the fit's Gaussian start (its seed), A
+        starts from that start too. (Fitting A to the saved representations instead was measured worse: they
+        are sparse, not A x, and the N×N data matrix of a small set leaves A undetermined.)"""
+        rng = seed_everything(int(start.config.get("seed", 0)))
+        x, a, tau, nu = initial_state(stack, dataclasses.replace(cfg, init="gaussian"), device, rng)
+        labels = torch.from_numpy(np.asarray(start.labels, np.int64)).to(device)
+        tau, nu = fit_to_partition(x @ a.T, labels, tau, nu, cfg)
+        return (yield from self._iterate(stack, cfg, x, (a, tau, nu), rng, cfg.refine_iter, pinned.to(device),
+                                         "Refine: iterations"))
+
+    def _iterate(self, stack: Stack, cfg: NTConfig, x, params, rng, iters: int, pinned=None, name: str = "iterations"):
+        """``iters`` iterations of the three stages from (A, tau, nu), then the final assignment (generator: events;
+        returns the result). ``pinned`` (N,): clusters the user fixed items to (-1: free)."""
+        a, tau, nu = params
         history: list[float] = []
         labels = None
         t_start = time.perf_counter()
         iter_times = []
         batches = -(-x.shape[0] // cfg.batch_size)
-        for it in range(1, cfg.max_iter + 1):
+        for it in range(1, iters + 1):
             t0 = time.perf_counter()
-            stage = assignment_stage(x, a, tau, nu, cfg)                             # Stage 1
-            asg, objective = yield from batch_progress(stage, it - 1, cfg.max_iter, history)
+            stage = assignment_stage(x, a, tau, nu, cfg, pinned)                     # Stage 1
+            asg, objective = yield from batch_progress(stage, it - 1, iters, history, name)
             history.append(objective)
             changed = 1.0 if labels is None else float((labels != asg.c1).float().mean())
             labels = asg.c1
-            updates = update_stage(x, asg, tau, nu, a, cfg, rng)                      # Stages 2 and 3
+            updates = update_stage(x, asg, tau, nu, a, cfg, rng, pinned)              # Stages 2 and 3
             while True:
                 try:
                     next(updates)
                 except StopIteration as stop:
                     tau, nu, a = stop.value
                     break
-                yield Progress(it * batches, cfg.max_iter * batches, history[-1], "iterations")
+                yield Progress(it * batches, iters * batches, history[-1], name)
             iter_times.append(time.perf_counter() - t0)
-            if it % 5 == 0 or it == cfg.max_iter:
+            if it % 5 == 0 or it == iters:
                 yield Snapshot(cluster_means(stack, labels, cfg.k))
             if cfg.tol > 0 and it > 1 and changed < cfg.tol:
                 break
-        asg, objective = yield from batch_progress(assignment_stage(x, a, tau, nu, cfg), 0, 1, history,
+        asg, objective = yield from batch_progress(assignment_stage(x, a, tau, nu, cfg, pinned), 0, 1, history,
                                                    "final assignment")
         history.append(objective)
         timing = {"fit_s": time.perf_counter() - t_start, "per_iteration_s": float(np.mean(iter_times)),

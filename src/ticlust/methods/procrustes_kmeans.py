@@ -17,7 +17,7 @@ from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
 from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import assign, kmeans_plus_plus, lloyd, squared_distances
+from .kmeans import assign, keep_pinned, kmeans_plus_plus, lloyd, partition_means, squared_distances
 
 
 @dataclass
@@ -50,30 +50,55 @@ def cluster_covariances(aligned: np.ndarray, labels: np.ndarray, k: int) -> np.n
     return cov
 
 
+def _registered(landmarks: np.ndarray, cfg: ProcrustesKMeansConfig, device: torch.device):
+    """The generalised Procrustes fit and its aligned coordinates as flat float64 rows (N, 2L) on ``device``."""
+    fit = procrustes_align(landmarks, scale=cfg.scale)
+    return fit, torch.from_numpy(fit.aligned.reshape(len(landmarks), -1)).to(device=device, dtype=torch.float64)
+
+
 class ProcrustesKMeans(Method):
     name, title, paper = "procrustes-kmeans", "Procrustes K-means (landmark baseline)", "baseline (GPA + K-means)"
     config, state, inputs = ProcrustesKMeansConfig, ProcrustesKMeansState, ("landmarks",)
 
     def train(self, landmarks: np.ndarray, cfg: ProcrustesKMeansConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
-        n, n_lm = landmarks.shape[:2]
-        fit = procrustes_align(landmarks, scale=cfg.scale)
-        x = torch.from_numpy(fit.aligned.reshape(n, -1)).to(device=device, dtype=torch.float64)
+        fit, x = _registered(landmarks, cfg, device)
         best = None
         for start in range(cfg.n_init):
             centres = kmeans_plus_plus(x, cfg.k, rng)
-            history = []
-            for it, inertia, centres, _ in lloyd(x, centres, cfg.max_iter, cfg.tol, cfg.batch_size):
-                history.append(inertia / n)
-                yield Progress(start * cfg.max_iter + it, cfg.n_init * cfg.max_iter, history[-1],
-                               f"K-means on Procrustes coordinates, start {start + 1}/{cfg.n_init}")
-                yield Snapshot(centres.reshape(cfg.k, n_lm, 2).cpu().numpy())
-            d2, labels = assign(x, centres, cfg.batch_size)
-            history.append(float(d2.gather(1, labels[:, None]).sum()) / n)
-            if best is None or history[-1] < best[0][-1]:
-                best = (history, centres, d2, labels)
-        history, centres, d2, labels = best
-        protos = centres.reshape(cfg.k, n_lm, 2).cpu().numpy()
+            run = yield from self._lloyd(x, centres, cfg, landmarks.shape[1], start * cfg.max_iter, cfg.n_init * cfg.max_iter,
+                                         f"K-means on Procrustes coordinates, start {start + 1}/{cfg.n_init}")
+            if best is None or run[0][-1] < best[0][-1]:
+                best = run
+        return self._result(cfg, fit, *best)
+
+    def refine(self, landmarks: np.ndarray, cfg: ProcrustesKMeansConfig, start: ClusteringResult, pinned: torch.Tensor,
+               device: torch.device):
+        """Lloyd iterations from the centres of the edited partition, the pinned shapes kept where the user put them.
+
+        The centres are the members' means in this fit's Procrustes frame (a split's prototypes lie in its
+        subset's frame); an emptied cluster starts from its prototype."""
+        fit, x = _registered(landmarks, cfg, device)
+        labels = torch.from_numpy(np.asarray(start.labels, np.int64)).to(device)
+        centres = partition_means(x, labels, torch.as_tensor(np.asarray(start.prototypes).reshape(cfg.k, -1)))
+        run = yield from self._lloyd(x, centres, cfg, landmarks.shape[1], 0, cfg.max_iter,
+                                     "Refine: K-means on Procrustes coordinates", pinned.to(device))
+        return self._result(cfg, fit, *run)
+
+    def _lloyd(self, x, centres, cfg, n_lm: int, step0: int, total: int, stage: str, pinned=None):
+        """Lloyd iterations from ``centres`` (events), then the assignment: (history, centres, d2, labels)."""
+        history = []
+        for it, inertia, centres, _ in lloyd(x, centres, cfg.max_iter, cfg.tol, cfg.batch_size, pinned):
+            history.append(inertia / len(x))
+            yield Progress(step0 + it, total, history[-1], stage)
+            yield Snapshot(centres.reshape(cfg.k, n_lm, 2).cpu().numpy())
+        d2, labels = assign(x, centres, cfg.batch_size)
+        labels = keep_pinned(labels, pinned)
+        history.append(float(d2.gather(1, labels[:, None]).sum()) / len(x))
+        return history, centres, d2, labels
+
+    def _result(self, cfg, fit, history, centres, d2, labels) -> ClusteringResult:
+        protos = centres.reshape(cfg.k, -1, 2).cpu().numpy()
         labels = labels.cpu().numpy().astype(np.int64)
         return self.result(cfg, ProcrustesKMeansState(protos, fit.consensus), labels=labels, scores=d2.cpu().numpy(),
                            prototypes=protos, covariances=cluster_covariances(fit.aligned, labels, cfg.k),

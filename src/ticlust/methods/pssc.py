@@ -30,7 +30,7 @@ from ..stack import Stack
 from ..result import ClusteringResult, FittedState
 from ..scattering import FastScattering2D, kymatio_scattering, n_paths
 from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
-from .kmeans import kmeans_plus_plus, lloyd, random_init, squared_distances
+from .kmeans import keep_pinned, kmeans_plus_plus, lloyd, partition_means, random_init, squared_distances
 
 CACHE_VERSION = "pssc-scattering-v1"
 
@@ -463,6 +463,38 @@ def medoids(scores: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
 
 
 @dataclass
+class Embedding:
+    """Stages 1-3 up to the final k-means: the space it clusters and what the result and ``predict`` keep."""
+
+    space: torch.Tensor       # (N, E) the U-SPEC embedding, or z for the k-means ablation
+    mean: torch.Tensor        # (F,) feature mean of the PCA
+    basis: torch.Tensor       # (F, d - poc) PCA basis after POC
+    eigvals: torch.Tensor     # the d leading PCA eigenvalues
+    scales: np.ndarray | None  # per scattering path divisor (path_norm)
+    fitted: dict              # U-SPEC's parts of the state
+    extras: dict
+    params: dict
+    clustering_start: float   # when stage 3 began (perf_counter), for its timing
+
+
+def embedding_steps(stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int, rng: np.random.Generator, timing: dict):
+    """Generator: features → PCA + POC → U-SPEC embedding (or z itself, the k-means ablation); returns an Embedding."""
+    start = time.perf_counter()
+    feats, scales = yield from feature_steps(stack, cfg, device, timing)
+    timing["features_s"] = time.perf_counter() - start
+    yield Progress(1, 4, stage="PCA")
+    start = time.perf_counter()
+    z, mean, basis, eigvals = yield from pca_poc_steps(feats, cfg, device, rng)
+    timing["pca_s"] = time.perf_counter() - start
+    yield Progress(3, 4, stage="clustering")
+    clustering_start = time.perf_counter()
+    space, fitted, extras, params = z, {}, {}, {}
+    if cfg.clustering == "uspec":
+        space, fitted, extras, params = yield from uspec_steps(z, cfg, rng, seed, timing)
+    return Embedding(space, mean, basis, eigvals, scales, fitted, extras, params, clustering_start)
+
+
+@dataclass
 class PSSCState(FittedState):
     item_shape: np.ndarray                    # the fitted item shape (new images must match)
     mean: np.ndarray | None = None            # (F,) feature mean of the PCA
@@ -484,31 +516,45 @@ class PSSC(Method):
         check_config(cfg, stack)
         rng = seed_everything(seed)
         timing: dict = {}
+        emb = yield from embedding_steps(stack, cfg, device, seed, rng, timing)
         start = time.perf_counter()
-        feats, scales = yield from feature_steps(stack, cfg, device, timing)
-        timing["features_s"] = time.perf_counter() - start
-        yield Progress(1, 4, stage="PCA")
-        start = time.perf_counter()
-        z, mean, basis, eigvals = yield from pca_poc_steps(feats, cfg, device, rng)
-        timing["pca_s"] = time.perf_counter() - start
-        yield Progress(3, 4, stage="clustering")
-        clustering_start = time.perf_counter()
-        space, fitted, extras, params = z, {}, {}, {}
-        if cfg.clustering == "uspec":
-            space, fitted, extras, params = yield from uspec_steps(z, cfg, rng, seed, timing)
-        start = time.perf_counter()
-        centers, _, history = yield from restart_steps(stack, space, cfg, rng)
+        centers, _, history = yield from restart_steps(stack, emb.space, cfg, rng)
         timing["kmeans_s"] = time.perf_counter() - start
-        scores = torch.cdist(space, centers)
-        labels = scores.argmin(1).cpu().numpy()
+        return self._clustered(stack, cfg, emb, centers, history, timing)
+
+    def refine(self, stack: Stack, cfg: PSSCConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        """k-means on the embedding from the centres of the edited partition, the pinned items kept where the user
+        put them. The embedding is rebuilt with the fit's seed (the fit's own when K is unchanged; the edit drops
+        the state that held it); an emptied cluster starts from the centre of all items."""
+        check_config(cfg, stack)
+        seed = int(start.config.get("seed", 0))
+        rng = seed_everything(seed)
+        timing: dict = {}
+        emb = yield from embedding_steps(stack, cfg, device, seed, rng, timing)
+        pinned = pinned.to(emb.space.device)
+        labels = torch.from_numpy(np.asarray(start.labels, np.int64)).to(emb.space.device)
+        centers = partition_means(emb.space, labels, emb.space.mean(0).expand(cfg.k, -1))
+        t0, history = time.perf_counter(), []
+        for it, inertia, centers, _ in lloyd(emb.space, centers, cfg.kmeans_iter, pinned=pinned):
+            history.append(inertia / stack.n)
+            yield Progress(it, cfg.kmeans_iter, history[-1], "Refine: k-means from the edit")
+        timing["kmeans_s"] = time.perf_counter() - t0
+        return self._clustered(stack, cfg, emb, centers, history, timing, pinned)
+
+    def _clustered(self, stack: Stack, cfg: PSSCConfig, emb: "Embedding", centers: torch.Tensor, history: list,
+                   timing: dict, pinned: torch.Tensor | None = None) -> ClusteringResult:
+        """The result from the embedding and its k-means centres: nearest centre (pinned items kept), medoids, state."""
+        scores = torch.cdist(emb.space, centers)
+        labels = keep_pinned(scores.argmin(1), pinned).cpu().numpy()
         medoid_index = medoids(scores.cpu().numpy(), labels, cfg.k)
-        extras = {"pca_eigenvalues": eigvals.float().cpu().numpy(), **extras,
+        extras = {"pca_eigenvalues": emb.eigvals.float().cpu().numpy(), **emb.extras,
                   "medoids": np.stack([stack.batch(int(i), int(i) + 1)[0] for i in medoid_index]), "medoid_index": medoid_index}
-        state = PSSCState(item_shape=np.asarray(stack.item_shape), mean=mean.float().cpu().numpy(),
-                          basis=basis.float().cpu().numpy(), centers=centers.cpu().numpy(), path_scales=scales, **fitted)
-        timing["clustering_s"] = time.perf_counter() - clustering_start
+        state = PSSCState(item_shape=np.asarray(stack.item_shape), mean=emb.mean.float().cpu().numpy(),
+                          basis=emb.basis.float().cpu().numpy(), centers=centers.cpu().numpy(), path_scales=emb.scales,
+                          **emb.fitted)
+        timing["clustering_s"] = time.perf_counter() - emb.clustering_start
         return self.result(cfg, state, labels=labels, scores=scores.cpu().numpy(),
-                           prototypes=cluster_means(stack, labels, cfg.k), history=history, params=params,
+                           prototypes=cluster_means(stack, labels, cfg.k), history=history, params=emb.params,
                            extras=extras, timing=timing)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:

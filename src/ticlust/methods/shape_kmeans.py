@@ -23,7 +23,7 @@ from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
 from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import kmeans_plus_plus, squared_distances
+from .kmeans import keep_pinned, kmeans_plus_plus, squared_distances
 
 DISTANCES = ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein")
 _SQRT8 = math.sqrt(8.0)
@@ -163,8 +163,8 @@ def _distances(cfg, x, labels, means, sds):
     return shape_distances(cfg.distance, cfg.combine, x.unsqueeze(0), sd_x, means, sds)
 
 
-def _fill_empty(labels: torch.Tensor, dist: torch.Tensor, k: int) -> torch.Tensor:
-    """Give every empty cluster the shape farthest from its own centre (per start)."""
+def _fill_empty(labels: torch.Tensor, dist: torch.Tensor, k: int, pinned: torch.Tensor | None = None) -> torch.Tensor:
+    """Give every empty cluster the shape farthest from its own centre (per start), never a pinned one."""
     counts = torch.nn.functional.one_hot(labels, k).sum(1)
     if bool((counts > 0).all()):
         return labels
@@ -174,6 +174,8 @@ def _fill_empty(labels: torch.Tensor, dist: torch.Tensor, k: int) -> torch.Tenso
         for g in torch.nonzero(counts[r] == 0).flatten().tolist():
             sizes = torch.bincount(labels[r], minlength=k)
             own[sizes[labels[r]] <= 1] = -math.inf          # never empty another cluster
+            if pinned is not None:
+                own[pinned >= 0] = -math.inf
             i = int(torch.argmax(own))
             labels[r, i] = g
             own[i] = -math.inf
@@ -210,15 +212,16 @@ def _shared_variances(cfg, x: torch.Tensor) -> tuple[torch.Tensor, float]:
     return shared_var, 1e-12 * max(float((x * x).mean()), 1.0)
 
 
-def shape_kmeans(cfg: ShapeKMeansConfig, x: torch.Tensor, labels: torch.Tensor):
+def shape_kmeans(cfg: ShapeKMeansConfig, x: torch.Tensor, labels: torch.Tensor, pinned: torch.Tensor | None = None):
     """Batched K-means over R starts from ``labels`` (R, n); yields (iteration, totals (R,), labels,
-    means, sds) after each assignment step and stops when no start changes any label."""
+    means, sds) after each assignment step and stops when no start changes any label.
+    ``pinned`` (n,): clusters the user fixed shapes to (-1: free); those shapes keep them."""
     shared_var, floor = _shared_variances(cfg, x)
     active = torch.ones(labels.shape[0], dtype=torch.bool, device=x.device)
     for it in range(1, cfg.max_iter + 1):
         means, sds = _centre_model(cfg, x, labels, shared_var, floor)
         dist = _distances(cfg, x, labels, means, sds)
-        new = _fill_empty(dist.argmin(-1), dist, cfg.k)
+        new = keep_pinned(_fill_empty(dist.argmin(-1), dist, cfg.k, pinned), pinned)
         totals = dist.gather(2, new[:, :, None])[:, :, 0].sum(1)
         changed = (new != labels).any(1)
         labels = torch.where(active[:, None], new, labels)
@@ -236,16 +239,17 @@ def _final(cfg, x, labels):
     return means, sds, dist, dist.gather(2, labels[:, :, None])[:, :, 0].sum(1)
 
 
-def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray, stage: str, step0: int, total_steps: int):
+def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray, stage: str, step0: int, total_steps: int,
+                 pinned: torch.Tensor | None = None):
     """Run every start (in chunks that keep the (R, n, G, L, 2) tensors below ~4M numbers), yielding
-    events; returns (best labels (n,), its history, final totals (R,))."""
+    events; returns (best labels (n,), its history, final totals (R,)). ``pinned``: as in :func:`shape_kmeans`."""
     n, n_lm = x.shape[:2]
     chunk = max(1, int(4_000_000 // (n * cfg.k * n_lm * 2)))
     shift = torch.as_tensor(offset, device=x.device)
     finals, histories = [], []
     for c0 in range(0, starts.shape[0], chunk):
         labels, hist = starts[c0:c0 + chunk], []
-        for it, totals, labels, means, sds in shape_kmeans(cfg, x, labels):
+        for it, totals, labels, means, sds in shape_kmeans(cfg, x, labels, pinned):
             hist.append(totals)
             best = int(torch.argmin(totals))
             yield Progress(min(step0 + c0 * cfg.max_iter + it * labels.shape[0], total_steps), total_steps,
@@ -261,16 +265,19 @@ def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray,
     return labels[best], history, totals
 
 
+def _registered(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device):
+    """Procrustes registration (None without ``align``), the registered shapes, their consensus, their mean
+    position, and the registered shapes centred on it as float64 on ``device`` (centred: accurate variances)."""
+    fit = procrustes_align(landmarks, scale=cfg.scale) if cfg.align else None
+    aligned, consensus = (fit.aligned, fit.consensus) if fit is not None else (landmarks.copy(), landmarks.mean(0))
+    offset = aligned.reshape(-1, 2).mean(0)
+    return fit, aligned, consensus, offset, torch.from_numpy(aligned - offset).to(device=device, dtype=torch.float64)
+
+
 def fit_shapes(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
     """Procrustes registration, then shape K-means from several starts (Type II warm-started by Type I)."""
     rng = seed_everything(seed)
-    if cfg.align:
-        fit = procrustes_align(landmarks, scale=cfg.scale)
-        aligned, consensus = fit.aligned, fit.consensus
-    else:
-        aligned, consensus = landmarks.copy(), landmarks.mean(0)
-    offset = aligned.reshape(-1, 2).mean(0)
-    x = torch.from_numpy(aligned - offset).to(device=device, dtype=torch.float64)   # centred: accurate variances
+    fit, aligned, consensus, offset, x = _registered(landmarks, cfg, device)
     starts = _initial_labels(cfg, x, cfg.n_init, rng)
     warm = cfg.type == 2 and cfg.warm_start
     total_steps = cfg.n_init * cfg.max_iter + (cfg.max_iter if warm else 0)
@@ -281,6 +288,23 @@ def fit_shapes(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.devi
         labels, history2, _ = yield from _multi_start(cfg, x, labels[None], offset, "shape K-means (Type II)",
                                                       cfg.n_init * cfg.max_iter, total_steps)
         history = history + history2
+    return _shapes_result(cfg, fit, (aligned, consensus, offset, x), labels, history, totals)
+
+
+def refine_shapes(landmarks: np.ndarray, cfg: ShapeKMeansConfig, labels: np.ndarray, pinned: torch.Tensor,
+                  device: torch.device):
+    """Shape K-means of the configured type from an edited partition, the pinned shapes kept where the user put
+    them. The edit is the warm start (as Type I's partition is a fit's), so no random starts and no Type I stage."""
+    fit, aligned, consensus, offset, x = _registered(landmarks, cfg, device)
+    start = torch.from_numpy(np.asarray(labels, np.int64)).to(device)
+    labels, history, totals = yield from _multi_start(cfg, x, start[None], offset, f"Refine: shape K-means (Type {cfg.type})",
+                                                      0, cfg.max_iter, pinned.to(device))
+    return _shapes_result(cfg, fit, (aligned, consensus, offset, x), labels, history, totals)
+
+
+def _shapes_result(cfg, fit, registered, labels, history, totals) -> ClusteringResult:
+    """The result of a converged partition: centres, sds, distances, the registration and its parameters."""
+    aligned, consensus, offset, x = registered
     means, sds, dist, _ = _final(cfg, x, labels[None])
     sd = sds[0].cpu().numpy()
     protos = means[0].cpu().numpy() + offset
@@ -289,7 +313,7 @@ def fit_shapes(landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.devi
         scores=dist[0].cpu().numpy(), prototypes=protos, covariances=_diag_cov(sd ** 2), aligned=aligned,
         aligned_kind="procrustes", history=history,
         extras={"start_totals": totals.cpu().numpy(), "consensus": consensus},
-        params={"procrustes_matrix": fit.matrix, "procrustes_offset": fit.offset} if cfg.align else {})
+        params={"procrustes_matrix": fit.matrix, "procrustes_offset": fit.offset} if fit is not None else {})
 
 
 def _diag_cov(var: np.ndarray) -> np.ndarray:
@@ -312,6 +336,10 @@ class ShapeKMeans(Method):
 
     def train(self, landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
         return (yield from fit_shapes(landmarks, cfg, device, seed))
+
+    def refine(self, landmarks: np.ndarray, cfg: ShapeKMeansConfig, start: ClusteringResult, pinned: torch.Tensor,
+               device: torch.device):
+        return (yield from refine_shapes(landmarks, cfg, start.labels, pinned, device))
 
     def predict(self, result: ClusteringResult, landmarks: np.ndarray, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Align new shapes to the fitted consensus and assign each to the nearest cluster centre.
