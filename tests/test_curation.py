@@ -100,6 +100,8 @@ def test_outliers_are_left_out_of_refine_flagged_and_saved(blobs, tmp_path):
     assert "outlier" in (tmp_path / "a.csv").read_text().splitlines()[0]
     back = ticlust.load_result(refined.save(tmp_path / "r.npz"))
     assert np.array_equal(back.pinned, refined.pinned) and back.edits == refined.edits
+    unrefined = ticlust.load_result(marked.save(tmp_path / "m.npz"))     # edited, no fitted state: loads as such
+    assert unrefined.state is None and unrefined.edits == marked.edits and np.array_equal(unrefined.pinned, marked.pinned)
     free = curation.refine(debris, curation.move(marked, [0], 3), keep_pinned=False)     # moves go, outliers stay
     assert list(np.flatnonzero(free.pinned != -1)) == [80, 81, 82]
     back_in = curation.move(marked, [81], 2)                                              # moved: no longer an outlier

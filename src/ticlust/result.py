@@ -203,8 +203,9 @@ def load_result(path: str | Path) -> ClusteringResult:
     for prefix in _ARRAY_DICTS:
         kwargs[prefix] = {k.split("__", 1)[1]: v for k, v in contents.items() if k.startswith(prefix + "__")}
     state_type = STATE_TYPES.get(meta.get("method", ""))
-    if state_type is not None:
-        kwargs["state"] = state_type.from_arrays({k: v for k, v in contents.items() if k.startswith("state__")})
+    state = {k: v for k, v in contents.items() if k.startswith("state__")}
+    if state_type is not None and state:      # none saved: a result edited by hand and not refined yet
+        kwargs["state"] = state_type.from_arrays(state)
     known = {f.name for f in fields(ClusteringResult)}
     return ClusteringResult(**{k: v for k, v in kwargs.items() if k in known})
 
