@@ -45,7 +45,7 @@ def test_split_the_merged_merge_the_duplicated_then_refine(blobs):
     assert fixed.state is None and [e["op"] for e in fixed.edits] == ["merge", "split", "split", "merge"]
     with pytest.raises(InputError, match="refine"):
         ticlust.predict(fixed, x)
-    refined = curation.refine(x, fixed)
+    refined = ticlust.refine(x, fixed)                              # ticlust.refine is curation.refine
     assert ticlust.evaluate(y, refined.labels)["acc"] == ticlust.evaluate(y, good.labels)["acc"] == 1.0
     assert refined.k == 4 and refined.edits[-1]["op"] == "refine"
     assert np.array_equal(ticlust.predict(refined, x).labels, refined.labels)

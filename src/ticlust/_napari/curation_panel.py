@@ -48,9 +48,10 @@ class CurationPanel(Container):
         self.undo_button = PushButton(text="Undo", enabled=False, tooltip="Go back one edit (refine included)")
         self.items = LineEdit(label="items", tooltip="Items to move or mark, e.g. 3, 8-12; empty: the item under the "
                                                      "slider (or the shapes picked in the landmark layer)")
-        self.items.native.setPlaceholderText("the item under the slider")
+        self.items.native.setPlaceholderText("items: 3, 8-12 (empty: the one under the slider)")
         self.target = SpinBox(label="to cluster", min=0, max=0, tooltip="The cluster Move puts the items in")
-        self.move_button = PushButton(text="Move", tooltip="Put the items in the target cluster and pin them there")
+        self.move_button = PushButton(text="Move to cluster", tooltip="Put the items in the cluster on the left and "
+                                                                      "pin them there")
         self.outlier_button = PushButton(text="Mark as outlier",
                                          tooltip="Flag the items as outliers: Refine fits the prototypes without them")
         self.refine_button = PushButton(text="Refine", tooltip="Re-fit the prototypes (and alignments) from the edits")
@@ -58,16 +59,14 @@ class CurationPanel(Container):
                                    tooltip="Refine keeps the items you moved where you put them")
         self.export_button = PushButton(text="Export gallery…",
                                         tooltip="Write the prototype montage and one gallery PNG per cluster")
-        row = lambda *ws: Container(widgets=list(ws), layout="horizontal", labels=False)  # noqa: E731
-        self.extend([row(self.merge_button, self.split_button, self.undo_button),
-                     Container(widgets=[self.items], labels=True),
-                     row(self.target, self.move_button, self.outlier_button),
-                     row(self.refine_button, self.keep_moved, self.export_button)])
-        self.history_plot, self.sizes_plot = SmallPlot("loss", "line"), SmallPlot("cluster sizes", "bars")
-        plots = row()
+        self.history_plot, self.sizes_plot = SmallPlot("loss", "line"), SmallPlot("sizes", "bars")
+        plots = _row()
         plots.native.layout().addWidget(self.history_plot)
         plots.native.layout().addWidget(self.sizes_plot)
-        self.append(plots)
+        self.extend([_row(self.merge_button, self.split_button, self.undo_button, self.refine_button),
+                     _row(self.items), _row(self.move_button, self.target, self.outlier_button),
+                     _row(self.keep_moved, self.export_button), plots])
+        self.native.layout().setContentsMargins(0, 0, 0, 0)
         table = owner.table.native
         table.setSelectionBehavior(table.SelectionBehavior.SelectRows)
         table.setSelectionMode(table.SelectionMode.MultiSelection)
@@ -221,6 +220,13 @@ class CurationPanel(Container):
         """A new run or a loaded result: nothing to undo."""
         self.undo_stack.clear()
         self.undo_button.enabled = False
+
+
+def _row(*widgets) -> Container:
+    """Widgets side by side, without the margins a nested container adds (the dock must fit 1000 pixels)."""
+    row = Container(widgets=list(widgets), layout="horizontal", labels=False)
+    row.native.layout().setContentsMargins(0, 0, 0, 0)
+    return row
 
 
 def _items_text(items: list[int]) -> str:

@@ -19,7 +19,7 @@ class SmallPlot(QWidget):
         self.title, self.kind = title, kind
         self.values = np.zeros(0)
         self.colors: list | None = None
-        self.setMinimumSize(120, 90)
+        self.setMinimumSize(120, 72)
         self.setToolTip(title)
 
     def set_values(self, values, colors=None) -> None:
@@ -35,7 +35,7 @@ class SmallPlot(QWidget):
             return f"{self.title}: none"
         if self.kind == "line":
             return f"{self.title} {v[0]:.3g} → {v[-1]:.3g}"
-        return f"{self.title} {int(v.min())}…{int(v.max())}"
+        return f"{self.title} {int(v.min())}–{int(v.max())}"
 
     def paintEvent(self, _event) -> None:
         painter = QPainter(self)

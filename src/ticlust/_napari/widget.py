@@ -103,8 +103,8 @@ class TiclustWidget(Container):
         self.table.native.setMinimumHeight(180)
         self.curation = CurationPanel(self)     # shown once there is a result
         self.extend([self.method, self.input, self.labels, self.k, self.params, self.show_advanced, self.device,
-                     self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table,
-                     self.curation])
+                     self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table])
+        self.native.layout().addWidget(self.curation.native)     # the dock's full width, no label column
         # Advanced parameters scroll in a box of their own (st-kmeans has 17), so that the dock fits a
         # 1000-pixel-high screen; the status line wraps, so nothing widens the dock past FORM_WIDTH
         from qtpy.QtWidgets import QFrame, QScrollArea
