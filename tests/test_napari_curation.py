@@ -202,3 +202,19 @@ def test_an_outlier_object_is_painted_grey(make_napari_viewer, qtbot):
     widget.curation.mark_outliers()
     assert widget.result.pinned[4] == OUTLIER and painted.features["outlier"][4]
     np.testing.assert_allclose(painted.colormap.map(4 + 1), L.cluster_color(-1), atol=1e-6)
+
+
+def test_picked_shapes_of_a_landmark_layer_are_the_items(make_napari_viewer, qtbot):
+    viewer = make_napari_viewer()
+    shapes = viewer.open_sample("napari-ticlust", "shapes")[0]
+    widget = dock(viewer)
+    widget.method.value, widget.k.value = "shape-kmeans", 2
+    run_to_end(qtbot, widget)
+    picked = np.flatnonzero(L.shape_index_of_points(shapes) == 3)
+    shapes.selected_data = set(picked[:2].tolist())
+    assert widget.curation.selected_items() == [3]
+    widget.curation.mark_outliers()
+    assert widget.result.pinned[3] == OUTLIER and "Marked item 3 as outlier" in widget.status.value
+    shapes.selected_data = set()
+    widget.curation.move()
+    assert "No shape is selected" in widget.status.value and len(widget.curation.undo_stack) == 1
