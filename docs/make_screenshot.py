@@ -8,11 +8,15 @@ Run under a 1600×1000 display; the README's series was made with
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/dti.png glyphs dti-kmeans 4 max_epochs=25 n=300 item=3
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/st-kmeans.png glyphs st-kmeans 4 n=200 item=10
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/objects.png nuclei dti-kmeans 3 max_epochs=25 item=10
+  xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/curation.png glyphs st-kmeans 4 n=200 seed=1 curate=1
 Arguments: output, sample (digits | glyphs | shapes | nuclei), method, K, then NAME=VALUE method parameters and
-optionally item=I (the image under the slider, default 3) and n=N (only the first N images). A sample
-with a Labels layer (nuclei) is run on its objects, and object I is selected by a click on the field.
+optionally item=I (the image under the slider, default 3; with curate=1 the first), n=N (only the first N images), seed=S and
+curate=1 (after Run, the curation scenario of tests/test_napari_curation.py by hand: a bad start with
+two prototypes on glyph 0 and glyphs 2 and 3 under one, fixed with Split, Merge and Refine in the dock).
+A sample with a Labels layer (nuclei) is run on its objects, and object I is selected by a click on the field.
 """
 import sys
+import tempfile
 from pathlib import Path
 
 import napari
@@ -24,29 +28,57 @@ sample, method, k = (sys.argv[2:5] + ["digits", "kmeans", "10"][len(sys.argv[2:5
 settings = dict(arg.split("=", 1) for arg in sys.argv[5:])
 item = int(settings.pop("item", 3))
 first_n = settings.pop("n", None)
+seed = int(settings.pop("seed", 0))
+curate = settings.pop("curate", None) == "1"
 
 viewer = napari.Viewer(title="ticlust")
 viewer.window.resize(1600, 1000)
 layer, *segmentation = viewer.open_sample("napari-ticlust", sample)
 if first_n is not None:
     layer.data = layer.data[: int(first_n)]
+    if "labels" in layer.metadata:
+        layer.metadata = {**layer.metadata, "labels": layer.metadata["labels"][: int(first_n)]}
 _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
 widget.method.value = method          # K and the form follow the method; set them after it
 widget.input.value = layer.name
 if segmentation:
     widget.labels.value = segmentation[0].name
 widget.k.value = int(k)
+widget.seed.value = seed
 for name, value in settings.items():
     widget.param(name).value = type(widget.param(name).value)(value)
-worker = widget.start()
-while widget.worker is not None:
-    QApplication.processEvents()
+
+
+def settle():
+    while widget.worker is not None:
+        QApplication.processEvents()
+
+
+widget.start()
+settle()
+if curate:
+    from ticlust import curation
+
+    y, good = np.asarray(layer.metadata["labels"]), widget.result
+    by_glyph = [int(np.bincount(good.labels[y == g], minlength=good.k).argmax()) for g in range(4)]
+    merged = curation.merge(good, by_glyph[2], by_glyph[3])
+    bad = curation.split(layer.data, merged, int(np.bincount(merged.labels[y == 0]).argmax()))
+    with tempfile.TemporaryDirectory() as folder:
+        widget.load_result(bad.save(Path(folder) / "bad_start.npz"))
+    widget.curation.select_clusters(int(np.bincount(widget.result.labels[y == 2]).argmax()))
+    widget.curation.split()
+    settle()
+    widget.curation.select_clusters(*sorted(set(widget.result.labels[y == 0].tolist())))
+    widget.curation.merge()
+    widget.curation.refine()
+    settle()
+    widget.curation.select_clusters(int(widget.result.labels[viewer.dims.current_step[0]]))   # the shown image's
 if segmentation:     # click on object ``item`` in the painted field, as a user would
     painted = viewer.layers[f"{layer.name} objects by cluster"]
     ys, xs = np.nonzero(painted.data == item + 1)
     assert widget.select_at((0, float(np.median(ys)), float(np.median(xs)))) == item
 if segmentation or layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
-    if not segmentation:
+    if not segmentation and not curate:      # after curation the status line keeps Refine's accuracy
         step = list(viewer.dims.current_step)
         step[0] = item
         viewer.dims.current_step = tuple(step)

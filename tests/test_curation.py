@@ -5,6 +5,7 @@ import pytest
 import ticlust
 from ticlust import curation
 from ticlust.errors import InputError
+from ticlust.result import OUTLIER
 from ticlust.samples import glyphs_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -44,7 +45,7 @@ def test_split_the_merged_merge_the_duplicated_then_refine(blobs):
     assert fixed.state is None and [e["op"] for e in fixed.edits] == ["merge", "split", "split", "merge"]
     with pytest.raises(InputError, match="refine"):
         ticlust.predict(fixed, x)
-    refined = curation.refine(x, fixed)
+    refined = ticlust.refine(x, fixed)                              # ticlust.refine is curation.refine
     assert ticlust.evaluate(y, refined.labels)["acc"] == ticlust.evaluate(y, good.labels)["acc"] == 1.0
     assert refined.k == 4 and refined.edits[-1]["op"] == "refine"
     assert np.array_equal(ticlust.predict(refined, x).labels, refined.labels)
@@ -74,6 +75,41 @@ def test_refine_re_aligns_for_st_kmeans():
     refined = curation.refine(x, moved, device="cpu")
     assert refined.labels[0] == moved.labels[0] and refined.aligned.shape == res.aligned.shape
     assert refined.state is not None and refined.prototypes.shape == res.prototypes.shape
+    # an outlier is fitted without, then aligned onto the new prototypes like a new image: every
+    # per-item field (aligned images, grids, warp parameters) is whole again
+    again = curation.refine(x, curation.mark_outliers(refined, [5]), device="cpu")
+    assert again.aligned.shape == res.aligned.shape and again.grids.shape == res.grids.shape
+    assert {k: v.shape for k, v in again.params.items()} == {k: v.shape for k, v in res.params.items()}
+    assert again.pinned[5] == OUTLIER and again.labels[0] == moved.labels[0]
+
+
+def test_outliers_are_left_out_of_refine_flagged_and_saved(blobs, tmp_path):
+    x, y = blobs
+    debris = np.concatenate([x, np.full((3, 8, 8), 0.9, np.float32)])     # three bright squares: debris
+    res = ticlust.fit(debris, method="kmeans", k=4, seed=0)
+    marked = curation.mark_outliers(res, [80, 81, 82])
+    assert res.pinned is None and marked.edits[-1] == {"op": "outliers", "items": [80, 81, 82]}
+    refined = curation.refine(debris, marked)
+    lo, hi = res.config["input_range"]
+    scaled, kept = (debris - lo) / (hi - lo), np.arange(80)
+    for c in range(4):     # Lloyd converged: each prototype is the mean of its members, the debris left out
+        np.testing.assert_allclose(refined.prototypes[c], scaled[kept[refined.labels[kept] == c]].mean(0), atol=1e-5)
+    assert ticlust.evaluate(y, refined.labels[:80])["acc"] == 1.0 and refined.scores.shape == (83, 4)
+    rows = refined.assignments_table(tmp_path / "a.csv")
+    assert [r["outlier"] for r in rows] == [False] * 80 + [True] * 3
+    assert "outlier" in (tmp_path / "a.csv").read_text().splitlines()[0]
+    back = ticlust.load_result(refined.save(tmp_path / "r.npz"))
+    assert np.array_equal(back.pinned, refined.pinned) and back.edits == refined.edits
+    unrefined = ticlust.load_result(marked.save(tmp_path / "m.npz"))     # edited, no fitted state: loads as such
+    assert unrefined.state is None and unrefined.edits == marked.edits and np.array_equal(unrefined.pinned, marked.pinned)
+    free = curation.refine(debris, curation.move(marked, [0], 3), keep_pinned=False)     # moves go, outliers stay
+    assert list(np.flatnonzero(free.pinned != -1)) == [80, 81, 82]
+    back_in = curation.move(marked, [81], 2)                                              # moved: no longer an outlier
+    assert back_in.pinned[81] == 2 and back_in.assignments_table()[81]["outlier"] is False
+    with pytest.raises(InputError, match="fewer than K"):
+        curation.refine(debris, curation.mark_outliers(res, np.arange(81)))
+    with pytest.raises(InputError, match="outliers must be indices"):
+        curation.mark_outliers(res, [])
 
 
 def test_edits_are_checked(blobs):

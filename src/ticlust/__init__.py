@@ -2,6 +2,7 @@
 __version__ = "0.1.0"
 
 from .api import fit, predict, run  # noqa: E402
+from .curation import refine  # noqa: E402
 from .errors import InputError  # noqa: E402
 from .readers import read_input  # noqa: E402
 from .samples import sample  # noqa: E402
@@ -11,6 +12,6 @@ from .nuclei import nuclei_field  # noqa: E402
 from .objects import objects_from_labels, shapes_from_labels  # noqa: E402
 from .result import ClusteringResult, load_result  # noqa: E402
 
-__all__ = ["fit", "run", "predict", "load_result", "ClusteringResult", "InputError", "available_methods",
+__all__ = ["fit", "run", "predict", "refine", "load_result", "ClusteringResult", "InputError", "available_methods",
            "get_method", "evaluate", "read_input", "sample", "__version__",
            "objects_from_labels", "shapes_from_labels", "nuclei_field"]

@@ -162,7 +162,8 @@ def align_one(result: ClusteringResult, item, device: str = "auto", index: int |
     """Every prototype aligned onto one item, and the item's score to each: ((K, *item), (K,)).
 
     Methods that align (DTI, ST/AI K-means) compute the alignments on demand; the others return the
-    prototypes themselves with the item's scores. ``index``: the item's place in the fitted stack, if it
+    prototypes themselves with the item's scores (so do results edited by hand and not yet refined:
+    ``ticlust.curation``). ``index``: the item's place in the fitted stack, if it
     is one of them — its scores are then the result's own (the inspector agrees with the assignment).
     """
     spec = get_method(result.method)
@@ -172,7 +173,7 @@ def align_one(result: ClusteringResult, item, device: str = "auto", index: int |
     lo, hi = result.config.get("input_range", (0.0, 1.0))
     stack = Stack(item, lo, hi)
     dev = resolve_device(device)
-    if spec.align is not None:
+    if spec.align is not None and result.state is not None:   # an edited result's warps are stale until refined
         return spec.align(result, stack, dev, index=None if index is None else int(index))
     if index is not None:
         return np.asarray(result.prototypes), np.asarray(result.scores[int(index)])

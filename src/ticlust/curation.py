@@ -1,8 +1,11 @@
-"""Editing a clustering by hand and re-fitting from the edit (issue 18): merge, split, move, refine.
+"""Editing a clustering by hand and re-fitting from the edit (issue 18): merge, split, move, mark
+outliers, refine.
 
 Every edit returns a new result (the given one is never modified), records itself in ``edits`` and
 drops the fitted state (the prototypes no longer match it), so ``predict`` asks for :func:`refine`
-first. Items the user moved are pinned: ``refine`` keeps them where they were put.
+first. Items the user moved are pinned: ``refine`` keeps them where they were put. Items marked as
+outliers are pinned to ``OUTLIER``: they keep a label (their nearest cluster) but ``refine`` fits the
+prototypes without them.
 """
 from __future__ import annotations
 
@@ -16,7 +19,10 @@ from .device import resolve_device
 from .errors import InputError
 from .methods import get_method
 from .methods.base import Done, drain
-from .result import ClusteringResult
+from .result import OUTLIER, ClusteringResult
+
+# The result fields that hold one entry per item (``params`` too: per-item method parameters).
+_PER_ITEM = ("labels", "scores", "responsibilities", "rejected", "aligned", "grids", "pinned")
 
 
 def _cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
@@ -61,15 +67,29 @@ def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
                    pinned=None if result.pinned is None else pins)
 
 
-def move(result: ClusteringResult, items, cluster: int) -> ClusteringResult:
-    """Put ``items`` (indices) into ``cluster`` and pin them there."""
-    cluster = _cluster(result, cluster)
+def _items(result: ClusteringResult, items, what: str) -> np.ndarray:
     index = np.unique(np.asarray(items, dtype=np.int64).reshape(-1))
     if index.size == 0 or index.min() < 0 or index.max() >= result.n:
-        raise InputError(f"The items to move must be indices from 0 to {result.n - 1}.")
+        raise InputError(f"The items to {what} must be indices from 0 to {result.n - 1}.")
+    return index
+
+
+def move(result: ClusteringResult, items, cluster: int) -> ClusteringResult:
+    """Put ``items`` (indices) into ``cluster`` and pin them there (an outlier moved is one no more)."""
+    cluster = _cluster(result, cluster)
+    index = _items(result, items, "move")
     labels, pins = np.asarray(result.labels).copy(), _pins(result)
     labels[index], pins[index] = cluster, cluster
     return _edited(result, {"op": "move", "items": index.tolist(), "cluster": cluster}, labels=labels, pinned=pins)
+
+
+def mark_outliers(result: ClusteringResult, items) -> ClusteringResult:
+    """Mark ``items`` (indices) as outliers (debris, bad crops): they keep their label, are flagged in
+    the assignments table and are left out when :func:`refine` fits the prototypes (and unpinned)."""
+    index = _items(result, items, "mark as outliers")
+    pins = _pins(result)
+    pins[index] = OUTLIER
+    return _edited(result, {"op": "outliers", "items": index.tolist()}, pinned=pins)
 
 
 def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: str = "auto") -> ClusteringResult:
@@ -82,8 +102,7 @@ def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: s
     spec = get_method(result.method)
     items = _fitted_items(data, result)
     params = {k: v for k, v in dataclasses.asdict(spec.config_of(result)).items() if k != "k"}
-    subset = items.subset(members) if hasattr(items, "subset") else items[members]
-    half = fit(subset, method=result.method, k=2, seed=seed, device=device, progress=False, **params)
+    half = fit(_take(items, members), method=result.method, k=2, seed=seed, device=device, progress=False, **params)
     scores = np.asarray(result.scores).copy()
     scores = np.concatenate([scores, scores[:, cluster:cluster + 1]], axis=1)
     scores[members, cluster], scores[members, result.k] = half.scores[:, 0], half.scores[:, 1]
@@ -103,10 +122,39 @@ def _fitted_items(data, result: ClusteringResult):
     return items
 
 
+def _take(items, index: np.ndarray):
+    """The items at ``index`` of a validated stack (or landmark array)."""
+    return items.subset(index) if hasattr(items, "subset") else items[index]
+
+
+def _restricted(result: ClusteringResult, index: np.ndarray) -> ClusteringResult:
+    """The result for the items at ``index`` only (per-item fields sliced)."""
+    fields = {f: np.asarray(getattr(result, f))[index] for f in _PER_ITEM if getattr(result, f) is not None}
+    return dataclasses.replace(result, params={k: np.asarray(v)[index] for k, v in result.params.items()}, **fields)
+
+
+def _joined(n: int, parts: list[tuple[np.ndarray, ClusteringResult]]) -> ClusteringResult:
+    """One result for N items from results for disjoint index sets (the first gives every other field);
+    a per-item field that some part lacks is left out."""
+
+    def put(values):
+        out = np.empty((n, *np.shape(values[0])[1:]), np.result_type(*values))
+        for (index, _), v in zip(parts, values):
+            out[index] = v
+        return out
+
+    results = [r for _, r in parts]
+    fields = {f: None if any(getattr(r, f) is None for r in results) else put([getattr(r, f) for r in results])
+              for f in _PER_ITEM}
+    keys = [k for k in results[0].params if all(k in r.params for r in results)]
+    return dataclasses.replace(results[0], params={k: put([r.params[k] for r in results]) for k in keys}, **fields)
+
+
 def refine(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True) -> ClusteringResult:
     """Re-fit prototypes (and, for aligning methods, alignments) from an edited result, warm started
     from its prototypes, with the user's moved items kept where they were put (unless ``keep_pinned``
-    is False). Returns a new, fitted result that keeps the edit history."""
+    is False) and the outliers left out (they are then assigned to the new prototypes and stay
+    outliers). Returns a new, fitted result that keeps the edit history."""
     return drain(refine_events(data, result, device, keep_pinned))
 
 
@@ -115,11 +163,21 @@ def refine_events(data, result: ClusteringResult, device: str = "auto", keep_pin
     spec = get_method(result.method)
     items = _fitted_items(data, result)
     cfg = dataclasses.replace(spec.config_of(result), k=result.k)
-    pins = _pins(result) if keep_pinned else np.full(result.n, -1, np.int64)
+    pins = _pins(result)
+    if not keep_pinned:
+        pins[pins != OUTLIER] = -1
     dev = resolve_device(device)
-    refined = yield from spec.refine(items, cfg, result, torch.from_numpy(pins), dev)
+    kept, outliers = np.flatnonzero(pins != OUTLIER), np.flatnonzero(pins == OUTLIER)
+    if outliers.size == 0:
+        refined = yield from spec.refine(items, cfg, result, torch.from_numpy(pins), dev)
+    else:
+        if kept.size < result.k:
+            raise InputError(f"Only {kept.size} items are not outliers, fewer than K = {result.k}: "
+                             "mark fewer outliers or merge clusters first.")
+        refined = yield from spec.refine(_take(items, kept), cfg, _restricted(result, kept), torch.from_numpy(pins[kept]), dev)
+        refined = _joined(result.n, [(kept, refined), (outliers, spec.predict(refined, _take(items, outliers), dev))])
     refined.config = {**result.config, "k": result.k}
     refined.edits = [*result.edits, {"op": "refine", "keep_pinned": bool(keep_pinned)}]
-    refined.pinned = result.pinned if keep_pinned else None
+    refined.pinned = result.pinned if keep_pinned else (pins if outliers.size else None)
     refined.device, refined.versions = result.device, result.versions
     yield Done(refined)

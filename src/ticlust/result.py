@@ -15,6 +15,8 @@ from .errors import InputError
 _OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids", "pinned")
 # Dictionaries of arrays stored as "<prefix>__<key>" entries.
 _ARRAY_DICTS = ("params", "extras")
+# ``pinned`` value of an item the user marked as an outlier (it belongs to no cluster; ticlust.curation)
+OUTLIER = -2
 _META_FIELDS = ("method", "aligned_kind", "history", "run_losses", "timing", "device", "versions", "edits")
 
 # Each registered method's fitted-state class, by method name (filled by methods.base.register), so
@@ -87,7 +89,7 @@ class ClusteringResult:
     state: FittedState | None = None
     run_losses: list = field(default_factory=list)
     edits: list = field(default_factory=list)       # the user's edits, in order (ticlust.curation), kept through refine
-    pinned: np.ndarray | None = None               # (N,) cluster the user put each item in (-1: free), or None
+    pinned: np.ndarray | None = None               # (N,) cluster the user put each item in (-1: free, OUTLIER: none), or None
     timing: dict = field(default_factory=dict)
     device: str = "cpu"
     versions: dict = field(default_factory=dict)
@@ -133,7 +135,8 @@ class ClusteringResult:
 
     def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None,
                           columns: dict | None = None) -> list[dict]:
-        """One row per item: cluster, its score, the runner-up and its score (and rejection).
+        """One row per item: cluster, its score, the runner-up and its score (and rejection; and, once
+        the result was edited by hand, whether the user marked the item as an outlier).
 
         ``columns``: extra per-item columns ({name: N values}, e.g. an object table), written after
         ``item``. Written as CSV when ``path`` is given; the rows are returned either way.
@@ -153,6 +156,8 @@ class ClusteringResult:
                 row["runner_up_score"] = float(self.scores[i, runner])
             if self.rejected is not None:
                 row["rejected"] = bool(self.rejected[i])
+            if self.pinned is not None:
+                row["outlier"] = bool(self.pinned[i] == OUTLIER)
             rows.append(row)
         if path is not None:
             with open(path, "w", newline="") as fh:
@@ -198,8 +203,9 @@ def load_result(path: str | Path) -> ClusteringResult:
     for prefix in _ARRAY_DICTS:
         kwargs[prefix] = {k.split("__", 1)[1]: v for k, v in contents.items() if k.startswith(prefix + "__")}
     state_type = STATE_TYPES.get(meta.get("method", ""))
-    if state_type is not None:
-        kwargs["state"] = state_type.from_arrays({k: v for k, v in contents.items() if k.startswith("state__")})
+    state = {k: v for k, v in contents.items() if k.startswith("state__")}
+    if state_type is not None and state:      # none saved: a result edited by hand and not refined yet
+        kwargs["state"] = state_type.from_arrays(state)
     known = {f.name for f in fields(ClusteringResult)}
     return ClusteringResult(**{k: v for k, v in kwargs.items() if k in known})
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..result import ClusteringResult
+from ..result import OUTLIER, ClusteringResult
 
 CLUSTER_COLORS = np.array([
     [0.12, 0.47, 0.71], [1.00, 0.50, 0.05], [0.17, 0.63, 0.17], [0.84, 0.15, 0.16], [0.58, 0.40, 0.74],
@@ -34,7 +34,7 @@ INSPECTOR_COLUMNS = 5
 
 
 def cluster_color(label: int) -> np.ndarray:
-    """A distinct RGBA colour per cluster (cycling after ten); grey for rejected items (-1)."""
+    """A distinct RGBA colour per cluster (cycling after ten); grey for rejected items and outliers (-1)."""
     if label < 0:
         return np.array([0.3, 0.3, 0.3, 1.0])
     return np.append(CLUSTER_COLORS[label % len(CLUSTER_COLORS)], 1.0)
@@ -594,7 +594,8 @@ def paint_objects(viewer, labels_layer, table: dict, result: ClusteringResult, n
         window = (t, *box) if time else box
         painted[window][np.asarray(source[window]) == table["label"][pos]] = pos + 1
     colors = {None: np.zeros(4), 0: np.zeros(4)}
-    colors.update({pos + 1: cluster_color(int(c)) for pos, c in enumerate(result.labels)})
+    shown = np.where(result.pinned == OUTLIER, -1, result.labels) if result.pinned is not None else result.labels
+    colors.update({pos + 1: cluster_color(int(c)) for pos, c in enumerate(shown)})   # outliers in grey
     from napari.utils.colormaps import DirectLabelColormap
 
     features = pd.DataFrame({"index": np.arange(1, result.n + 1), **{c: np.asarray(v) for c, v in table.items()}})

@@ -25,6 +25,7 @@ from ..methods.base import param_infos
 from ..objects import labels_fit, objects_from_labels, shapes_from_labels
 from ..result import ClusteringResult, load_result
 from . import layers as L
+from .curation_panel import CurationPanel
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
@@ -53,6 +54,7 @@ class TiclustWidget(Container):
         self._rollback: dict[str, object] = {}
         self._last_live = 0.0
         self._finished_cleanly = False
+        self._on_done = None             # what the running worker's Done does: show a run, or apply an edit
         self._inspecting = None          # the worker aligning prototypes onto the current image
         self._pending_frame: int | None = None
         self._inspected = None           # the result the inspector layers were made for
@@ -99,8 +101,10 @@ class TiclustWidget(Container):
         files = Container(widgets=[self.save_button, self.load_button], layout="horizontal", labels=False)
         self.table = Table(label="clusters", value={"cluster": [], "size": [], "mean score": [], "closest items": []})
         self.table.native.setMinimumHeight(180)
+        self.curation = CurationPanel(self)     # shown once there is a result
         self.extend([self.method, self.input, self.labels, self.k, self.params, self.show_advanced, self.device,
                      self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table])
+        self.native.layout().addWidget(self.curation.native)     # the dock's full width, no label column
         # Advanced parameters scroll in a box of their own (st-kmeans has 17), so that the dock fits a
         # 1000-pixel-high screen; the status line wraps, so nothing widens the dock past FORM_WIDTH
         from qtpy.QtWidgets import QFrame, QScrollArea
@@ -231,25 +235,35 @@ class TiclustWidget(Container):
                         runs=self.runs.value, **params)
         cut = self._extraction_job(layer, labels, contours) if labels is not None else None
 
-        def job():
-            try:
-                stack = data
-                if cut is not None:
-                    stack, table = cut()
-                    yield Objects(stack, table)
-                yield from api.run(stack, **job_args)
-            except Exception as exc:  # reported in the GUI thread as a notification, never a traceback only
-                yield exc
+        def events():
+            stack = data
+            if cut is not None:
+                stack, table = cut()
+                yield Objects(stack, table)
+            yield from api.run(stack, **job_args)
 
         self.objects = (layer, labels, None) if labels is not None else None
         self.result_layer_name = layer.name
+        return self.launch(events, self._show_run, "Starting…")
+
+    def launch(self, events, on_done, status: str):
+        """Run ``events()`` (a generator of Progress / Snapshot / … / Done) in a thread worker: progress in the
+        status line, live prototypes, Cancel on the Run button; ``on_done(result)`` on the GUI thread at
+        Done. A failure or Cancel puts back every layer the job touched. Returns the worker."""
+        def job():
+            try:
+                yield from events()
+            except Exception as exc:  # reported in the GUI thread as a notification, never a traceback only
+                yield exc
+
         self._rollback = {}
         self._finished_cleanly = False
+        self._on_done = on_done
         self.worker = create_worker(job, _start_thread=False)
         self.worker.yielded.connect(self._on_event)
         self.worker.finished.connect(self._on_finished)
         self._set_running(True)
-        self.status.value = "Starting…"
+        self.status.value = status
         self.worker.start()
         return self.worker
 
@@ -303,17 +317,35 @@ class TiclustWidget(Container):
                     L.frame_result(self.viewer, layer)
         elif isinstance(event, Done):
             self._finished_cleanly = True
-            layer = self.viewer.layers[self.result_layer_name]
-            self.show_result(event.result, layer)
-            message = (f"Done: {event.result.k} clusters in {event.result.timing.get('total_s', 0):.1f} s "
-                       f"on {event.result.device}, final loss {event.result.final_loss:.4g}.")
-            truth = layer.metadata.get("labels") if isinstance(layer, Image) else None
-            if truth is not None and len(truth) == event.result.n:
-                from ..metrics import evaluate
+            self._on_done(event.result)
 
-                scores = evaluate(np.asarray(truth), event.result.labels)
-                message += f" Against the layer's {len(np.unique(truth))} true classes: ACC {scores['acc']:.3f}, NMI {scores['nmi']:.3f}."
-            self.status.value = message
+    def _show_run(self, result: ClusteringResult) -> None:
+        """A run's result: shown, framed, nothing to undo."""
+        self.curation.forget()
+        self.show_result(result, self.viewer.layers[self.result_layer_name])
+        self.status.value = (f"Done: {result.k} clusters in {result.timing.get('total_s', 0):.1f} s "
+                             f"on {result.device}, final loss {result.final_loss:.4g}.{self.accuracy_note(result)}")
+
+    def accuracy_note(self, result: ClusteringResult) -> str:
+        """" Against the layer's C true classes: ACC …, NMI …." when the fitted layer carries true labels."""
+        layer = self.fitted_layer()
+        truth = layer.metadata.get("labels") if isinstance(layer, Image) else None
+        if truth is None or len(truth) != result.n:
+            return ""
+        from ..metrics import evaluate
+
+        scores = evaluate(np.asarray(truth), result.labels)
+        return f" Against the layer's {len(np.unique(truth))} true classes: ACC {scores['acc']:.3f}, NMI {scores['nmi']:.3f}."
+
+    def fitted_layer(self):
+        """The layer the current result was fitted on (the stack, the objects of a field, or landmarks)."""
+        if self.result_layer_name not in self.viewer.layers:
+            raise InputError(f"The layer {self.result_layer_name!r} the result was fitted on is gone: open it again.")
+        return self.viewer.layers[self.result_layer_name]
+
+    def fitted_data(self):
+        """The data the current result was fitted on, as the methods read it (for split, refine, galleries)."""
+        return self._layer_data(self.fitted_layer())
 
     def _show_objects(self, event: Objects) -> None:
         """The objects are cut out: show them as the stack (or contours) this run clusters."""
@@ -377,16 +409,19 @@ class TiclustWidget(Container):
         self.run_button.text = "Cancel" if running else "Run"
         for widget in (self.method, self.input, self.labels, self.extraction, self.k, self.params, self.advanced, self.device,
                        self.seed, self.runs,
-                       self.load_button):
+                       self.load_button, self.curation):
             widget.enabled = not running
         self.save_button.enabled = not running and self.result is not None
         if not running and self._finished_cleanly:
             self.progress.value = self.progress.max
 
     # ---- results ---------------------------------------------------------------------------------
-    def show_result(self, result: ClusteringResult, input_layer) -> None:
-        """Make or update every result layer, the features and the cluster table, and frame the view."""
+    def show_result(self, result: ClusteringResult, input_layer, reframe: bool = True) -> None:
+        """Make or update every result layer, the features, the cluster table and the curation panel, and
+        frame the view (not after an edit: ``reframe`` False keeps the user's view)."""
         self.result = result
+        if not reframe:
+            self._framed = result
         self.result_layer_name = input_layer.name
         self.assignments = L.assignment_features(result)
         if self.objects is not None and self.objects[2] is not None and len(self.objects[2]["label"]) == result.n:
@@ -399,6 +434,7 @@ class TiclustWidget(Container):
             L.show_image_result(self.viewer, input_layer, result)
         rows = L.cluster_summary(result)
         self.table.value = {key: [row[key] for row in rows] for key in rows[0]}
+        self.curation.show_for(result)
         self.save_button.enabled = True
         self.viewer.layers.selection.active = input_layer
         self._on_step()
@@ -445,6 +481,7 @@ class TiclustWidget(Container):
                 self.objects = None          # the result is shown on a plain stack, not on the objects of a field
             if match.name in self.input.choices:     # the objects of a field stay shown, the field stays chosen
                 self.input.value = match.name
+            self.curation.forget()
             self.show_result(result, match)
             self.status.value = f"Loaded {Path(path).name} ({result.method}, K = {result.k}) onto {match.name}."
         else:
