@@ -1,5 +1,5 @@
 """The ``invariances`` choice (issue 14): each family's warps are of that kind, bad values get one sentence,
-and image stacks keep their defaults (tests/test_pinned_results.py)."""
+image stacks keep their defaults, and objects from a segmentation default to shape-keeping warps."""
 import math
 
 import numpy as np
@@ -7,8 +7,10 @@ import pytest
 import torch
 
 import ticlust
+from ticlust.api import object_params
 from ticlust.errors import InputError
 from ticlust.methods.st_kmeans import Aligner, Pyramid, Schedule
+from ticlust.nuclei import nuclei_field
 from ticlust.samples import glyphs_sample
 from ticlust.transforms import affine_grid, make_module, similarity_affine
 
@@ -117,3 +119,32 @@ def test_bad_invariances_get_one_sentence_listing_the_choices():
         ticlust.fit(glyphs(), method="st-kmeans", k=3, progress=False, invariances="shear")
     with pytest.raises(InputError, match="choose from auto, rigid, similarity, affine\\.$"):
         ticlust.fit(glyphs(), method="ai-kmeans", k=3, progress=False, invariances="deformable")
+
+
+# ---- objects from a segmentation -----------------------------------------------------------------
+def test_object_params_default_to_similarity_and_the_user_overrides():
+    assert object_params("dti-kmeans", {})["invariances"] == "similarity"
+    assert object_params("st-kmeans", {"invariances": "auto", "steps": "3"}) == {"invariances": "similarity", "steps": "3"}
+    assert object_params("ai-kmeans", {"invariances": "affine"})["invariances"] == "affine"
+    assert object_params("dti-gmm", {"transforms": "affine,tps"}) == {"transforms": "affine,tps"}   # the expert's modules win
+    assert object_params("kmeans", {"max_iter": 5}) == {"max_iter": 5}                              # nothing to choose
+    given = {"invariances": "auto"}
+    object_params("dti-kmeans", given)
+    assert given == {"invariances": "auto"}                                                         # input untouched
+
+
+def test_cli_labels_run_records_the_objects_route_invariances(tmp_path, capsys):
+    import tifffile
+
+    from ticlust.cli import main
+
+    f = nuclei_field(n=30, shape=(200, 200), seed=2)
+    tifffile.imwrite(tmp_path / "field.tif", f.image)
+    tifffile.imwrite(tmp_path / "mask.tif", f.labels)
+    fast = [a for key, value in ST_FAST.items() if key != "landmarks" for a in ("--set", f"{key}={value}")]
+    for extra, want in (([], "similarity"), (["--set", "invariances=affine", "--no-orient", "--no-normalize"], "affine")):
+        assert main(["fit", str(tmp_path / "field.tif"), "--labels", str(tmp_path / "mask.tif"), "--method", "ai-kmeans",
+                     "--k", "3", *fast, *extra, "-o", str(tmp_path / "r.npz"), "--csv", str(tmp_path / "r.csv"), "--quiet"]) == 0
+        assert ticlust.load_result(tmp_path / "r.npz").config["invariances"] == want
+        header = (tmp_path / "r.csv").read_text().splitlines()[0].split(",")
+        assert ("angle" in header) == (want == "similarity")          # the route orients objects unless told not to
