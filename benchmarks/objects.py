@@ -125,12 +125,12 @@ ALIGNERS = ("dti-kmeans", "st-kmeans")
 
 
 def invariance_plan(methods, seeds) -> list[tuple[str, str, dict, int]]:
-    """(crops, method, params, seed) of every invariances row: the route's defaults for every method,
-    each family for DTI and ST, the crop ablation at similarity, and more seeds at the route's defaults."""
+    """(crops, method, params, seed) of every invariances row, most telling first: the route's defaults
+    for every method, more seeds there, each family for DTI and ST, the crop ablation at similarity."""
     plan = [("route", m, object_params(m, {}), 0) for m in methods]
+    plan += [("route", m, object_params(m, {}), s) for s in seeds for m in ALIGNERS if m in methods]
     plan += [("route", m, {"invariances": f}, 0) for m in ALIGNERS if m in methods for f in FAMILIES if f != "similarity"]
     plan += [(c, m, {"invariances": "similarity"}, 0) for c in ("plain", "normalize", "orient") for m in ALIGNERS if m in methods]
-    plan += [("route", m, object_params(m, {}), s) for s in seeds for m in ALIGNERS if m in methods]
     return plan
 
 
@@ -142,9 +142,11 @@ def invariances(args) -> dict:
     out = {"n_field": args.n, "side": args.side, "seed": args.seed, "threads": args.threads, "rows": []}
     prev = json.loads(JSON.read_text()).get("invariances") if JSON.exists() else None
     plan = [p for p in invariance_plan(args.methods, args.more_seeds) if p[0] in args.crops]
-    if prev:   # rows measured before and not re-measured now are kept
-        now = {key(c, m, p, s) for c, m, p, s in plan}
-        out["rows"] = [r for r in prev["rows"] if key(r["crops"], r["method"], r["params"], r["seed"]) not in now]
+    if prev:   # rows measured before are kept, and not measured again unless --redo
+        done = {key(r["crops"], r["method"], r["params"], r["seed"]) for r in prev["rows"]}
+        redo = {key(*p) for p in plan} if args.redo else set()
+        out["rows"] = [r for r in prev["rows"] if key(r["crops"], r["method"], r["params"], r["seed"]) not in redo]
+        plan = [p for p in plan if key(*p) in redo or key(*p) not in done]
     cut = {}
     for crops, method, params, seed in plan:
         if crops not in cut:
@@ -451,6 +453,7 @@ def main():
     ap.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE",
                     help="a method parameter instead of its default (repeatable); the row says so")
     ap.add_argument("--crops", nargs="+", default=list(CROPS), choices=list(CROPS), help="invariances: which crops")
+    ap.add_argument("--redo", action="store_true", help="invariances: measure rows of the plan again (default: keep them)")
     ap.add_argument("--more-seeds", nargs="*", type=int, default=[1, 2], help="invariances: seeds repeated at the route's defaults")
     ap.add_argument("--other-methods", nargs="+", default=list(ALIGNERS), help="other: the methods compared")
     ap.add_argument("--n", type=int, default=300, help="nuclei in the accuracy field")
