@@ -9,7 +9,8 @@ import torch
 import ticlust
 from ticlust.api import object_params
 from ticlust.errors import InputError
-from ticlust.methods.st_kmeans import Aligner, Pyramid, Schedule
+from ticlust.methods.base import drain
+from ticlust.methods.st_kmeans import Aligner, Schedule
 from ticlust.nuclei import nuclei_field
 from ticlust.samples import glyphs_sample
 from ticlust.transforms import affine_grid, make_module, similarity_affine
@@ -104,14 +105,6 @@ def test_rotation_search_turns_an_item_the_local_search_cannot():
         losses[linear] = float(out.losses[0, 0])
     identity = float(((x - mu) ** 2).sum())
     assert losses["rigid"] < 0.05 * identity < losses["affine"]
-
-
-def drain(gen):
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def test_bad_invariances_get_one_sentence_listing_the_choices():
