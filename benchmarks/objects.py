@@ -434,8 +434,9 @@ def invariances_md(allres: dict) -> list[str]:
         lines += [f"## Invariances on other data: the trade-off, {oth['when']}, commit {oth['commit']}", "",
                   "Data whose nuisance warps bend and shear (Non-rigid MNIST of the ST paper's App. F, made from MNIST test "
                   "by `nonrigid_digits(seed=0)`, its 670 training images; the glyphs sample: affine + elastic warps). "
-                  "Here `similarity` cannot undo the nuisance and should lose against each method's own family (`auto`). "
-                  "K = the classes, seed 0, CPU.", "",
+                  "Here `similarity` cannot undo the shear and bending that `auto` (each method's own family) can. "
+                  "K = the classes, seed 0 (one fit per row), CPU; the header's commit is the last save's, each row's "
+                  "own is in objects.json.", "",
                   "| data | method | invariances | ACC | NMI | ARI | fit s | load before → after |", "|---|---|---|---|---|---|---|---|"]
         for r in oth["rows"]:
             body = (f"failed: {r['error']} | | " if "error" in r else f"{r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | ")
