@@ -10,6 +10,12 @@ Sections (``--sections``, default all):
   shapes    shapes_from_labels on the same field → shape-kmeans K=3; and the osteosarcoma check:
             the raw cell contours of ../shared/datasets rasterised into a label image, traced back by
             shapes_from_labels, compared with the dataset's own 100-point resampling.
+  invariances  issue 14's acceptance at the objects route's defaults (crops oriented and brightness-
+            normalised, ROUTE_OPTIONS; invariances auto → similarity, api.object_params): every image
+            method, dti-kmeans and st-kmeans at every invariance family and (extra seeds) again, and
+            the crop options' ablation that chose the route's defaults.
+  other     the invariance trade-off on data whose nuisance warps are not shape-keeping: Non-rigid
+            MNIST (App. F of the ST paper) and the glyphs sample, auto vs similarity.
   timing    extraction time of objects_from_labels on a 2048×2048 field with 2,000 nuclei (target
             ≤ 5 s on 2 cores), shapes_from_labels on it, and peak extra memory (tracemalloc) on a
             4096×4096 field with 10,000 nuclei against the field's own size.
@@ -41,7 +47,9 @@ sys.path.insert(0, str(HERE.parent / "src"))
 import ticlust  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
 from ticlust.nuclei import nuclei_field  # noqa: E402
-from ticlust.objects import objects_from_labels, shapes_from_labels  # noqa: E402
+from ticlust.api import object_params  # noqa: E402
+from ticlust.methods.invariances import FAMILIES  # noqa: E402
+from ticlust.objects import ROUTE_OPTIONS, objects_from_labels, shapes_from_labels  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 RESULTS = HERE / "results"
@@ -108,6 +116,103 @@ def accuracy(args) -> dict:
             out["rows"].append(row)
             print(json.dumps(row), flush=True)
             save("accuracy", out)
+    return out
+
+
+#: Crops of the invariances section: the route's, and the ablation of its two options.
+CROPS = {"route": ROUTE_OPTIONS, "plain": {}, "normalize": {"normalize": True}, "orient": {"orient": True}}
+ALIGNERS = ("dti-kmeans", "st-kmeans")
+
+
+def invariance_plan(methods, seeds) -> list[tuple[str, str, dict, int]]:
+    """(crops, method, params, seed) of every invariances row, most telling first: the route's defaults
+    for every method, more seeds there, each family for DTI and ST, the crop ablation at similarity."""
+    plan = [("route", m, object_params(m, {}), 0) for m in methods]
+    plan += [("route", m, object_params(m, {}), s) for s in seeds for m in ALIGNERS if m in methods]
+    plan += [("route", m, {"invariances": f}, 0) for m in ALIGNERS if m in methods for f in FAMILIES if f != "similarity"]
+    plan += [(c, m, {"invariances": "similarity"}, 0) for c in ("plain", "normalize", "orient") for m in ALIGNERS if m in methods]
+    if "st-kmeans" in methods:   # the lowest distortion of three seeds (minLoss): ST's answer to a bad start
+        plan += [("route", "st-kmeans", {**object_params("st-kmeans", {}), "runs": 3}, s) for s in (0, *seeds)]
+    return plan
+
+
+def invariances(args) -> dict:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    field = nuclei_field(n=args.n, shape=(args.side, args.side), seed=args.seed)
+    out = {"n_field": args.n, "side": args.side, "seed": args.seed, "threads": args.threads, "rows": []}
+    prev = json.loads(JSON.read_text()).get("invariances") if JSON.exists() else None
+    plan = [p for p in invariance_plan(args.methods, args.more_seeds) if p[0] in args.crops]
+    if prev:   # rows measured before are kept, and not measured again unless --redo
+        done = {key(r["crops"], r["method"], r["params"], r["seed"]) for r in prev["rows"]}
+        redo = {key(*p) for p in plan} if args.redo else set()
+        out["rows"] = [r for r in prev["rows"] if key(r["crops"], r["method"], r["params"], r["seed"]) not in redo]
+        plan = [p for p in plan if key(*p) in redo or key(*p) not in done]
+    cut = {}
+    for crops, method, params, seed in plan:
+        if crops not in cut:
+            t0 = time.perf_counter()
+            stack, table = objects_from_labels(field.image, field.labels, **CROPS[crops])
+            cut[crops] = (stack, field.kind_of(table["label"]), time.perf_counter() - t0)
+        stack, truth, extract_s = cut[crops]
+        row = {"crops": crops, "options": CROPS[crops], "method": method, "params": params, "seed": seed,
+               "n_objects": int(len(stack)), "crop": list(stack.shape[1:]), "commit": commit(),
+               "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_before": load_average()}
+        row.update(timed_fit(stack, truth, method, params, seed))
+        row["total_s"] = round(row["fit_s"] + extract_s, 2)
+        row["load_after"] = load_average()
+        out["rows"].append(row)
+        print(json.dumps(row), flush=True)
+        save("invariances", out)
+    return out
+
+
+def key(crops, method, params, seed) -> str:
+    return json.dumps([crops, method, params, seed], sort_keys=True)
+
+
+def timed_fit(x, truth, method: str, params: dict, seed: int) -> dict:
+    """ACC/NMI/ARI, cluster sizes and fit time of one CPU fit (or the error it raised), K = the classes."""
+    t1 = time.perf_counter()
+    row = {}
+    try:
+        res = ticlust.fit(x, method=method, k=len(np.unique(truth)), device="cpu", seed=seed, progress=False, **params)
+        row.update({k: round(v, 4) for k, v in evaluate(truth, res.labels).items()})
+        row["sizes"] = res.cluster_sizes().tolist()
+        row["invariances"] = res.config.get("invariances")
+    except Exception as exc:  # report, do not hide: the row says what failed
+        row["error"] = f"{type(exc).__name__}: {exc}"[:300]
+    row["fit_s"] = round(time.perf_counter() - t1, 2)
+    return row
+
+
+def other_data(args) -> dict:
+    """auto vs similarity where the nuisance warps bend and shear: Non-rigid MNIST (train part) and glyphs."""
+    import torch
+
+    from ticlust.samples import glyphs_sample
+    from ticlust.warped_digits import nonrigid_digits
+
+    torch.set_num_threads(args.threads)
+    mnist = np.load(data_dir(args.data_dir) / "mnist.npz")
+    digits = nonrigid_digits(mnist["x_test"], mnist["y_test"], seed=args.seed)
+    sets = {"non-rigid MNIST (train, 670)": (digits["x_train"], digits["y_train"]),
+            "glyphs (600)": glyphs_sample(seed=args.seed)}
+    prev = json.loads(JSON.read_text()).get("other") if JSON.exists() else None
+    out = {"rows": prev["rows"] if prev else []}     # rows measured before are kept and not measured again
+    done = {(r["data"], r["method"], r["invariances"]) for r in out["rows"]}
+    for name, (x, y) in sets.items():
+        for method in args.other_methods:
+            for family in ("auto", "similarity"):
+                if (name, method, family) in done:
+                    continue
+                row = {"data": name, "method": method, "invariances": family, "load_before": load_average()}
+                row.update(timed_fit(x, y, method, {"invariances": family}, args.seed))
+                row["load_after"] = load_average()
+                out["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                save("other", out)
     return out
 
 
@@ -265,6 +370,7 @@ def write_md(allres: dict) -> None:
                 lines.append(f"| {r['extraction']} | {label(r)} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']} | "
                              f"{r['fit_s']} | {r['total_s']} | {r['peak_rss_mib']} | {r['load_before']} → {r['load_after']} |")
         lines.append("")
+    lines += invariances_md(allres)
     sh = allres.get("shapes")
     if sh:
         nu = sh["nuclei"]
@@ -299,6 +405,47 @@ def write_md(allres: dict) -> None:
     (RESULTS / "objects.md").write_text("\n".join(lines))
 
 
+def invariances_md(allres: dict) -> list[str]:
+    """The dated sections of the invariances and other-data runs."""
+    lines = []
+    inv = allres.get("invariances")
+    if inv:
+        lines += [f"## Invariances: the objects route's defaults (issue 14 acceptance), {inv['when']}, commit {inv['commit']}", "",
+                  f"The same field; crops: **route** = the objects route's `{ROUTE_OPTIONS}` (CLI `--labels`, napari Labels "
+                  "workflow), **plain** = `objects_from_labels` defaults, **normalize** / **orient** = one option each. "
+                  "`invariances` is what the warps may change; at the route's defaults `auto` becomes `similarity` "
+                  f"(`api.object_params`). CPU, {inv['threads']} torch thread, K=3.", "",
+                  "| crops | method | invariances | seed | ACC | NMI | ARI | cluster sizes | fit s | load before → after |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        order = {c: i for i, c in enumerate(CROPS)}
+        for r in sorted(inv["rows"], key=lambda r: (order.get(r["crops"], 9), r["seed"])):
+            extra = {k: v for k, v in r["params"].items() if k != "invariances"}
+            name = r["method"] + (f" ({extra})" if extra else "")
+            family = r.get("invariances") or r["params"].get("invariances", "—")
+            if "error" in r:
+                lines.append(f"| {r['crops']} | {name} | {family} | {r['seed']} | failed: {r['error']} | | | | {r['fit_s']} | "
+                             f"{r['load_before']} → {r['load_after']} |")
+            else:
+                lines.append(f"| {r['crops']} | {name} | {family or '—'} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | "
+                             f"{r['ari']:.3f} | {r['sizes']} | {r['fit_s']} | {r['load_before']} → {r['load_after']} |")
+        lines.append("")
+    oth = allres.get("other")
+    if oth:
+        lines += [f"## Invariances on other data: the trade-off, {oth['when']}, commit {oth['commit']}", "",
+                  "Data whose nuisance warps bend and shear (Non-rigid MNIST of the ST paper's App. F, made from MNIST test "
+                  "by `nonrigid_digits(seed=0)`, its 670 training images; the glyphs sample: affine + elastic warps). "
+                  "Here `similarity` cannot undo the shear and bending that `auto` (each method's own family) can. "
+                  "K = the classes, seed 0 (one fit per row), CPU; the header's commit is the last save's, each row's "
+                  "own is in objects.json.", "",
+                  "| data | method | invariances | ACC | NMI | ARI | fit s | load before → after |", "|---|---|---|---|---|---|---|---|"]
+        for r in oth["rows"]:
+            body = (f"failed: {r['error']} | | " if "error" in r else f"{r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | ")
+            lines.append(f"| {r['data']} | {r['method']} | {r['invariances']} | {body}{r['fit_s']} | "
+                         f"{r['load_before']} → {r['load_after']} |")
+        lines.append("")
+    return lines
+
+
 def label(row: dict) -> str:
     params = row.get("params") or {}
     return row["method"] + (" (" + ", ".join(f"{k}={v}" for k, v in params.items()) + ")" if params else "")
@@ -306,11 +453,16 @@ def label(row: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sections", nargs="+", default=["accuracy", "shapes", "timing"], choices=["accuracy", "shapes", "timing"])
+    sections = {"accuracy": accuracy, "invariances": invariances, "other": other_data, "shapes": shapes, "timing": timing}
+    ap.add_argument("--sections", nargs="+", default=["accuracy", "shapes", "timing"], choices=list(sections))
     ap.add_argument("--methods", nargs="+", default=list(IMAGE_METHODS))
     ap.add_argument("--extractions", nargs="+", default=["default", "orient"], choices=list(EXTRACTIONS))
     ap.add_argument("--set", action="append", default=[], metavar="METHOD:NAME=VALUE",
                     help="a method parameter instead of its default (repeatable); the row says so")
+    ap.add_argument("--crops", nargs="+", default=list(CROPS), choices=list(CROPS), help="invariances: which crops")
+    ap.add_argument("--redo", action="store_true", help="invariances: measure rows of the plan again (default: keep them)")
+    ap.add_argument("--more-seeds", nargs="*", type=int, default=[1, 2], help="invariances: seeds repeated at the route's defaults")
+    ap.add_argument("--other-methods", nargs="+", default=list(ALIGNERS), help="other: the methods compared")
     ap.add_argument("--n", type=int, default=300, help="nuclei in the accuracy field")
     ap.add_argument("--side", type=int, default=1024, help="side of the accuracy field")
     ap.add_argument("--seed", type=int, default=0)
@@ -319,7 +471,7 @@ def main():
     ap.add_argument("--data-dir")
     args = ap.parse_args()
     for section in args.sections:
-        {"accuracy": accuracy, "shapes": shapes, "timing": timing}[section](args)
+        sections[section](args)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,8 @@ import numpy as np
 from .device import describe, reproducible, resolve_device
 from .errors import InputError
 from .methods import Done, Progress, get_method
-from .methods.base import Event, Method, best_of, drain
+from .methods.base import Event, Method, best_of, coerce, drain, param_infos
+from .methods.invariances import OBJECTS
 from .result import ClusteringResult
 from .stack import Stack
 from .validation import as_landmarks, as_stack, check_batch_size, check_k, check_same_items, check_seed
@@ -21,6 +22,21 @@ def prepare(data, method: Method, to_predict: bool = False):
     if method.inputs == ("landmarks",):
         return as_landmarks(data, to_predict=to_predict)
     return as_stack(data, allow_vectors="vectors" in method.inputs, to_predict=to_predict)
+
+
+def object_params(method: str, params: dict) -> dict:
+    """A method's parameters for objects cut out of a segmentation (the CLI's ``--labels``, the napari
+    Labels workflow): ``invariances`` left at auto becomes ``OBJECTS`` (similarity: the warps may turn,
+    shift and scale an object but not change its shape, which is what tells kinds apart), unless DTI's
+    ``transforms`` name the modules. A copy; everything else as given."""
+    infos = {info.name: info for info in param_infos(get_method(method).config)}
+    out = dict(params)
+    if "invariances" not in infos or coerce(infos["invariances"], out.get("invariances", "auto")) != "auto":
+        return out
+    if "transforms" in infos and coerce(infos["transforms"], out.get("transforms", ("auto",))) not in ((), ("auto",)):
+        return out
+    out["invariances"] = OBJECTS
+    return out
 
 
 def item_count(items) -> int:

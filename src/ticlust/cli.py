@@ -48,8 +48,10 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--crop-size", type=int, help="with --labels: crop side in pixels (default: fits the largest object)")
     fit.add_argument("--channel", type=int, help="with --labels: cluster this channel of a multi-channel field")
     fit.add_argument("--rescale", action="store_true", help="with --labels: zoom every object to fill the crop")
-    fit.add_argument("--orient", action="store_true", help="with --labels: turn every object's major axis along x")
-    fit.add_argument("--normalize", action="store_true", help="with --labels: divide every object by its mean brightness")
+    fit.add_argument("--orient", action=argparse.BooleanOptionalAction,
+                     help="with --labels: turn every object's major axis along x (default: on)")
+    fit.add_argument("--normalize", action=argparse.BooleanOptionalAction,
+                     help="with --labels: divide every object by its mean brightness (default: on)")
 
     export = sub.add_parser("export", parents=[common], help="pictures of a saved result: per-cluster galleries and the prototype montage")
     export.add_argument("result", help="a result file written by ticlust fit -o")
@@ -121,7 +123,7 @@ def _methods() -> int:
 
 
 def _fit(args) -> int:
-    from .api import fit
+    from .api import fit, object_params
     from .metrics import evaluate
 
     if (args.input is None) == (args.sample is None):
@@ -139,9 +141,10 @@ def _fit(args) -> int:
     if args.labels is not None:
         data, objects = _objects(args, data)
         source = f"{objects['label'].size} objects of {args.input}"
-    elif args.keep_border or args.rescale or args.orient or args.normalize or args.crop_size is not None \
-            or args.channel is not None:
-        raise InputError("--keep-border, --crop-size, --channel, --rescale, --orient and --normalize only apply with --labels MASK.")
+    elif args.keep_border or args.rescale or args.orient is not None or args.normalize is not None \
+            or args.crop_size is not None or args.channel is not None:
+        raise InputError("--keep-border, --crop-size, --channel, --rescale, --(no-)orient and --(no-)normalize only apply "
+                         "with --labels MASK.")
     elif np.ndim(data) == 2 and Path(args.input).suffix.lower() in IMAGE_SUFFIXES:
         raise InputError(f"{Path(args.input).name} is a single 2-D image, not a stack: give a stack of images, a folder "
                          "of images, or the image with --labels MASK to cluster the objects in it.")
@@ -159,6 +162,8 @@ def _fit(args) -> int:
             raise InputError(f"--set {item!r} must look like name=value.")
         name, value = item.split("=", 1)
         params[name.strip()] = value
+    if args.labels is not None:
+        params = object_params(args.method, params)
     k = get_method(args.method).default_k if args.k is None else args.k
     print(f"ticlust: {args.method}, K={k}, {data.shape[0]} items from {source}", file=sys.stderr)
     with warnings.catch_warnings():
@@ -181,7 +186,7 @@ def _fit(args) -> int:
 
 def _objects(args, field):
     """Cut the objects of --labels out of the field INPUT (or trace their contours for shape-kmeans)."""
-    from .objects import TABLE_COLUMNS, objects_from_labels, shapes_from_labels
+    from .objects import ROUTE_OPTIONS, TABLE_COLUMNS, objects_from_labels, shapes_from_labels
 
     if args.input is None:
         raise InputError("--labels needs the field image as INPUT (it does not apply to --sample).")
@@ -189,6 +194,9 @@ def _objects(args, field):
     if args.method == "shape-kmeans":
         items, table = shapes_from_labels(mask, keep_border=args.keep_border)
     else:
+        for name, default in ROUTE_OPTIONS.items():   # the route's defaults where no --(no-)flag was given
+            if getattr(args, name) is None:
+                setattr(args, name, default)
         items, table = objects_from_labels(field, mask, size=args.crop_size, keep_border=args.keep_border,
                                            channels=args.channel, rescale=args.rescale, orient=args.orient,
                                            normalize=args.normalize)

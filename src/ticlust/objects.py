@@ -28,6 +28,11 @@ TABLE_COLUMNS = ("label", "frame", "centroid_y", "centroid_x", "bbox_y0", "bbox_
                  "area", "touches_border", "scale", "angle")
 #: The largest crop side chosen automatically; larger objects need ``size=`` or ``rescale=True``.
 MAX_AUTO_SIZE = 128
+#: The extraction options of the objects route (CLI ``--labels``, the napari Labels workflow) unless the
+#: user says otherwise: each object turned to its major axis and divided by its mean brightness, so that
+#: the warps (``invariances``, see ``api.object_params``) only refine pose and the kinds compare by
+#: shape (docs/objects.md has the measurements behind this choice). The function's own defaults are off.
+ROUTE_OPTIONS = {"orient": True, "normalize": True}
 #: Label ids above this are renumbered before ``find_objects`` (whose list is as long as the largest id).
 _MAX_DIRECT_ID = 1 << 22
 

@@ -22,7 +22,7 @@ from ..validation import channels_last
 from ..device import DEVICE_CHOICES
 from ..methods import Done, Progress, Snapshot, available_methods, get_method
 from ..methods.base import param_infos
-from ..objects import labels_fit, objects_from_labels, shapes_from_labels
+from ..objects import ROUTE_OPTIONS, labels_fit, objects_from_labels, shapes_from_labels
 from ..result import ClusteringResult, load_result
 from . import layers as L
 from .curation_panel import CurationPanel
@@ -80,8 +80,10 @@ class TiclustWidget(Container):
                      tooltip="Also cluster objects that touch the field's edge (they are cut off by it)"),
             SpinBox(name="size", label="crop size", value=0, min=0, max=1024,
                     tooltip="Side of each object's crop in pixels; 0 = the smallest that holds every object"),
-            CheckBox(name="orient", value=False, text="orient objects",
+            CheckBox(name="orient", value=ROUTE_OPTIONS["orient"], text="orient objects",
                      tooltip="Turn each object so that its major axis points right (image methods)"),
+            CheckBox(name="normalize", value=ROUTE_OPTIONS["normalize"], text="normalize brightness",
+                     tooltip="Divide each object by its mean brightness, so kinds compare by shape (image methods)"),
             CheckBox(name="rescale", value=False, text="rescale objects",
                      tooltip="Zoom each object to fill its crop, whatever its size (image methods)"),
         ])
@@ -231,6 +233,8 @@ class TiclustWidget(Container):
             show_error(str(exc))
             return None
         params = self.param_values()
+        if labels is not None:   # objects from a segmentation: auto invariances keep their shape
+            params = api.object_params(self.method.value, params)
         job_args = dict(method=self.method.value, k=self.k.value, device=self.device.value, seed=self.seed.value,
                         runs=self.runs.value, **params)
         cut = self._extraction_job(layer, labels, contours) if labels is not None else None
@@ -281,7 +285,8 @@ class TiclustWidget(Container):
         if contours:
             return lambda: shapes_from_labels(mask, keep_border=options["keep_border"])
         return lambda: objects_from_labels(image, mask, size=options["size"] or None, keep_border=options["keep_border"],
-                                           orient=options["orient"], rescale=options["rescale"])
+                                           orient=options["orient"], rescale=options["rescale"],
+                                           normalize=options["normalize"])
 
     def _layer_data(self, layer):
         if isinstance(layer, Points):

@@ -26,17 +26,22 @@ from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
 from .base import Method, Progress, Snapshot, drain, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
+from .invariances import invariances_param
 from .kmeans import keep_pinned, kmeans_plus_plus
 
-MODULE_CHOICES = ("auto", "color", "affine", "projective", "tps", "morpho")
+MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
+#: The modules of each invariance family, in curriculum order (methods/invariances.py); colour first in all.
+FAMILY_MODULES = {"rigid": ("color", "rigid"), "similarity": ("color", "similarity"), "affine": ("color", "affine"),
+                  "deformable": ("color", "affine", "morpho", "tps")}
 
 
 @dataclass
 class DTIKMeansConfig:
     k: int = 10
-    transforms: tuple = param(("auto",), "Transformation modules, in order of the curriculum ('auto': affine,morpho,tps for "
-                              "grey images, color,affine,tps for small colour images, color,projective for photos ≥ 64 px)",
-                              choices=MODULE_CHOICES, essential=True)
+    invariances: str = invariances_param("the transforms below")
+    transforms: tuple = param(("auto",), "Transformation modules, in order of the curriculum, for experts (with invariances "
+                              "auto; 'auto': affine,morpho,tps for grey images, color,affine,tps for small colour images, "
+                              "color,projective for photos ≥ 64 px)", choices=MODULE_CHOICES)
     curriculum: str = param("plateau", "When to add the next module: when the loss plateaus, or at fixed epochs (milestones)",
                             choices=("plateau", "milestones"))
     milestones: tuple = param((), "Epochs at which each next module is added and, last, the learning rate drops "
@@ -93,8 +98,15 @@ def default_modules(channels: int, size: tuple[int, int]) -> tuple[str, ...]:
 
 
 def resolve_modules(cfg, channels: int, size) -> tuple[str, ...]:
+    """The modules a run uses: its invariance family's, else the transforms given, else the paper's."""
     names = tuple(cfg.transforms)
-    if names in ((), ("auto",)):
+    auto = names in ((), ("auto",))
+    if cfg.invariances != "auto":
+        if not auto:
+            raise InputError(f"invariances = {cfg.invariances} and transforms = {','.join(names)} both choose the warps: "
+                             "give one of them and leave the other auto.")
+        return FAMILY_MODULES[cfg.invariances]
+    if auto:
         return default_modules(channels, size)
     if "auto" in names:
         raise InputError("transforms = 'auto' cannot be combined with named modules: give either auto or a list such as affine,morpho,tps.")

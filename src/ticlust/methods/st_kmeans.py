@@ -32,24 +32,35 @@ from ..result import ClusteringResult, FittedState
 from ..transforms import (affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels,
                           tps_basis, warp)
 from .base import Method, Progress, Snapshot, best_of, drain, own_and_runner_up, param, register, seed_everything
+from .invariances import invariances_param
 from .kmeans import keep_pinned, kmeans_plus_plus
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
 LANDMARK_GRID = (3, 4, 5, 6, 7, 8)
 LR_GRID = (1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2)
 DISPLAY_LATTICE = 12
+#: Each invariance family's affine maps (methods/invariances.py): the linear part U·diag(σ)·Vᵀ becomes
+#: U·diag(f(σ))·Vᵀ, the family's nearest map in the Frobenius norm (rigid: a rotation; similarity: a
+#: scaled rotation, σ's mean; affine: unchanged).
+FAMILY_SINGULAR_VALUES = {"rigid": torch.ones_like, "similarity": lambda sv: sv.mean(-1, keepdim=True).expand_as(sv),
+                          "affine": lambda sv: sv}
+#: Rigid and similarity warps: the pre-alignment starts from the best of this many turns of each pair's
+#: map (every 360°/n, on the low-passed images). The loss is not convex in the angle: from one start,
+#: an ellipse at 90° to its centroid never turns (an affine map can squash it instead, these cannot).
+ROTATION_STARTS = 16
 
 
 @dataclass
 class AIKMeansConfig:
     k: int = 10
+    invariances: str = invariances_param("affine", ("rigid", "similarity", "affine"))
     lr: float = param(5e-3, "Adam learning rate of the per-pair alignment (the paper cross-validates 1e-4 … 5e-2)", low=1e-6, high=1.0)
     steps: int = param(30, "Adam steps per Lloyd iteration on every (image, centroid) alignment, warm-started", low=1)
     affine_steps: int = param(30, "Adam steps of the low-pass affine pre-alignment per Lloyd iteration (App. B)", low=0)
     affine_lr: float = param(1e-2, "Adam learning rate of the low-pass affine pre-alignment", low=1e-6, high=1.0)
     lowpass: float = param(0.07, "Gaussian low-pass σ for the affine pre-alignment, as a fraction of the image side (0 = none)", low=0.0, high=0.5)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
-    max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0, essential=True)
+    max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
     max_shift: float = param(0.5, "Bound on the affine translation, as a fraction of the half image side", low=0.0)
     mode: str = param("lloyd", "lloyd: full-batch Lloyd iterations (Algo. 2, monotone distortion); minibatch: for large N", choices=("lloyd", "minibatch"))
     epochs: int = param(150, "Mini-batch mode: passes over the data (paper: 150)", low=1)
@@ -65,10 +76,11 @@ class AIKMeansConfig:
 
 @dataclass
 class STKMeansConfig(AIKMeansConfig):
+    invariances: str = invariances_param("deformable (affine + thin-plate spline)")
     landmarks: int = param(4, "Side g of the g×g grid of TPS landmarks (ℓ = g², the paper sweeps 3 … 8)", low=3, high=8, essential=True)
     # ST's TPS keeps shrinking in check better than a bare affine map: a looser scale bound measured
     # better on both MNIST sets (docs/st_kmeans.md), while AI K-means keeps 1.5
-    max_scale: float = param(2.0, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0, essential=True)
+    max_scale: float = param(2.0, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
     max_displacement: float = param(0.5, "Bound on each landmark displacement, as a fraction of the landmark spacing", low=0.0)
 
 
@@ -282,7 +294,8 @@ class Schedule:
 
 
 class Aligner:
-    """Warps of images onto centroids: affine (``landmarks`` None) or affine + TPS on a g×g grid.
+    """Warps of images onto centroids: affine (``landmarks`` None) or affine + TPS on a g×g grid; the
+    affine maps are of the family ``linear`` (rigid, similarity or affine).
 
     A warp is a sampling grid F(p) = A(p) + Σ_j B_j(p) ν_j over the centroid's pixels p: the affine
     map A (6 parameters, zero = identity) composed with the thin-plate spline whose fixed source
@@ -292,8 +305,9 @@ class Aligner:
 
     def __init__(self, size: tuple[int, int], landmarks: int | None, device, *, lowpass: float = 0.0,
                  padding: str = "zeros", max_scale: float = math.inf, max_shift: float = math.inf,
-                 max_displacement: float = math.inf):
+                 max_displacement: float = math.inf, linear: str = "affine"):
         self.size = size
+        self.linear = linear
         self.max_scale, self.max_shift = max_scale, max_shift
         self.max_nu = max_displacement * 2.0 / (landmarks - 1) if landmarks else math.inf
         self.padding = padding
@@ -323,13 +337,14 @@ class Aligner:
         return Pyramid(images, self.lowpass(images))
 
     def project_affine(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Keep affine maps feasible: singular values in [1/max_scale, max_scale], |shift| ≤ max_shift.
-        Unbounded warps let an image shrink or slide off the frame until it matches any dim centroid."""
+        """Keep affine maps feasible: in the family ``linear``, singular values in [1/max_scale, max_scale],
+        |shift| ≤ max_shift. Unbounded warps let an image shrink or slide off the frame until it matches
+        any dim centroid."""
         theta = params[0]
-        if math.isfinite(self.max_scale):
+        if self.linear != "affine" or math.isfinite(self.max_scale):
             m = theta[..., [0, 1, 3, 4]].reshape(*theta.shape[:-1], 2, 2) + torch.eye(2, device=theta.device)
             u, sv, vh = torch.linalg.svd(m)
-            sv = sv.clamp(1.0 / self.max_scale, self.max_scale)
+            sv = FAMILY_SINGULAR_VALUES[self.linear](sv).clamp(1.0 / self.max_scale, self.max_scale)
             m = u @ (sv[..., None] * vh) - torch.eye(2, device=theta.device)
             theta = torch.stack([m[..., 0, 0], m[..., 0, 1], theta[..., 2], m[..., 1, 0], m[..., 1, 1], theta[..., 5]], -1)
         if math.isfinite(self.max_shift):
@@ -386,10 +401,12 @@ class Aligner:
         return (yield from self._refine(x.full, mu.full, best, schedule, moments))
 
     def _pre_align(self, x: Pyramid, mu: Pyramid, best: Alignments, schedule: Schedule, moments: Moments | None):
-        """Stage A: Adam on the affine maps of the low-passed images. Each pair then keeps the best of
-        (old affine, old ν), (new affine, old ν) and (new affine, ν = 0) as stage B's start."""
+        """Stage A: Adam on the affine maps of the low-passed images (from the best turn, see ``turned``).
+        Each pair then keeps the best of (old affine, old ν), (new affine, old ν) and (new affine, ν = 0)
+        as stage B's start."""
         (theta_a,), _, st = yield from adam(
-            lambda th: self.pair_losses(x.low, mu.low, Alignments(th), low=True), [best.theta], schedule.affine_steps,
+            lambda th: self.pair_losses(x.low, mu.low, Alignments(th), low=True), [self.turned(x, mu, best.theta)],
+            schedule.affine_steps,
             schedule.affine_lr, ticker=schedule.ticker, stage="affine pre-alignment",
             state=None if moments is None else moments.affine, project=self.project_affine)
         if moments is not None:
@@ -405,6 +422,24 @@ class Aligner:
                 if nu is not None:
                     nu = torch.where(better[..., None, None], nu_c, nu)
         return Alignments(theta, nu, start_loss)
+
+    @torch.no_grad()
+    def turned(self, x: Pyramid, mu: Pyramid, theta: torch.Tensor) -> torch.Tensor:
+        """Each pair's affine map after the best of ROTATION_STARTS turns of the centroid frame (low-pass
+        loss; no turn may win): for the rigid and similarity families, whose Adam cannot leave a wrong
+        orientation. The affine family's maps are returned as they are."""
+        if self.linear == "affine":
+            return theta
+        best, best_loss = theta, self.pair_losses(x.low, mu.low, Alignments(theta), low=True)
+        m = affine_matrix(theta)
+        for turn in range(1, ROTATION_STARTS):
+            angle = 2 * math.pi * turn / ROTATION_STARTS
+            rot = theta.new_tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+            cand = (torch.cat([m[..., :2] @ rot, m[..., 2:]], -1) - torch.eye(2, 3, device=theta.device)).flatten(-2)
+            loss = self.pair_losses(x.low, mu.low, Alignments(cand), low=True)
+            better = loss < best_loss
+            best, best_loss = torch.where(better[..., None], cand, best), torch.where(better, loss, best_loss)
+        return best
 
     def _refine(self, x: torch.Tensor, mu: torch.Tensor, start: Alignments, schedule: Schedule, moments: Moments | None):
         """Stage B at full resolution: Adam on the landmark displacements with the affine maps fixed or,
@@ -540,9 +575,11 @@ def _reseed(x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.
     return True
 
 
-def _warp_options(cfg) -> dict:
-    """The Aligner options both variants take from their config: low-pass, padding and affine bounds."""
-    return dict(lowpass=cfg.lowpass, padding=cfg.padding, max_scale=cfg.max_scale, max_shift=cfg.max_shift)
+def _warp_options(cfg, family: str) -> dict:
+    """The Aligner options both variants take from their config and invariance family: low-pass, padding,
+    the affine maps' family and bounds."""
+    return dict(lowpass=cfg.lowpass, padding=cfg.padding, max_scale=cfg.max_scale, max_shift=cfg.max_shift,
+                linear="affine" if family == "deformable" else family)
 
 
 def _check_images(stack: Stack, name: str) -> None:
@@ -662,14 +699,19 @@ class AIKMeans(Method):
     name, title = "ai-kmeans", "Affine-invariant K-means"
     config, state, inputs = AIKMeansConfig, STState, ("images",)
     paper = "Cosentino et al., Spatial Transformer K-Means"
+    auto_invariances = "affine"   # what invariances = auto means here (image stacks)
+
+    def family(self, cfg) -> str:
+        """The run's invariance family: the config's, or this method's own for auto."""
+        return self.auto_invariances if cfg.invariances == "auto" else cfg.invariances
 
     def landmarks(self, cfg) -> int | None:
         """Side of the TPS landmark grid, or None: affine only."""
         return None
 
     def aligner(self, cfg, size, device) -> Aligner:
-        """Affine warps within the config's bounds."""
-        return Aligner(size, None, device, **_warp_options(cfg))
+        """Affine warps of the run's family within the config's bounds."""
+        return Aligner(size, None, device, **_warp_options(cfg, self.family(cfg)))
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
         """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate."""
@@ -788,16 +830,22 @@ class AIKMeans(Method):
 
 class STKMeans(AIKMeans):
     name, title, config = "st-kmeans", "Spatial Transformer K-means (TPS)", STKMeansConfig
+    auto_invariances = "deformable"
 
     def landmarks(self, cfg) -> int | None:
-        return cfg.landmarks
+        """The TPS grid side for the deformable family; the others are affine maps only (no TPS stage)."""
+        return cfg.landmarks if self.family(cfg) == "deformable" else None
 
     def aligner(self, cfg, size, device) -> Aligner:
-        """Affine + TPS warps on the config's landmark grid, within its bounds."""
-        return Aligner(size, cfg.landmarks, device, max_displacement=cfg.max_displacement, **_warp_options(cfg))
+        """Affine (+ TPS on the config's landmark grid) warps of the run's family, within its bounds."""
+        return Aligner(size, self.landmarks(cfg), device, max_displacement=cfg.max_displacement,
+                       **_warp_options(cfg, self.family(cfg)))
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
-        """One model-selection run per (landmark grid side, learning rate), as in Sec. 4.2."""
+        """One model-selection run per (landmark grid side, learning rate), as in Sec. 4.2 (per rate only
+        without the TPS stage)."""
+        if self.landmarks(cfg) is None:
+            return super().selection_runs(cfg, landmarks, lrs)
         return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g)) for g in landmarks for lr in lrs]
 
 

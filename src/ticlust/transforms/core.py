@@ -100,6 +100,17 @@ def affine_inverse(params: torch.Tensor) -> torch.Tensor:
     return (torch.cat([a_inv, t_inv], dim=-1) - eye).reshape(params.shape)
 
 
+# ---- similarity (4 parameters) and rigid (3) as affine maps -------------------------------------
+def similarity_affine(params: torch.Tensor) -> torch.Tensor:
+    """Affine parameters (..., 6) of the maps x ↦ s·R(θ)·x + t given by ``params`` (..., 4)
+    [θ, log s, t_x, t_y], or (..., 3) [θ, t_x, t_y] for rigid maps (s = 1). Zero is the identity, and
+    no parameter value shears, stretches one axis or mirrors: these warps keep an object's shape."""
+    angle = params[..., 0]
+    scale = torch.exp(params[..., 1]) if params.shape[-1] == 4 else torch.ones_like(angle)
+    cos, sin = scale * torch.cos(angle), scale * torch.sin(angle)
+    return torch.stack([cos - 1, -sin, params[..., -2], sin, cos - 1, params[..., -1]], dim=-1)
+
+
 # ---- projective (8 parameters) -------------------------------------------------------------------
 def projective_matrix(params: torch.Tensor) -> torch.Tensor:
     """(..., 8) parameters → (..., 3, 3) homographies, identity plus the parameters (last entry 1)."""

@@ -1,4 +1,4 @@
-"""Transformation modules (identity, colour, affine, projective, TPS, morphology) and their composition.
+"""Transformation modules (identity, colour, rigid, similarity, affine, projective, TPS, morphology) and their composition.
 
 A module knows how many parameters it takes and how to apply them; a :class:`TransformSequence`
 applies modules in order, fusing consecutive spatial modules into ONE sampling grid (one
@@ -13,7 +13,7 @@ import torch
 
 from . import core
 
-MODULE_NAMES = ("identity", "color", "affine", "projective", "tps", "morpho")
+MODULE_NAMES = ("identity", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
 
 
 class Module(abc.ABC):
@@ -90,26 +90,56 @@ class Spatial(Module):
 
 
 class Affine(Spatial):
+    """A general affine map (6 parameters: the 2×3 matrix minus the identity's)."""
+
     name = "affine"
 
     @property
     def n_params(self) -> int:
         return 6
 
+    def as_affine(self, params):
+        """The affine parameters (..., 6) of this module's parameters."""
+        return params
+
     def points(self, params, pts):
-        return core.affine_points(params, pts)
+        return core.affine_points(self.as_affine(params), pts)
 
     def grid(self, params, size):
-        return core.affine_grid(params, size)
+        return core.affine_grid(self.as_affine(params), size)
 
     def inverse(self, params):
-        return core.affine_inverse(params)
+        """Affine parameters (..., 6) of the inverse maps."""
+        return core.affine_inverse(self.as_affine(params))
 
     def inverse_points(self, params, pts):
         return core.affine_points(self.inverse(params), pts)
 
     def shaped(self, params):
-        return core.affine_matrix(params)
+        return core.affine_matrix(self.as_affine(params))
+
+
+class Similarity(Affine):
+    """Rotation, isotropic scale and shift (4 parameters: angle, log-scale, t_x, t_y): keeps shape."""
+
+    name = "similarity"
+
+    @property
+    def n_params(self) -> int:
+        return 4
+
+    def as_affine(self, params):
+        return core.similarity_affine(params)
+
+
+class Rigid(Similarity):
+    """Rotation and shift (3 parameters: angle, t_x, t_y): keeps shape and size."""
+
+    name = "rigid"
+
+    @property
+    def n_params(self) -> int:
+        return 3
 
 
 class Projective(Spatial):
@@ -167,6 +197,10 @@ def make_module(name: str, channels: int = 1, tps_grid_size: int = 4, kernel_siz
         return Identity(channels)
     if name == "color":
         return Color(channels)
+    if name == "rigid":
+        return Rigid(channels)
+    if name == "similarity":
+        return Similarity(channels)
     if name == "affine":
         return Affine(channels)
     if name == "projective":
