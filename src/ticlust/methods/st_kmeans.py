@@ -512,10 +512,10 @@ def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.T
     mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
 
 
-def _two_means(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor]:
-    """Bisect points w (n, P): (sum of squares about their mean, after the best split found, mask of the
-    second side). Deterministic: split by the sign along the top principal axis (power iteration
-    started at the point farthest from the mean), then a few 2-means iterations."""
+def _two_means(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
+    """Bisect points w (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two
+    means (2, P) and the mask of the second side. Deterministic: split by the sign along the top principal
+    axis (power iteration from the point farthest from the mean), then a few 2-means iterations."""
     centred = w - w.mean(0)
     sse1 = float((centred ** 2).sum())
     axis = centred[int((centred ** 2).sum(1).argmax())]
@@ -523,54 +523,69 @@ def _two_means(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Te
         axis = centred.T @ (centred @ axis)
         axis = axis / axis.norm().clamp_min(1e-12)
     side = centred @ axis > 0
-    for _ in range(iters):
+    for _ in range(iters + 1):
         if side.all() or not side.any():
-            return sse1, sse1, side
-        c0, c1 = w[~side].mean(0), w[side].mean(0)
-        new = ((w - c1) ** 2).sum(1) < ((w - c0) ** 2).sum(1)
+            return sse1, sse1, torch.stack([w.mean(0)] * 2), side
+        means = torch.stack([w[~side].mean(0), w[side].mean(0)])
+        new = ((w - means[1]) ** 2).sum(1) < ((w - means[0]) ** 2).sum(1)
         if torch.equal(new, side):
             break
         side = new
-    if side.all() or not side.any():
-        return sse1, sse1, side
-    sse2 = float(((w[~side] - w[~side].mean(0)) ** 2).sum() + ((w[side] - w[side].mean(0)) ** 2).sum())
-    return sse1, sse2, side
+    means = torch.stack([w[~side].mean(0), w[side].mean(0)])
+    return sse1, float(((w - means[side.long()]) ** 2).sum()), means, side
+
+
+def _halves(warped: torch.Tensor, labels: torch.Tensor, k: int):
+    """Every cluster bisected on its warped members (N, P): SSE₁ and the split gain SSE₁ − SSE₂ (K,) each,
+    and per cluster with two or more members its two half means (2, P) and the members of the second half."""
+    sse1, gain, halves = torch.zeros(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64), {}
+    for c in range(k):
+        members = torch.nonzero(labels == c).flatten()
+        if len(members) >= 2:
+            one, two, means, side = _two_means(warped[members])
+            sse1[c], gain[c], halves[c] = one, one - two, (means, members[side])
+    return sse1, gain, halves
+
+
+def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.Tensor, j: int, means, chunk: int):
+    """Each item's cheapest place other than its own cluster while cluster j splits: another cluster (its
+    stored warp) or, on its warp onto j, one of j's half means. Returns costs (N,) and places (N,): a
+    cluster, j for the first half, -1 for the second."""
+    _, cost, place = own_and_runner_up(pairs.losses.index_fill(1, torch.tensor([j], device=labels.device), math.inf), labels)
+    if means is not None:
+        onto_j = Alignments(pairs.theta[:, j], None if pairs.nu is None else pairs.nu[:, j])
+        w = _warp_assigned(aligner, x, onto_j, chunk).flatten(1)
+        half = ((w[:, None] - means[None]) ** 2).sum(-1).min(1)
+        better = half.values < cost
+        cost = torch.where(better, half.values, cost)
+        place = torch.where(better, torch.where(half.indices == 0, j, -1), place)
+    return cost, place
 
 
 def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
     """Repair move for two centroids on one group and two groups under one (ours; the paper has none):
-    drop centroid a, its members going to their runner-up, and split cluster j in two (2-means of its
-    members warped onto it), a taking one half with j's warps. Priced on the warps in hand: the best
-    (a, j) is made (labels and ``pairs`` in place) only when j's split gain, SSE₁(j) − SSE₂(j), beats
-    a's drop cost, Σ runner-up − SSE₁(a); as SSE₁ ≤ the assigned costs, the distortion after the
-    centroid update is then below the current one (monotone). Returns (a, j) or None."""
+    drop centroid a and split cluster j in two (2-means of its members warped onto it, ``_halves``), a
+    taking the second half with j's warps; a's members go to their cheapest other place (``_elsewhere``).
+    Priced on the warps in hand, the best (a, j) is made (labels and ``pairs`` in place) only when j's
+    split gain beats a's drop cost (Σ cheapest other place − SSE₁(a)); since SSE₁ ≤ the assigned costs,
+    the distortion after the centroid update is then below the current one (monotone). Returns (a, j) or None."""
     k, losses = pairs.losses.shape[1], pairs.losses
     if k < 2:
         return None
-    warped = _warp_assigned(aligner, x, pairs.assigned(labels), chunk).flatten(1)
-    sse1, gain, sides = torch.zeros(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64), {}
-    for c in range(k):
-        members = torch.nonzero(labels == c).flatten()
-        if len(members) >= 2:
-            one, two, side = _two_means(warped[members])
-            sse1[c], gain[c], sides[c] = one, one - two, members[side]
-        elif len(members) == 1:
-            sides[c] = members[:0]
-    drop = torch.full((k, k), math.inf, dtype=torch.float64)      # drop[a, j]: a's drop cost when j splits
+    sse1, gain, halves = _halves(_warp_assigned(aligner, x, pairs.assigned(labels), chunk).flatten(1), labels, k)
+    drop, places = torch.full((k, k), math.inf, dtype=torch.float64), {}
     for j in range(k):
-        _, runner_up, _ = own_and_runner_up(losses.index_fill(1, torch.tensor([j], device=losses.device), math.inf), labels)
-        runner_up = torch.where(labels == j, torch.zeros_like(runner_up), runner_up)
-        drop[:, j] = torch.zeros(k, dtype=torch.float64).index_add_(0, labels.cpu(), runner_up.double().cpu()) - sse1
+        cost, places[j] = _elsewhere(aligner, x, pairs, labels, j, halves.get(j, (None,))[0], chunk)
+        cost = torch.where(labels == j, torch.zeros_like(cost), cost).double().cpu()
+        drop[:, j] = torch.zeros(k, dtype=torch.float64).index_add_(0, labels.cpu(), cost) - sse1
     profit = gain[None, :] - drop
     profit.fill_diagonal_(-math.inf)
-    best = int(profit.argmax())
-    a, j = divmod(best, k)
+    a, j = divmod(int(profit.argmax()), k)
     if not float(profit[a, j]) > 1e-6 * float(losses.gather(1, labels[:, None]).sum()):
         return None
     dropped = labels == a
-    _, _, runner_index = own_and_runner_up(losses.index_fill(1, torch.tensor([j], device=losses.device), math.inf), labels)
-    labels[dropped] = runner_index[dropped]
-    labels[sides[j]] = a
+    labels[dropped] = torch.where(places[j] < 0, a, places[j])[dropped]
+    labels[halves[j][1]] = a
     pairs.theta[:, a] = pairs.theta[:, j]
     if pairs.nu is not None:
         pairs.nu[:, a] = pairs.nu[:, j]
