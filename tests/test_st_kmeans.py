@@ -8,11 +8,12 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.samples import glyphs_sample
 from ticlust.validation import as_stack
-from ticlust.methods.base import seed_everything
+from ticlust.methods.base import drain, seed_everything
+from ticlust.metrics import evaluate
 from ticlust.methods.kmeans import kmeans_plus_plus
 from ticlust.evaluation import select_model
-from ticlust.methods.st_kmeans import (Aligner, Alignments, Schedule, _centroid_update, _reseed, _running_mean_update,
-                                       adam, gaussian_lowpass)
+from ticlust.methods.st_kmeans import (Aligner, Alignments, Schedule, _centroid_update, _lloyd, _reseed,
+                                       _running_mean_update, adam, gaussian_lowpass)
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
 from ticlust.warped_digits import nonrigid_digits, rigid_digits
@@ -248,24 +249,73 @@ def test_generators(maker):
         maker(images, labels, n_transforms=2)
 
 
-def test_reseed_swap_move_lowers_distortion():
-    x = torch.arange(4.0).view(4, 1, 1, 1).expand(4, 1, 2, 2).clone()
-    mu = torch.zeros(3, 1, 2, 2)
-    theta, nu = torch.full((4, 3, 6), 0.1), torch.full((4, 3, 4, 2), 0.1)
-    # items 0, 1 sit in cluster 0 but fit cluster 1 nearly as well; item 3 fits nothing well
-    losses = torch.tensor([[1.0, 1.1, 5.0], [1.0, 1.1, 5.0], [3.0, 0.5, 4.0], [12.0, 11.0, 10.0]])
-    labels = losses.argmin(1)
-    before = float(losses.gather(1, labels[:, None]).sum())
-    assert _reseed(x, mu, Alignments(theta, nu, losses), labels)
-    assert labels.tolist() == [1, 1, 1, 0] and torch.equal(mu[0], x[3])
-    assert torch.all(theta[:, 0] == 0) and torch.all(nu[:, 0] == 0) and torch.all(theta[:, 1] == 0.1)
-    after = 1.1 + 1.1 + 0.5 + 0.0
+def three_shapes(n: int, size: int = 16, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Ring, square and plus (no affine map turns one into another), each n times, shifted ≤ 1 px."""
+    from scipy.ndimage import gaussian_filter, shift
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[:size, :size] - (size - 1) / 2
+    r = np.hypot(xx, yy)
+    bases = [np.abs(r - 4.5) < 1.2, (np.abs(xx) < 3.5) & (np.abs(yy) < 3.5), ((np.abs(xx) < 1.2) | (np.abs(yy) < 1.2)) & (r < 6)]
+    x = [shift(gaussian_filter(b.astype(np.float32), 0.7), rng.uniform(-1, 1, 2), order=1) for b in bases for _ in range(n)]
+    return np.array(x), np.repeat(np.arange(3), n)
+
+
+def bad_start(x: torch.Tensor, y: np.ndarray) -> torch.Tensor:
+    """Two centroids on the rings (two of them), one on the blend of squares and pluses."""
+    r0, r1 = np.flatnonzero(y == 0)[:2]
+    return torch.stack([x[r0], x[r1], x[torch.from_numpy(y > 0)].mean(0)])
+
+
+def test_repair_move_splits_the_blend_and_drops_a_twin():
+    x, y = three_shapes(4)
+    xt = torch.from_numpy(x)[:, None]
+    al = Aligner((16, 16), None, "cpu")
+    pairs = al.zeros(len(x), 3)
+    pairs.losses = al.pair_losses(xt, bad_start(xt, y), pairs)
+    labels = pairs.losses.argmin(1)
+    assert sorted(np.unique(labels[y > 0]).tolist()) == [2]            # squares and pluses under one centroid
+    before = float(pairs.losses.gather(1, labels[:, None]).sum())
+    pairs.theta[:, 2] = 0.01                                            # j's warps are handed to the new half
+    a, j = _reseed(al, xt, pairs, labels, 8)
+    assert a in (0, 1) and j == 2
+    assert len(np.unique(labels[y == 0])) == 1 and labels[y == 0][0] != a      # rings: all on the kept twin
+    assert {int(labels[y == 1].unique()), int(labels[y == 2].unique())} == {a, j}   # the blend split by shape
+    assert torch.all(pairs.theta[:, a] == 0.01)
+    mu = _centroid_update(al, xt, torch.zeros(3, 1, 16, 16), pairs, labels, 8)
+    after = float(al.pair_losses(xt, mu, pairs).gather(1, labels[:, None]).sum())
     assert after < before
-    # no move when every centroid is needed: dropping any costs more than the worst item gains
-    losses = torch.tensor([[0.1, 9.0], [9.0, 0.1], [0.2, 9.0]])
-    labels = losses.argmin(1)
-    assert not _reseed(x[:3], mu[:2], Alignments(theta[:3, :2], nu[:3, :2], losses), labels)
-    assert labels.tolist() == [0, 1, 0]
+    # one centroid per shape: every centroid is needed, no move
+    good = torch.stack([xt[y == c].mean(0) for c in range(3)])
+    pairs.losses = al.pair_losses(xt, good, pairs)
+    labels = pairs.losses.argmin(1)
+    assert _reseed(al, xt, pairs, labels, 8) is None and np.array_equal(labels.numpy(), y)
+
+
+@pytest.mark.parametrize("method", ["st-kmeans", "ai-kmeans"])
+def test_lloyd_repairs_two_centroids_on_one_group(method):
+    """From the bad start Lloyd alone stays stuck; with the repair move (default) every shape gets its centroid."""
+    x, y = three_shapes(6)
+    spec = ticlust.get_method(method)
+    stack = as_stack(x)
+    xt = torch.from_numpy(x)[:, None]
+    got = {}
+    for reseed in (True, False):
+        cfg = spec.make_config(3, steps=6, affine_steps=4, max_iter=6, reseed=reseed,
+                               **({"landmarks": 3} if method == "st-kmeans" else {}))
+        run = spec._start(stack, cfg, xt, torch.device("cpu"))
+        _, _, labels, history, _ = drain(_lloyd(run, bad_start(xt, y)))
+        assert np.all(np.diff(history) <= 1e-5 * np.asarray(history[:-1]))       # still monotone
+        got[reseed] = (evaluate(y, labels.numpy())["acc"], run.repairs)
+    assert got[True][0] == 1.0 and len(got[True][1]) >= 1
+    assert got[False][0] < 0.7 and got[False][1] == []
+
+
+def test_runs_keep_the_lowest_distortion(glyphs):
+    x, _ = glyphs
+    runs = ticlust.fit(x, "ai-kmeans", k=4, device="cpu", seed=5, runs=3, **FAST)
+    singles = [ticlust.fit(x, "ai-kmeans", k=4, device="cpu", seed=5 + r, **FAST).final_loss for r in range(3)]
+    assert np.allclose(runs.run_losses, singles) and np.isclose(runs.final_loss, min(singles))
+    assert runs.config["runs"] == 3 and runs.config["seed"] == 5
 
 
 def test_warps_stay_within_bounds(glyphs):

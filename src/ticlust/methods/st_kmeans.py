@@ -68,7 +68,8 @@ class AIKMeansConfig:
     minibatch_steps: int = param(1, "Mini-batch mode: Adam steps per stage each time a batch is visited", low=1)
     predict_steps: int = param(150, "Adam steps per stage when aligning new images to the fixed centroids", low=1)
     padding: str = param("zeros", "Value outside the image when warping: zeros (paper) or the border pixel", choices=("zeros", "border"))
-    reseed: bool = param(True, "Move a redundant centroid (its members fit another one almost as well) onto the worst-fitted image when that lowers the distortion")
+    reseed: bool = param(True, "Repair move: drop a redundant centroid and split the cluster that gains most from two, "
+                         "when that lowers the distortion (fixes two centroids on one group and two groups under one)")
     select: bool = param(False, "Model selection (Sec. 4.2): sweep the paper's learning rates (and landmark grids) and keep the lowest distortion")
     chunk: int = param(0, "Images whose K alignments are optimised at once (memory vs speed); 0: 512 on the CPU, "
                        "on a GPU as many as fill about a quarter of its free memory", low=0, gui=False)
@@ -546,33 +547,85 @@ def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.T
     mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
 
 
-def _reseed(x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.Tensor) -> bool:
-    """Swap move: drop the centroid whose members lose least by going to their runner-up, restart it
-    on the worst-fitted image. Done (in place) only when it lowers the distortion: the members'
-    runner-up costs (with their stored warps) plus 0 for that image (identity warp onto itself) must
-    undercut the current costs, so the distortion stays monotone. This is how a K-means++ start with
-    two centroids on one class and none on another recovers; the paper does not say how it does."""
-    k = mu.shape[0]
+def _two_means(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
+    """Bisect points w (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two
+    means (2, P) and the mask of the second side. Deterministic: split by the sign along the top principal
+    axis (power iteration from the point farthest from the mean), then a few 2-means iterations."""
+    centred = w - w.mean(0)
+    sse1 = float((centred ** 2).sum())
+    axis = centred[int((centred ** 2).sum(1).argmax())]
+    for _ in range(iters):
+        axis = centred.T @ (centred @ axis)
+        axis = axis / axis.norm().clamp_min(1e-12)
+    side = centred @ axis > 0
+    for _ in range(iters + 1):
+        if side.all() or not side.any():
+            return sse1, sse1, torch.stack([w.mean(0)] * 2), side
+        means = torch.stack([w[~side].mean(0), w[side].mean(0)])
+        new = ((w - means[1]) ** 2).sum(1) < ((w - means[0]) ** 2).sum(1)
+        if torch.equal(new, side):
+            break
+        side = new
+    means = torch.stack([w[~side].mean(0), w[side].mean(0)])
+    return sse1, float(((w - means[side.long()]) ** 2).sum()), means, side
+
+
+def _halves(warped: torch.Tensor, labels: torch.Tensor, k: int):
+    """Every cluster bisected on its warped members (N, P): SSE₁ and the split gain SSE₁ − SSE₂ (K,) each,
+    and per cluster with two or more members its two half means (2, P) and the members of the second half."""
+    sse1, gain, halves = torch.zeros(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64), {}
+    for c in range(k):
+        members = torch.nonzero(labels == c).flatten()
+        if len(members) >= 2:
+            one, two, means, side = _two_means(warped[members])
+            sse1[c], gain[c], halves[c] = one, one - two, (means, members[side])
+    return sse1, gain, halves
+
+
+def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.Tensor, j: int, means, chunk: int):
+    """Each item's cheapest place other than its own cluster while cluster j splits: another cluster (its
+    stored warp) or, on its warp onto j, one of j's half means. Returns costs (N,) and places (N,): a
+    cluster, j for the first half, -1 for the second."""
+    _, cost, place = own_and_runner_up(pairs.losses.index_fill(1, torch.tensor([j], device=labels.device), math.inf), labels)
+    if means is not None:
+        onto_j = Alignments(pairs.theta[:, j], None if pairs.nu is None else pairs.nu[:, j])
+        w = _warp_assigned(aligner, x, onto_j, chunk).flatten(1)
+        half = ((w[:, None] - means[None]) ** 2).sum(-1).min(1)
+        better = half.values < cost
+        cost = torch.where(better, half.values, cost)
+        place = torch.where(better, torch.where(half.indices == 0, j, -1), place)
+    return cost, place
+
+
+def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
+    """Repair move for two centroids on one group and two groups under one (ours; the paper has none):
+    drop centroid a and split cluster j in two (2-means of its members warped onto it, ``_halves``), a
+    taking the second half with j's warps; a's members go to their cheapest other place (``_elsewhere``).
+    Priced on the warps in hand, the best (a, j) is made (labels and ``pairs`` in place) only when j's
+    split gain beats a's drop cost (Σ cheapest other place − SSE₁(a)); since SSE₁ ≤ the assigned costs,
+    the distortion after the centroid update is then below the current one (monotone). Returns (a, j) or None."""
+    k, losses = pairs.losses.shape[1], pairs.losses
     if k < 2:
-        return False
-    losses = pairs.losses
-    best, runner_up, runner_up_index = own_and_runner_up(losses, labels)
-    loss_of = torch.zeros(k, device=x.device, dtype=losses.dtype).index_add_(0, labels, runner_up - best)
-    counts = torch.bincount(labels, minlength=k)
-    loss_of[counts == 0] = float("inf")            # empty clusters are restarted by the centroid update
-    a = int(loss_of.argmin())
-    outside = torch.where(labels == a, torch.full_like(best, -1.0), best)
-    far = int(outside.argmax())
-    if not float(loss_of[a]) < float(outside[far]):
-        return False
-    members = labels == a
-    labels[members] = runner_up_index[members]
-    labels[far] = a
-    mu[a] = x[far]
-    pairs.reset(a)
-    losses[:, a] = float("inf")
-    losses[far, a] = 0.0
-    return True
+        return None
+    sse1, gain, halves = _halves(_warp_assigned(aligner, x, pairs.assigned(labels), chunk).flatten(1), labels, k)
+    drop, places = torch.full((k, k), math.inf, dtype=torch.float64), {}
+    for j in range(k):
+        cost, places[j] = _elsewhere(aligner, x, pairs, labels, j, halves.get(j, (None,))[0], chunk)
+        cost = torch.where(labels == j, torch.zeros_like(cost), cost).double().cpu()
+        drop[:, j] = torch.zeros(k, dtype=torch.float64).index_add_(0, labels.cpu(), cost) - sse1
+    profit = gain[None, :] - drop
+    profit.fill_diagonal_(-math.inf)
+    a, j = divmod(int(profit.argmax()), k)
+    if not float(profit[a, j]) > 1e-6 * float(losses.gather(1, labels[:, None]).sum()):
+        return None
+    dropped = labels == a
+    labels[dropped] = torch.where(places[j] < 0, a, places[j])[dropped]
+    labels[halves[j][1]] = a
+    pairs.theta[:, a] = pairs.theta[:, j]
+    if pairs.nu is not None:
+        pairs.nu[:, a] = pairs.nu[:, j]
+    losses[:, a] = losses[:, j]
+    return a, j
 
 
 def _warp_options(cfg, family: str) -> dict:
@@ -595,6 +648,7 @@ class _Run:
     stack: Stack
     aligner: Aligner
     x: Pyramid
+    repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
 
     def items(self, images: torch.Tensor) -> np.ndarray:
         """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C)."""
@@ -622,7 +676,7 @@ class _Run:
 # ---- training ------------------------------------------------------------------------------------
 def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
     """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes.
-    ``pinned`` (N,): clusters the user fixed (-1: free); with any, the swap move is off.
+    ``pinned`` (N,): clusters the user fixed (-1: free); with any, the repair move (``_reseed``) is off.
     Returns (centroids, alignments, labels, distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = Ticker(cfg.max_iter * len(_chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
@@ -636,8 +690,10 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
         yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {it}")
         if it == cfg.max_iter:
             break
-        moved = cfg.reseed and pinned is None and _reseed(run.x.full, mu, pairs, labels)
-        if prev is not None and torch.equal(prev, labels) and not moved:
+        move = _reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk) if cfg.reseed and pinned is None else None
+        if move is not None:
+            run.repairs.append((it, *move))
+        if prev is not None and torch.equal(prev, labels) and move is None:
             break
         mu = _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
         prev = labels
@@ -747,7 +803,7 @@ class AIKMeans(Method):
             mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
         else:
             mu, pairs, labels, history, iters = yield from _lloyd(run, mu)
-        extras = {"initial_prototypes": run.items(init)}
+        extras = {"initial_prototypes": run.items(init), "repairs": np.asarray(run.repairs, np.int64).reshape(-1, 3)}
         timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, extras=extras,
                            timing=timing, **run.outputs(pairs, labels))
