@@ -174,19 +174,26 @@ def test_cancel_of_refine_leaves_the_previous_result_and_layers(glyphs, qtbot, t
     assert "Cancelled" in widget.status.value and len(widget.curation.undo_stack) == 1 and widget.curation.enabled
 
 
-def test_a_method_without_refine_says_so_in_the_status_line(toy, glyphs, qtbot):
-    """The contract's toy method (registered in one line, no refine): its sentence reaches the status line."""
+def test_a_one_line_method_refines_and_a_refused_refine_says_why(toy, glyphs, qtbot):
+    """The contract's toy method (registered in one line) refines from the dock, the moved item kept; a refine
+    the library refuses (every item an outlier) puts its one sentence in the status line and changes nothing."""
     viewer, widget, _ = glyphs
     widget.method.value = "toy-bins"
     run_to_end(qtbot, widget)
     widget.curation.items.value = "0"
     widget.curation.target.value = 1
     widget.curation.move()
-    edited = widget.result
     widget.curation.refine()
     wait(qtbot, widget)
-    assert "Refine is not available for toy-bins" in widget.status.value
-    assert widget.result is edited and len(widget.curation.undo_stack) == 1
+    assert "Refined" in widget.status.value and widget.result.labels[0] == 1
+    n = widget.result.n
+    widget.curation.items.value = f"0-{n - 1}"
+    widget.curation.mark_outliers()
+    edited, depth = widget.result, len(widget.curation.undo_stack)
+    widget.curation.refine()
+    wait(qtbot, widget)
+    assert "are not outliers, fewer than K" in widget.status.value
+    assert widget.result is edited and len(widget.curation.undo_stack) == depth
 
 
 def test_an_outlier_object_is_painted_grey(make_napari_viewer, qtbot):
