@@ -363,12 +363,9 @@ def write_md(allres: dict) -> None:
         lines += ["", "| extraction | method | ACC | NMI | ARI | cluster sizes | fit s | total s | peak RSS MiB | load before → after |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in acc["rows"]:
-            if "error" in r:
-                lines.append(f"| {r['extraction']} | {label(r)} | failed: {r['error']} | | | | {r['fit_s']} | | | "
-                             f"{r['load_before']} → {r['load_after']} |")
-            else:
-                lines.append(f"| {r['extraction']} | {label(r)} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']} | "
-                             f"{r['fit_s']} | {r['total_s']} | {r['peak_rss_mib']} | {r['load_before']} → {r['load_after']} |")
+            rest = " | " if "error" in r else f"{r['total_s']} | {r['peak_rss_mib']}"
+            lines.append(f"| {r['extraction']} | {label(r)} | {metric_cells(r)} | {r['fit_s']} | {rest} | "
+                         f"{r['load_before']} → {r['load_after']} |")
         lines.append("")
     lines += invariances_md(allres)
     sh = allres.get("shapes")
@@ -405,6 +402,13 @@ def write_md(allres: dict) -> None:
     (RESULTS / "objects.md").write_text("\n".join(lines))
 
 
+def metric_cells(r: dict) -> str:
+    """The ACC | NMI | ARI | cluster sizes cells of a results row, or its failure."""
+    if "error" in r:
+        return f"failed: {r['error']} | | | "
+    return f"{r['acc']:.3f} | {r['nmi']:.3f} | {r['ari']:.3f} | {r['sizes']}"
+
+
 def invariances_md(allres: dict) -> list[str]:
     """The dated sections of the invariances and other-data runs."""
     lines = []
@@ -422,12 +426,8 @@ def invariances_md(allres: dict) -> list[str]:
             extra = {k: v for k, v in r["params"].items() if k != "invariances"}
             name = r["method"] + (f" ({extra})" if extra else "")
             family = r.get("invariances") or r["params"].get("invariances", "—")
-            if "error" in r:
-                lines.append(f"| {r['crops']} | {name} | {family} | {r['seed']} | failed: {r['error']} | | | | {r['fit_s']} | "
-                             f"{r['load_before']} → {r['load_after']} |")
-            else:
-                lines.append(f"| {r['crops']} | {name} | {family or '—'} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | "
-                             f"{r['ari']:.3f} | {r['sizes']} | {r['fit_s']} | {r['load_before']} → {r['load_after']} |")
+            lines.append(f"| {r['crops']} | {name} | {family or '—'} | {r['seed']} | {metric_cells(r)} | {r['fit_s']} | "
+                         f"{r['load_before']} → {r['load_after']} |")
         lines.append("")
     oth = allres.get("other")
     if oth:
