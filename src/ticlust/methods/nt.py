@@ -465,7 +465,7 @@ def assign_batch(q, tau, nu, cfg, mats, pinned=None):
         if cfg.support_iters > 0:
             resolve_moved(magnitudes, score, tau, cfg.lam0, cfg.support_iters)
         crit = score if cfg.assignment == "published" else item_objective(q, magnitudes, tau, nu).to(q.dtype)
-        chosen = crit.masked_fill(dropped, math.inf).reshape(b, -1).min(1).values[:, None, None]
+        chosen = pinned_only(crit, pinned).masked_fill(dropped, math.inf).reshape(b, -1).min(1).values[:, None, None]
         floor = torch.nextafter(chosen, torch.full_like(chosen, math.inf))    # never re-solved: never ahead of the chosen
         crit = torch.where(dropped, torch.maximum(crit, floor), crit)
     flat = pinned_only(crit, pinned).reshape(b, cd * cs).argmin(1)
