@@ -387,6 +387,10 @@ def test_procrustes_kmeans_in_the_widget(make_napari_viewer, qtbot):
     widget = dock(viewer)
     widget.method.value = "procrustes-kmeans"
     assert widget.input.choices == ("shapes",)
+    assert widget.method.tooltip.startswith(get_method("procrustes-kmeans").title)
+    widget.method.value = "nt"          # a method measured below the baseline says so where it is picked
+    assert "use kmeans or pssc" in widget.method.tooltip
+    widget.method.value = "procrustes-kmeans"
     widget.input.value = "shapes"
     widget.k.value = 2
     run_to_end(qtbot, widget)
@@ -398,7 +402,6 @@ def test_procrustes_kmeans_in_the_widget(make_napari_viewer, qtbot):
     n_landmarks = result.prototypes.shape[1]
     assert len(viewer.layers["shapes landmark ellipses"].data) == 2 * n_landmarks
     assert len(viewer.layers["shapes mean shapes"].data) == 2
-    from ticlust.methods import get_method
     from ticlust.methods.base import param_infos
 
     scale = {p.name: p for p in param_infos(get_method("procrustes-kmeans").config)}["scale"]

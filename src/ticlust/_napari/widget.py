@@ -63,7 +63,7 @@ class TiclustWidget(Container):
 
         methods = available_methods()
         self.method = ComboBox(label="method", choices=methods, value="kmeans" if "kmeans" in methods else methods[0],
-                               tooltip="Clustering method; its parameters appear below")
+                               tooltip="Clustering method")
         self.input = ComboBox(label="input layer", choices=self._input_choices,
                               tooltip="An image stack (N×H×W, N×H×W×C or N×C×H×W) or, for shape methods, a Points "
                                       "layer with a shape_id feature")
@@ -161,7 +161,10 @@ class TiclustWidget(Container):
         return L.is_ticlust_layer(layer.name)
 
     def _on_method(self, _=None) -> None:
-        """Build the method's form from its config: essentials first, the rest under Advanced; K from the config."""
+        """Build the method's form from its config: essentials first, the rest under Advanced; K from the config.
+        The picker's tooltip names the method and, where measured, when another one serves better."""
+        self.method.tooltip = " ".join(filter(None, [f"{self.spec.title}.", self.spec.caution,
+                                                     "Its parameters appear below."]))
         self.params.clear()
         self.advanced.clear()
         for info in param_infos(self.spec.config):

@@ -172,6 +172,7 @@ class Method(abc.ABC):
     state: type = object           # the fitted-state dataclass (a result.FittedState) ``predict`` reads
     inputs: tuple[str, ...] = ("images",)   # any of "images", "vectors", "landmarks"
     paper: str = ""
+    caution: str = ""              # when to pick another method: shown in the method picker's tooltip
     # align(result, one-item Stack, device, index=None) -> (every prototype aligned onto the item (K, ...),
     # its scores (K,)); ``index``: the item's place in the fitted stack, when it is one of those
     align: Callable[..., Any] | None = None
