@@ -34,7 +34,7 @@ PINNED = {
     "kmeans": ("dd97721c2a19d977", "91e3b4b034a855c8"),
     "gmm": ("dd97721c2a19d977", "193c223e06668365"),
     "ai-kmeans": ("fc4bcd259fcce94b", "0743ddbc6d2a7b5b"),
-    "st-kmeans": ("fc4bcd259fcce94b", "a0481d32df3d04ac"),
+    "st-kmeans": ("fc4bcd259fcce94b", "4924d3a6a971f6c5"),
     "pssc": ("e8735948c8fb2bf2", "028569545579d19a"),
     "dti-kmeans": ("672b290563c14ce3", "08327d5a3bb77bc4"),
     "dti-gmm": ("7a7dda476e578357", "ed538b94dfe90c41"),

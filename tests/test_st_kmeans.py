@@ -8,7 +8,7 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.samples import glyphs_sample
 from ticlust.validation import as_stack
-from ticlust.methods.base import drain, seed_everything
+from ticlust.methods.base import Progress, drain, seed_everything
 from ticlust.metrics import evaluate
 from ticlust.methods.kmeans import kmeans_plus_plus
 from ticlust.evaluation import select_model
@@ -308,6 +308,24 @@ def test_lloyd_repairs_two_centroids_on_one_group(method):
         got[reseed] = (evaluate(y, labels.numpy())["acc"], run.repairs)
     assert got[True][0] == 1.0 and len(got[True][1]) >= 1
     assert got[False][0] < 0.7 and got[False][1] == []
+
+
+def test_affine_first_runs_ai_kmeans_then_adds_the_tps(glyphs):
+    """affine_first: the deformable run's first stage is AI K-means with ST's bounds (same seed, same
+    distortions), then Lloyd with the TPS lowers the distortion further; progress never passes its total."""
+    x, _ = glyphs
+    opts = dict(k=4, device="cpu", seed=2, max_scale=2.0, **FAST)
+    coarse = ticlust.fit(x, "ai-kmeans", **opts)
+    events = list(ticlust.run(x, method="st-kmeans", landmarks=3, **opts))
+    both = events[-1].result
+    h = len(coarse.history)
+    assert np.allclose(both.history[:h], coarse.history, rtol=1e-6)
+    assert len(both.history) > h and both.history[-1] < coarse.history[-1]
+    assert both.timing["iterations"] == len(both.history)
+    steps = [(e.step, e.total) for e in events if isinstance(e, Progress)]
+    assert all(0 <= s <= t for s, t in steps) and [s for s, _ in steps] == sorted(s for s, _ in steps)
+    single = ticlust.fit(x, "st-kmeans", landmarks=3, affine_first=False, **opts)
+    assert not np.isclose(single.history[0], coarse.history[0], rtol=1e-6)   # one stage: TPS from the start
 
 
 def test_runs_keep_the_lowest_distortion(glyphs):

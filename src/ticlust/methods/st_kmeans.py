@@ -83,6 +83,9 @@ class STKMeansConfig(AIKMeansConfig):
     # better on both MNIST sets (docs/st_kmeans.md), while AI K-means keeps 1.5
     max_scale: float = param(2.0, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
     max_displacement: float = param(0.5, "Bound on each landmark displacement, as a fraction of the landmark spacing", low=0.0)
+    affine_first: bool = param(True, "Deformable Lloyd runs: cluster with affine warps alone until no label changes, then "
+                               "add the thin-plate spline (coarse to fine, as DTI's curriculum; stops a TPS bending "
+                               "members of two groups onto one blended centroid)")
 
 
 # ---- the alignment engine ------------------------------------------------------------------------
@@ -674,14 +677,22 @@ class _Run:
 
 
 # ---- training ------------------------------------------------------------------------------------
-def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
+def _lloyd_ticker(run: _Run, stages: int = 1) -> Ticker:
+    """Counts the Adam steps of ``stages`` Lloyd runs of at most max_iter iterations each."""
+    cfg = run.cfg
+    return Ticker(stages * cfg.max_iter * len(_chunks(run.stack.n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
+
+
+def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pairs: Alignments | None = None,
+           ticker: Ticker | None = None):
     """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes.
     ``pinned`` (N,): clusters the user fixed (-1: free); with any, the repair move (``_reseed``) is off.
-    Returns (centroids, alignments, labels, distortion history, iterations)."""
+    ``pairs``: the alignments to start from (default identity). Returns (centroids, alignments, labels,
+    distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
-    ticker = Ticker(cfg.max_iter * len(_chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
+    ticker = ticker or _lloyd_ticker(run)
     schedule = Schedule.of(cfg, ticker)
-    pairs = run.aligner.zeros(n, cfg.k)
+    pairs = run.aligner.zeros(n, cfg.k) if pairs is None else pairs
     history, prev = [], None
     for it in range(1, cfg.max_iter + 1):
         yield from run.align_all(mu, pairs, schedule)
@@ -802,11 +813,15 @@ class AIKMeans(Method):
         if cfg.mode == "minibatch":
             mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
         else:
-            mu, pairs, labels, history, iters = yield from _lloyd(run, mu)
+            mu, pairs, labels, history, iters = yield from self._curriculum(run, mu)
         extras = {"initial_prototypes": run.items(init), "repairs": np.asarray(run.repairs, np.int64).reshape(-1, 3)}
         timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, extras=extras,
                            timing=timing, **run.outputs(pairs, labels))
+
+    def _curriculum(self, run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
+        """Lloyd iterations from centroids mu; AI K-means has one stage (see STKMeans)."""
+        return (yield from _lloyd(run, mu, pinned))
 
     def refine(self, stack: Stack, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
@@ -815,7 +830,7 @@ class AIKMeans(Method):
         x = to_nchw(stack.tensor(device))
         mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
         run = self._start(stack, cfg, x, device)
-        mu, pairs, labels, history, iters = yield from _lloyd(run, mu, pinned.to(device))
+        mu, pairs, labels, history, iters = yield from self._curriculum(run, mu, pinned.to(device))
         timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, timing=timing,
                            **run.outputs(pairs, labels))
@@ -896,6 +911,21 @@ class STKMeans(AIKMeans):
         """Affine (+ TPS on the config's landmark grid) warps of the run's family, within its bounds."""
         return Aligner(size, self.landmarks(cfg), device, max_displacement=cfg.max_displacement,
                        **_warp_options(cfg, self.family(cfg)))
+
+    def _curriculum(self, run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
+        """With ``affine_first`` and a TPS stage: Lloyd with affine warps alone until no label changes (or
+        max_iter), then Lloyd with the TPS from those centroids, each pair starting from its affine map.
+        History and iteration counts cover both stages."""
+        if not (run.cfg.affine_first and run.aligner.landmarks):
+            return (yield from _lloyd(run, mu, pinned))
+        affine = dataclasses.replace(run, aligner=Aligner(run.aligner.size, None, run.aligner.device,
+                                                          **_warp_options(run.cfg, self.family(run.cfg))))
+        ticker = _lloyd_ticker(run, stages=2)
+        mu, coarse, _, history, iters = yield from _lloyd(affine, mu, pinned, ticker=ticker)
+        pairs = run.aligner.zeros(run.stack.n, run.cfg.k)
+        pairs.theta.copy_(coarse.theta)
+        mu, pairs, labels, fine, more = yield from _lloyd(run, mu, pinned, pairs, ticker)
+        return mu, pairs, labels, history + fine, iters + more
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
         """One model-selection run per (landmark grid side, learning rate), as in Sec. 4.2 (per rate only
