@@ -9,6 +9,9 @@ seeds give bit-identical runs on the CPU). One JSON line per run is appended to 
 
     python benchmarks/dti_subsets.py --subsets 100 101 102 --seeds 0 1 2 3 4 --threads 1
     python benchmarks/dti_subsets.py --report          # the Markdown table from the log
+
+``--log`` writes elsewhere (trials of a setting, ``--set name=value``); ``--save DIR`` keeps each result
+(``DIR/s{subset}_seed{seed}.npz``) and prints its confusion matrix, to see which digits a run mixes.
 """
 from __future__ import annotations
 
@@ -43,14 +46,21 @@ def train(args):
     for s, seed in order:
         idx = subset(len(x_all), s)
         load0, wall = load_average(), time.perf_counter()
-        r = ticlust.fit(x_all[idx], method="dti-kmeans", k=10, seed=seed, device=args.device, progress=False)
-        row = dict(subset=s, seed=seed, **{k: float(v) for k, v in evaluate(y_all[idx], r.labels).items()},
+        r = ticlust.fit(x_all[idx], method="dti-kmeans", k=10, seed=seed, device=args.device, progress=False,
+                        **args.params)
+        row = dict(subset=s, seed=seed, params=args.params, **{k: float(v) for k, v in evaluate(y_all[idx], r.labels).items()},
                    loss=r.final_loss, wall=time.perf_counter() - wall, epochs=r.timing["epochs"],
                    load=f"{load0} -> {load_average()}", threads=args.threads, device=args.device,
                    date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
-        with LOG.open("a") as f:
+        with args.log.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print(row, flush=True)
+        if args.save:
+            r.save(args.save / f"s{s}_seed{seed}.npz")
+            confusion = np.zeros((10, 10), np.int64)
+            np.add.at(confusion, (y_all[idx], r.labels), 1)
+            print("digit x cluster:\n" + "\n".join(f"{d}: " + " ".join(f"{v:3d}" for v in row) for d, row in enumerate(confusion)),
+                  f"\nsplits (epoch, moved, source): {r.extras['splits'].tolist()}", flush=True)
 
 
 def report():
@@ -78,6 +88,14 @@ def report():
     print("\n".join(lines))
 
 
+def parsed(text: str):
+    """A --set value: JSON (numbers, true/false, lists) where it parses, else the text itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subsets", type=int, nargs="+", default=[100, 101, 102])
@@ -85,7 +103,13 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--report", action="store_true")
+    ap.add_argument("--log", type=Path, default=LOG)
+    ap.add_argument("--save", type=Path, help="keep each result here and print its confusion matrix")
+    ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dti-kmeans parameter")
     args = ap.parse_args()
+    args.params = {k: parsed(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    if args.save:
+        args.save.mkdir(parents=True, exist_ok=True)
     report() if args.report else train(args)
 
 
