@@ -38,19 +38,9 @@ def test_recovers_groups_under_random_similarities():
         assert ticlust.evaluate(y, raw.labels)["ari"] < 0.5
 
 
-def test_result_fields_predict_and_determinism():
-    x, y = sample_landmarks(seed=4, n=60)
-    before = x.copy()
-    r1 = ticlust.fit(x, "procrustes-kmeans", k=2, device="cpu", seed=5)
-    r2 = ticlust.fit(x, "procrustes-kmeans", k=2, device="cpu", seed=5)
-    assert np.array_equal(x, before)
-    assert np.array_equal(r1.labels, r2.labels) and r1.history == r2.history
-    assert ticlust.evaluate(y, r1.labels)["ari"] == 1.0
-    assert r1.scores.shape == (60, 2) and r1.prototypes.shape == (2, 8, 2) and r1.aligned.shape == (60, 8, 2)
-    assert r1.covariances.shape == (2, 8, 2, 2) and r1.aligned_kind == "procrustes"
-    # prototypes are the cluster means of the aligned shapes; scores their squared distances
-    for g in range(2):
-        assert np.allclose(r1.prototypes[g], r1.aligned[r1.labels == g].mean(0))
+def test_result_fields_predict_and_determinism(landmark_fit):
+    r1, x = landmark_fit("procrustes-kmeans")
+    # scores are the squared distances to the prototypes (the cluster means of the aligned shapes)
     d2 = ((r1.aligned[:, None] - r1.prototypes[None]) ** 2).sum((-1, -2))
     assert np.allclose(r1.scores, d2)
     assert r1.history[-1] == pytest.approx(d2[np.arange(60), r1.labels].mean())
