@@ -324,6 +324,8 @@ def test_affine_first_runs_ai_kmeans_then_adds_the_tps(glyphs):
     assert both.timing["iterations"] == len(both.history)
     steps = [(e.step, e.total) for e in events if isinstance(e, Progress)]
     assert all(0 <= s <= t for s, t in steps) and [s for s, _ in steps] == sorted(s for s, _ in steps)
+    counted = [int(e.stage.split()[-1]) for e in events if isinstance(e, Progress) and e.stage.startswith("Lloyd iteration")]
+    assert counted == list(range(1, len(both.history) + 1))     # the TPS stage counts on from the affine one
     single = ticlust.fit(x, "st-kmeans", landmarks=3, affine_first=False, **opts)
     assert not np.isclose(single.history[0], coarse.history[0], rtol=1e-6)   # one stage: TPS from the start
 

@@ -684,10 +684,11 @@ def _lloyd_ticker(run: _Run, stages: int = 1) -> Ticker:
 
 
 def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pairs: Alignments | None = None,
-           ticker: Ticker | None = None):
+           ticker: Ticker | None = None, done: int = 0):
     """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes.
     ``pinned`` (N,): clusters the user fixed (-1: free); with any, the repair move (``_reseed``) is off.
-    ``pairs``: the alignments to start from (default identity). Returns (centroids, alignments, labels,
+    ``pairs``: the alignments to start from (default identity); ``done``: Lloyd iterations of an earlier stage
+    (progress and the repairs log count on from it). Returns (centroids, alignments, labels,
     distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = ticker or _lloyd_ticker(run)
@@ -698,12 +699,12 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
         yield from run.align_all(mu, pairs, schedule)
         labels = keep_pinned(pairs.losses.argmin(1), pinned)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
-        yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {it}")
+        yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {done + it}")
         if it == cfg.max_iter:
             break
         move = _reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk) if cfg.reseed and pinned is None else None
         if move is not None:
-            run.repairs.append((it, *move))
+            run.repairs.append((done + it, *move))
         if prev is not None and torch.equal(prev, labels) and move is None:
             break
         mu = _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
@@ -924,7 +925,7 @@ class STKMeans(AIKMeans):
         mu, coarse, _, history, iters = yield from _lloyd(affine, mu, pinned, ticker=ticker)
         pairs = run.aligner.zeros(run.stack.n, run.cfg.k)
         pairs.theta.copy_(coarse.theta)
-        mu, pairs, labels, fine, more = yield from _lloyd(run, mu, pinned, pairs, ticker)
+        mu, pairs, labels, fine, more = yield from _lloyd(run, mu, pinned, pairs, ticker, done=iters)
         return mu, pairs, labels, history + fine, iters + more
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
