@@ -35,3 +35,28 @@ def landmark_fit():
             assert np.allclose(r1.prototypes[g], r1.aligned[r1.labels == g].mean(0))
         return r1, x
     return fit
+
+
+@pytest.fixture
+def size_groups():
+    """Two groups of one shape at two sizes, in random poses: a landmark method must find them with
+    scale=False (ARI 1, every size kept) and not with scale=True (ARI < 0.3). Returns (form fit, landmarks)."""
+    import numpy as np
+
+    import ticlust
+    from landmark_poses import similar
+    from ticlust.landmarks import MEAN_SHAPE_A
+
+    def fit(method: str, seed: int):
+        rng = np.random.default_rng(seed)
+        y = np.arange(40) % 2
+        x = np.stack([similar(MEAN_SHAPE_A + rng.normal(0, 2.0, (8, 2)), rng.uniform(0, 2 * np.pi), 1.0 + 0.5 * g,
+                              rng.normal(0, 50, 2)) for g in y])
+        form = ticlust.fit(x, method, k=2, device="cpu", scale=False)
+        shape = ticlust.fit(x, method, k=2, device="cpu", scale=True)
+        assert ticlust.evaluate(y, form.labels)["ari"] == 1.0
+        assert ticlust.evaluate(y, shape.labels)["ari"] < 0.3
+        size = np.sqrt(((form.aligned - form.aligned.mean(1, keepdims=True)) ** 2).sum((1, 2)))
+        assert np.allclose(size, np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).sum((1, 2))))   # sizes kept
+        return form, x
+    return fit

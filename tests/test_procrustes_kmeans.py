@@ -1,19 +1,16 @@
 """procrustes-kmeans, the landmark baseline: generalised Procrustes alignment, then K-means."""
-import math
 
 import numpy as np
 import pytest
 
 import ticlust
 from ticlust import InputError
+from landmark_poses import similar
 from ticlust.landmarks import MEAN_SHAPE_A, MEAN_SHAPE_B, align_to, procrustes_align, sample_landmarks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def _similar(shape, angle, scale, shift):
-    rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
-    return scale * shape @ rot.T + shift
 
 
 def _three_groups(seed, n=45, noise=3.0):
@@ -23,7 +20,7 @@ def _three_groups(seed, n=45, noise=3.0):
     bent[2:4] += np.array([[-15.0, 20.0], [10.0, 25.0]])
     means = np.stack([MEAN_SHAPE_A, MEAN_SHAPE_B, bent])
     y = rng.permutation(np.arange(n) % 3)
-    x = np.stack([_similar(means[g] + rng.normal(0, noise, (8, 2)), rng.uniform(0, 2 * np.pi), rng.uniform(0.3, 4.0),
+    x = np.stack([similar(means[g] + rng.normal(0, noise, (8, 2)), rng.uniform(0, 2 * np.pi), rng.uniform(0.3, 4.0),
                            rng.normal(0, 200, 2)) for g in y])
     return x, y
 
@@ -51,7 +48,7 @@ def test_result_fields_predict_and_determinism(landmark_fit):
     # predict: the training shapes get their labels; new poses of them too
     p = ticlust.predict(r1, x, device="cpu")
     assert np.array_equal(p.labels, r1.labels) and np.allclose(p.scores, r1.scores, atol=1e-6 * r1.scores.max())
-    moved = np.stack([_similar(s, 2.1, 0.4, np.array([30.0, -4.0])) for s in x[:20]])
+    moved = np.stack([similar(s, 2.1, 0.4, np.array([30.0, -4.0])) for s in x[:20]])
     assert np.array_equal(ticlust.predict(r1, moved, device="cpu").labels, r1.labels[:20])
     with pytest.raises(InputError, match="landmarks"):
         ticlust.predict(r1, x[:, :6], device="cpu")
@@ -64,22 +61,12 @@ def test_more_starts_never_raise_the_loss():
     assert many.final_loss <= one.final_loss + 1e-12
 
 
-def test_scale_option_keeps_size():
+def test_scale_option_keeps_size(size_groups):
     """Two groups of one shape that differ only in size: found in form space, invisible in shape space."""
-    rng = np.random.default_rng(0)
-    y = np.arange(40) % 2
-    x = np.stack([_similar(MEAN_SHAPE_A + rng.normal(0, 2.0, (8, 2)), rng.uniform(0, 2 * np.pi), 1.0 + 0.5 * g,
-                           rng.normal(0, 50, 2)) for g in y])
-    form = ticlust.fit(x, "procrustes-kmeans", k=2, device="cpu", scale=False)
-    shape = ticlust.fit(x, "procrustes-kmeans", k=2, device="cpu", scale=True)
-    assert ticlust.evaluate(y, form.labels)["ari"] == 1.0
-    assert ticlust.evaluate(y, shape.labels)["ari"] < 0.3
-    size = np.sqrt(((form.aligned - form.aligned.mean(1, keepdims=True)) ** 2).sum((1, 2)))
-    raw = np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).sum((1, 2)))
-    assert np.allclose(size, raw)                                          # rotation and translation only
+    form, x = size_groups("procrustes-kmeans", seed=0)                    # rotation and translation only
     assert np.array_equal(ticlust.predict(form, x, device="cpu").labels, form.labels)
     # align_to without scale: rotation and translation only, onto the reference's centroid
-    moved = _similar(MEAN_SHAPE_B, 1.2, 2.0, np.array([5.0, -7.0]))
+    moved = similar(MEAN_SHAPE_B, 1.2, 2.0, np.array([5.0, -7.0]))
     aligned = align_to(moved[None], MEAN_SHAPE_B, scale=False)[0][0]
     assert np.allclose(aligned, 2.0 * (MEAN_SHAPE_B - MEAN_SHAPE_B.mean(0)) + MEAN_SHAPE_B.mean(0))
 
@@ -90,7 +77,7 @@ def test_result_round_trips_through_npz(tmp_path):
     back = ticlust.load_result(r.save(tmp_path / "pk.npz"))
     assert back.config["scale"] is False and np.array_equal(back.state.consensus, r.state.consensus)
     assert np.array_equal(back.state.centres, r.state.centres)
-    new = np.stack([_similar(s, 0.3, 1.0, np.array([1.0, 2.0])) for s in x])
+    new = np.stack([similar(s, 0.3, 1.0, np.array([1.0, 2.0])) for s in x])
     a, b = ticlust.predict(back, new, device="cpu"), ticlust.predict(r, new, device="cpu")
     assert np.array_equal(a.labels, b.labels) and np.allclose(a.scores, b.scores)
 

@@ -10,6 +10,7 @@ import torch
 
 import ticlust
 from ticlust import InputError
+from landmark_poses import similar
 from ticlust.landmarks import (MEAN_SHAPE_A, MEAN_SHAPE_B, align_to, ellipse_corners, landmarks_to_points,
                                points_to_landmarks, procrustes_align, read_landmarks, read_landmarks_csv, read_tps,
                                sample_landmarks, simulate_shapes, write_landmarks_csv, write_tps)
@@ -89,15 +90,12 @@ def test_wasserstein_closed_form_against_sqrtm():
 
 
 # ---- Procrustes ---------------------------------------------------------------------------------------
-def _similar(shape, angle, scale, shift):
-    rot = np.array([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
-    return scale * shape @ rot.T + shift
 
 
 def test_procrustes_recovers_known_similarities():
     rng = np.random.default_rng(3)
     params = [(rng.uniform(0, 2 * np.pi), rng.uniform(0.5, 3), rng.normal(0, 50, 2)) for _ in range(6)]
-    shapes = np.stack([_similar(MEAN_SHAPE_A, *p) for p in params])
+    shapes = np.stack([similar(MEAN_SHAPE_A, *p) for p in params])
     before = shapes.copy()
     fit = procrustes_align(shapes)
     assert np.array_equal(shapes, before)                                   # input untouched
@@ -109,7 +107,7 @@ def test_procrustes_recovers_known_similarities():
     assert np.abs(np.array(composed) - composed[0]).max() < 1e-9
     assert np.linalg.det(fit.matrix).min() > 0                               # no reflection
     # ordinary Procrustes onto a reference recovers the inverse of a known similarity
-    moved = _similar(MEAN_SHAPE_B, 1.2, 2.0, np.array([5.0, -7.0]))
+    moved = similar(MEAN_SHAPE_B, 1.2, 2.0, np.array([5.0, -7.0]))
     aligned, matrix, offset = align_to(moved[None], MEAN_SHAPE_B)
     assert np.abs(aligned[0] - MEAN_SHAPE_B).max() < 1e-9
     assert matrix[0] == pytest.approx(0.5 * np.array([[math.cos(-1.2), -math.sin(-1.2)], [math.sin(-1.2), math.cos(-1.2)]]))
@@ -149,7 +147,7 @@ def test_result_fields_predict_and_determinism(landmark_fit):
     assert np.allclose(r3.covariances[0], r3.covariances[1])
     assert np.allclose(r3.covariances[..., 0, 0], r3.covariances[0, 0, 0, 0])
     # predict: new poses of the same shapes land in the same clusters
-    moved = np.stack([_similar(s, 0.7, 1.5, np.array([3.0, 4.0])) for s in x[:20]])
+    moved = np.stack([similar(s, 0.7, 1.5, np.array([3.0, 4.0])) for s in x[:20]])
     assert np.array_equal(ticlust.predict(r1, moved, device="cpu").labels, r1.labels[:20])
     assert np.array_equal(ticlust.predict(r3, x, device="cpu").labels, r3.labels)
 
@@ -165,19 +163,10 @@ def test_degenerate_inputs_give_finite_scores():
                 assert np.bincount(r.labels, minlength=k).min() >= 1
 
 
-def test_scale_off_clusters_forms_where_size_differs():
+def test_scale_off_clusters_forms_where_size_differs(size_groups):
     """Two groups of one shape at two sizes: invisible once size is removed, found with scale=False."""
-    rng = np.random.default_rng(7)
-    y = np.arange(40) % 2
-    x = np.stack([_similar(MEAN_SHAPE_A + rng.normal(0, 2.0, (8, 2)), rng.uniform(0, 2 * np.pi), 1.0 + 0.5 * g,
-                           rng.normal(0, 50, 2)) for g in y])
-    form = ticlust.fit(x, "shape-kmeans", k=2, device="cpu", scale=False)
-    shape = ticlust.fit(x, "shape-kmeans", k=2, device="cpu")
-    assert ticlust.evaluate(y, form.labels)["ari"] == 1.0
-    assert ticlust.evaluate(y, shape.labels)["ari"] < 0.3
-    sizes = np.sqrt(((form.aligned - form.aligned.mean(1, keepdims=True)) ** 2).sum((1, 2)))
-    assert np.allclose(sizes, np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).sum((1, 2))))   # sizes kept
-    moved = np.stack([_similar(s, -0.9, 1.0, np.array([12.0, 3.0])) for s in x])           # new poses, same sizes
+    form, x = size_groups("shape-kmeans", seed=7)
+    moved = np.stack([similar(s, -0.9, 1.0, np.array([12.0, 3.0])) for s in x])           # new poses, same sizes
     assert np.array_equal(ticlust.predict(form, moved, device="cpu").labels, form.labels)
 
 
