@@ -691,7 +691,7 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
     (progress and the repairs log count on from it). Returns (centroids, alignments, labels,
     distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
-    ticker = ticker or _lloyd_ticker(run)
+    ticker = _lloyd_ticker(run) if ticker is None else ticker
     schedule = Schedule.of(cfg, ticker)
     pairs = run.aligner.zeros(n, cfg.k) if pairs is None else pairs
     history, prev = [], None
@@ -919,8 +919,7 @@ class STKMeans(AIKMeans):
         History and iteration counts cover both stages."""
         if not (run.cfg.affine_first and run.aligner.landmarks):
             return (yield from _lloyd(run, mu, pinned))
-        affine = dataclasses.replace(run, aligner=Aligner(run.aligner.size, None, run.aligner.device,
-                                                          **_warp_options(run.cfg, self.family(run.cfg))))
+        affine = dataclasses.replace(run, aligner=super().aligner(run.cfg, run.aligner.size, run.aligner.device))
         ticker = _lloyd_ticker(run, stages=2)
         mu, coarse, _, history, iters = yield from _lloyd(affine, mu, pinned, ticker=ticker)
         pairs = run.aligner.zeros(run.stack.n, run.cfg.k)
