@@ -88,14 +88,6 @@ def report():
     print("\n".join(lines))
 
 
-def parsed(text: str):
-    """A --set value: JSON (numbers, true/false, lists) where it parses, else the text itself."""
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--subsets", type=int, nargs="+", default=[100, 101, 102])
@@ -107,7 +99,7 @@ def main():
     ap.add_argument("--save", type=Path, help="keep each result here and print its confusion matrix")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dti-kmeans parameter")
     args = ap.parse_args()
-    args.params = {k: parsed(v) for k, v in (kv.split("=", 1) for kv in args.set)}
+    args.params = dict(kv.split("=", 1) for kv in args.set)      # the method's config converts the strings
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
     report() if args.report else train(args)
