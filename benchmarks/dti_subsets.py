@@ -8,7 +8,7 @@ default: none is the subset the defaults were tuned on). ``ticlust.fit(..., runs
 seeds give bit-identical runs on the CPU). One JSON line per run is appended to the log as it finishes.
 
     python benchmarks/dti_subsets.py --subsets 100 101 102 --seeds 0 1 2 3 4 --threads 1
-    python benchmarks/dti_subsets.py --report          # the Markdown table from the log
+    python benchmarks/dti_subsets.py --report          # the Markdown tables of the log, to paste into results/dti_subsets.md
 
 ``--log`` writes elsewhere (trials of a setting, ``--set name=value``); ``--save DIR`` keeps each result
 (``DIR/s{subset}_seed{seed}.npz``) and prints its confusion matrix, to see which digits a run mixes.
@@ -63,12 +63,11 @@ def train(args):
                   f"\nsplits (epoch, moved, source): {r.extras['splits'].tolist()}", flush=True)
 
 
-def report():
-    rows = [json.loads(line) for line in LOG.read_text().splitlines() if line.strip()]
-    lines = ["# DTI K-means on three MNIST-test subsets (issue 15, item 2)", "",
-             "`python benchmarks/dti_subsets.py` — subset s = first 1,000 of `default_rng(s).permutation(10000)`; "
-             "defaults, K = 10, CPU; one line per run in `dti_subsets.jsonl`. minLoss of N = the run with the lowest "
-             "final loss among seeds 0 … N-1 (what `ticlust.fit(x, 'dti-kmeans', runs=N)` returns).", "",
+def report(log: Path):
+    """Print the runs of ``log`` and each subset's mean and minLoss as Markdown (results/dti_subsets.md is
+    written by hand around such tables: one per code version, with what they show)."""
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    lines = [f"`{log.name}`:", "",
              "| subset | seed | ACC | NMI | final loss | epochs | wall s | threads | load (1/5/15) | date |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["subset"], r["seed"])):
@@ -84,7 +83,6 @@ def report():
         first3 = [by_seed[i]["acc"] for i in range(3) if i in by_seed]
         mean3 = f"{np.mean(first3):.3f}" if len(first3) == 3 else "—"
         lines.append(f"| {s} | {mean3} | {min_loss(3)} | {min_loss(5)} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
-    (RESULTS / "dti_subsets.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
@@ -102,7 +100,7 @@ def main():
     args.params = dict(kv.split("=", 1) for kv in args.set)      # the method's config converts the strings
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
-    report() if args.report else train(args)
+    report(args.log) if args.report else train(args)
 
 
 if __name__ == "__main__":
