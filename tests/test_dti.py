@@ -240,12 +240,8 @@ def test_own_and_runner_up_costs():
     assert index.tolist() == [2, 1]
 
 
-def test_split_move_frees_a_prototype_that_started_on_a_taken_pattern(monkeypatch):
-    """K-means' classic trap: two prototypes start on the rings, one between the pluses and the bars.
-
-    No affine map turns a ring into a disk or a bar into a plus, so without the move pluses and bars
-    stay merged; before the second module the move drops one ring prototype and splits them."""
-    s, n = 16, 128
+def glyphs(kinds, n, s=16):
+    """n images cycling through ``kinds`` (ring, disk, bar, column, plus), jittered by up to half a pixel; labels i % len(kinds)."""
     rng = np.random.default_rng(0)
     yy, xx = np.mgrid[0:s, 0:s]
     imgs = []
@@ -254,9 +250,71 @@ def test_split_move_frees_a_prototype_that_started_on_a_taken_pattern(monkeypatc
         r = np.hypot(yy - cy, xx - cx)
         bar = (np.abs(yy - cy) < 1.5) & (np.abs(xx - cx) < s * 0.35)
         column = (np.abs(xx - cx) < 1.5) & (np.abs(yy - cy) < s * 0.35)
-        img = [np.clip(1 - np.abs(r - s * 0.3), 0, 1), r < s * 0.2, bar | column, bar][i % 4]
-        imgs.append(img)
-    x, y = np.stack(imgs).astype(np.float32), np.arange(n) % 4
+        drawn = dict(ring=np.clip(1 - np.abs(r - s * 0.3), 0, 1), disk=r < s * 0.2, bar=bar, column=column, plus=bar | column)
+        imgs.append(drawn[kinds[i % len(kinds)]])
+    return np.stack(imgs).astype(np.float32), np.arange(n) % len(kinds)
+
+
+def test_split_targets_the_cluster_of_two_patterns_and_holds_its_halves_apart():
+    """Prototype 1 sits between the bars and the columns, prototypes 0 and 2 are two rings. The
+    cluster of two patterns gains most from a second prototype; the move copies it into the redundant
+    prototype and holds one pattern in each copy for ``split_hold`` epochs, then frees them."""
+    from ticlust.validation import as_stack
+    x, y = glyphs(("ring", "bar", "column"), 60)
+    cfg = dti.DTIKMeansConfig(k=3, transforms=("color", "affine"), curriculum="milestones", milestones=(1, 2, 9),
+                              max_epochs=10, split_hold=2)
+    run = dti.DTIRun(as_stack(x), cfg, torch.device("cpu"), 0, False)
+    with torch.no_grad():
+        run.model.prototypes.copy_(torch.from_numpy(np.stack([x[0], (x[1] + x[2]) / 2, x[3]]))[:, None])
+    run.curriculum.active = 1
+    gains, halves = run.cluster_halves()
+    members, second = (h.numpy() for h in halves[1])
+    assert int(np.argmax(gains)) == 1 and set(y[members]) == {1, 2} and len(members) == 40
+    assert set(y[second]) in ({1}, {2}) and len(second) == 20
+    labels = torch.zeros(60, dtype=torch.int64)
+    for c, (items, _) in halves.items():
+        labels[items] = c
+    tally = dti.EpochTally(3, torch.device("cpu"))
+    tally.add(labels, torch.zeros(60), torch.tensor([0.5, 1.0, 0.001])[labels])   # dropping 2 costs little
+    run.epoch, run.history = 2, [1.0, 1.0]
+    run.end_epoch(tally)                                    # epoch 2: the second module comes in
+    a, j = run.splits[-1][1:]
+    assert (a, j) == (2, 1) and run.held_until == 4
+    held = run.pinned.numpy()
+    assert set(held[y == 0]) == {-1} and {tuple(sorted(set(held[y == d]))) for d in (1, 2)} == {(a,), (j,)}
+    run.epoch, run.history = 3, run.history + [1.0]
+    run.end_epoch(dti.EpochTally(3, torch.device("cpu")))
+    assert run.pinned is not None
+    run.epoch, run.history = 4, run.history + [1.0]
+    run.end_epoch(dti.EpochTally(3, torch.device("cpu")))
+    assert run.pinned is None and run.held_until == 0
+
+
+def test_split_gains_of_a_large_set_come_from_a_sample(monkeypatch):
+    """Above SPLIT_SAMPLE_BYTES of residuals the clusters are bisected on a seeded sample of the items."""
+    from ticlust.validation import as_stack
+    x, y = glyphs(("ring", "bar", "column"), 60)
+    monkeypatch.setattr(dti, "SPLIT_SAMPLE_BYTES", 4 * 16 * 16 * 30)       # 30 items of 16 × 16
+
+    def halves(seed):
+        run = dti.DTIRun(as_stack(x), dti.DTIKMeansConfig(k=2, transforms=("affine",)), torch.device("cpu"), seed, False)
+        with torch.no_grad():
+            run.model.prototypes.copy_(torch.from_numpy(np.stack([x[0], (x[1] + x[2]) / 2]))[:, None])
+        run.curriculum.active = 1
+        gains, by_cluster = run.cluster_halves()
+        return gains, {c: [h.tolist() for h in pair] for c, pair in by_cluster.items()}
+    gains, by_cluster = halves(0)
+    assert sum(len(members) for members, _ in by_cluster.values()) == 30 and int(np.argmax(gains)) == 1
+    assert set(y[by_cluster[1][1]]) in ({1}, {2})
+    assert halves(0)[1] == by_cluster and halves(1)[1] != by_cluster
+
+
+def test_split_move_frees_a_prototype_that_started_on_a_taken_pattern(monkeypatch):
+    """K-means' classic trap: two prototypes start on the rings, one between the pluses and the bars.
+
+    No affine map turns a ring into a disk or a bar into a plus, so without the move pluses and bars
+    stay merged; before the second module the move drops one ring prototype and splits them."""
+    x, y = glyphs(("ring", "disk", "plus", "bar"), 128)
     monkeypatch.setattr(dti, "initial_prototypes", lambda x_all, k, init, rng:
                         torch.cat([x_all[[0, 4, 1]], (x_all[[2]] + x_all[[3]]) / 2]))
     opts = dict(k=4, seed=0, transforms=("color", "affine"), max_epochs=40, min_stage_epochs=4, patience=2,

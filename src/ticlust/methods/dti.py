@@ -7,7 +7,8 @@ DTI GMM minimises the expected negative log-likelihood of Eq. 5 with the batch E
 (π = softmax(η), variances warped by the spatial modules only, plus σ_min²). Modules are added one
 at a time (curriculum) when the loss plateaus, after an identity-only start; tiny clusters
 (< 20% of N/K) are re-seeded from the largest one, Adam moments included; before each new module a
-redundant prototype is moved onto the worst-fitted cluster (ours, ``split_ratio``). See docs/dti.md.
+redundant prototype is moved onto the cluster that a second one would help most, its two halves held apart
+for a while (ours, ``split_ratio``, ``split_hold``). See docs/dti.md.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from ..transforms import TransformSequence, lattice_pixels
 from .base import Method, Progress, Snapshot, drain, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .invariances import invariances_param
-from .kmeans import keep_pinned, kmeans_plus_plus
+from .kmeans import bisect, keep_pinned, kmeans_plus_plus
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
 #: The modules of each invariance family, in curriculum order (methods/invariances.py); colour first in all.
@@ -64,8 +65,12 @@ class DTIKMeansConfig:
     empty_threshold: float = param(0.2, "Re-seed clusters holding less than this fraction of N/K items", low=0.0, high=1.0)
     reassign_noise: float = param(1e-3, "Std of the noise added to a re-seeded prototype", low=0.0)
     split_ratio: float = param(0.3, "Before each new module (from the second on), a prototype whose removal costs less than this "
-                               "fraction of the median prototype's becomes a copy of the worst-fitted cluster; 0: off (the paper)",
+                               "fraction of the median prototype's becomes a copy of the cluster whose items' residuals split best in two "
+                               "(two patterns under one prototype); 0: off (the paper)",
                                low=0.0, high=1.0)
+    split_hold: int = param(2, "Epochs after a split during which the split cluster's two halves (bisected on what its "
+                            "prototype leaves unexplained) are held one in each copy, so the copies learn apart; "
+                            "0: the copy starts free, from noise alone", low=0)
     encoder: str = param("auto", "Encoder: ResNet-20 below 64 px, ResNet-18 otherwise ('auto')", choices=("auto", "resnet20", "resnet18"))
     encoder_width: float = param(1.0, "Channel multiplier of the encoder", low=0.125, high=4.0, gui=False)
     tps_grid: int = param(4, "Thin-plate spline control grid (g×g points)", low=2, high=10)
@@ -280,15 +285,15 @@ def reassign_tiny_clusters(model: DTIModel, optimizer, counts: np.ndarray, thres
     return moved
 
 
-def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, distortion: np.ndarray, counts: np.ndarray,
+def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, gains: np.ndarray, counts: np.ndarray,
                             ratio: float, noise: float, generator: torch.Generator, keep=()) -> tuple[int, int] | None:
     """Swap move for two prototypes on one pattern (ours; the paper's < 20 % rule cannot see it).
 
     ``removal[k]``: how much the distortion would grow if prototype k were dropped (its members going
-    to their runner-up); ``distortion[k]``: its members' total distortion. When the cheapest
-    prototype to drop costs less than ``ratio`` times the median prototype's cost, it becomes a copy
-    of the worst-fitted cluster (``copy_cluster``), which then splits as a re-seeded empty cluster
-    does. Prototypes in ``keep`` (the pair of the previous move, still separating) are not dropped.
+    to their runner-up); ``gains[k]``: what a second prototype would save cluster k (``DTIRun.cluster_halves``).
+    When the cheapest prototype to drop costs less than ``ratio`` times the median prototype's cost, it
+    becomes a copy (``copy_cluster``) of the cluster with the largest gain, whose halves the run then
+    holds apart for ``split_hold`` epochs. Prototypes in ``keep`` (the pair of the previous move, still separating) are not dropped.
     Returns (moved, source) or None.
     """
     live = counts > 0                       # empty clusters are the tiny-cluster rule's
@@ -300,9 +305,9 @@ def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, dis
     a = int(np.argmin(removal))
     if not removal[a] < ratio * median:
         return None
-    worst = distortion.astype(np.float64)  # a copy (astype copies)
-    worst[a] = -np.inf
-    j = int(np.argmax(worst))
+    gains = gains.astype(np.float64)  # a copy (astype copies)
+    gains[a] = -np.inf
+    j = int(np.argmax(gains))
     copy_cluster(model, optimizer, a, j, noise, generator)
     return a, j
 
@@ -345,28 +350,27 @@ def loss_setup(cfg, size, device) -> tuple[torch.Tensor, bool]:
     return weights, bool(cfg.mixed_precision and device.type == "cuda")
 
 
+SPLIT_SAMPLE_BYTES = 256 * 2 ** 20   # the split move's residuals: every item of a small set, a sample of a large one
 REPORT_EVERY_S = 0.5   # the loss shown in Progress is read back from the device at most this often
 
 
 class EpochTally:
-    """Per-cluster sums over an epoch, which the moves between epochs read: members, what dropping the
-    prototype would cost them (runner-up minus own distance) and their own distance. Summed on the
+    """Per-cluster sums over an epoch, which the moves between epochs read: members and what dropping the
+    prototype would cost them (runner-up minus own distance). Summed on the
     device and read back once per epoch (``numpy``), so a training step never waits for the GPU."""
 
     def __init__(self, k: int, device: torch.device):
         self.k = k
         self.counts = torch.zeros(k, dtype=torch.int64, device=device)
         self.removal = torch.zeros(k, dtype=torch.float64, device=device)
-        self.distortion = torch.zeros(k, dtype=torch.float64, device=device)
 
     def add(self, assigned: torch.Tensor, own: torch.Tensor, runner_up: torch.Tensor) -> None:
         self.counts += torch.bincount(assigned, minlength=self.k)
         self.removal += torch.bincount(assigned, (runner_up - own).double(), minlength=self.k)
-        self.distortion += torch.bincount(assigned, own.double(), minlength=self.k)
 
-    def numpy(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(counts, removal, distortion) on the host."""
-        return self.counts.cpu().numpy(), self.removal.cpu().numpy(), self.distortion.cpu().numpy()
+    def numpy(self) -> tuple[np.ndarray, np.ndarray]:
+        """(counts, removal) on the host."""
+        return self.counts.cpu().numpy(), self.removal.cpu().numpy()
 
 
 class DTIRun:
@@ -403,6 +407,7 @@ class DTIRun:
         self.start = self.reported_at = time.perf_counter()
         self.reported = float("nan")      # the last loss read back from the device, for Progress
         self.pinned: torch.Tensor | None = None   # (N,) clusters the user fixed items to (-1: free), for Refine
+        self.held_until = 0                        # training holds the last split's halves (in pinned) until this epoch
         model.train()
 
     def run_epoch(self):
@@ -444,23 +449,60 @@ class DTIRun:
         """The moves between epochs: re-seed tiny clusters, advance the curriculum, and before a new
         module split a redundant prototype; at the last stage divide the learning rate by 10."""
         cfg, epoch = self.cfg, self.epoch
-        counts, removal, distortion = tally.numpy()
+        counts, removal = tally.numpy()
         moved = reassign_tiny_clusters(self.model, self.optimizer, counts, cfg.empty_threshold, cfg.reassign_noise, self.gen)
         self.reassigned.extend((epoch, i, j) for i, j in moved)
         change = self.curriculum.update(epoch, self.history[-1])
         # before each new module from the second on: the stage that just ended had a module in (in
         # pixel space every prototype is cheap to drop) and the next stage lets a moved pair separate
         if change == "module" and self.curriculum.active >= 2 and not moved:
-            split = split_redundant_cluster(self.model, self.optimizer, removal, distortion, counts,
+            gains, halves = self.cluster_halves()
+            split = split_redundant_cluster(self.model, self.optimizer, removal, gains, counts,
                                             cfg.split_ratio, cfg.reassign_noise, self.gen,
                                             keep=self.splits[-1][1:] if self.splits else ())
             if split:
                 self.splits.append((epoch, *split))
+                if cfg.split_hold:
+                    a, j = split
+                    held = torch.full((len(self.x),), -1, dtype=torch.int64)
+                    held[halves[j][0]], held[halves[j][1]] = j, a
+                    self.pinned, self.held_until = held.to(self.device), epoch + cfg.split_hold
+        if self.held_until and (epoch >= self.held_until or self.curriculum.done):
+            self.pinned, self.held_until = None, 0
         if change == "lr":
             for group in self.optimizer.param_groups:
                 group["lr"] = self.lr / 10
         if change:
             self.stage_log.append((epoch, time.perf_counter() - self.start, change))
+
+    @torch.no_grad()
+    def cluster_halves(self) -> tuple[np.ndarray, dict]:
+        """Every cluster bisected (``bisect``) on what its prototype leaves unexplained: the residuals of its
+        items after alignment with the modules trained so far. A cluster holding two patterns leaves two kinds
+        of residual, so it gains most from a second prototype. Returns the split gains SSE₁ − SSE₂ (K,) and, per
+        cluster of two or more items, (its items, those of its second half). Large sets are read through a
+        random sample of at most ``SPLIT_SAMPLE_BYTES`` of residuals (every item below that)."""
+        model, active, bs, n = self.model, self.curriculum.active - 1, self.cfg.infer_batch_size, len(self.x)
+        cap = max(2 * model.k, SPLIT_SAMPLE_BYTES // (4 * self.x[0].numel()))
+        items = torch.arange(n) if n <= cap else torch.randperm(n, generator=self.gen)[:cap].sort().values
+        labels, residuals = [], []
+        model.eval()
+        for i in range(0, len(items), bs):
+            xb = self.x[items[i:i + bs].to(self.device)]
+            _, recon, score = _align_batch(model, xb, active, self.weights, self.autocast, model.gmm, self.cfg)
+            own = score.argmin(1)
+            labels.append(own.cpu())
+            recon = recon.expand(len(xb), *recon.shape[1:])      # identity only: one row for all items
+            residuals.append(((xb - recon[torch.arange(len(xb), device=xb.device), own]) * self.weights.sqrt()).flatten(1))
+        model.train()
+        labels, residuals = torch.cat(labels), torch.cat(residuals).float()
+        gains, halves = np.zeros(model.k), {}
+        for c in range(model.k):
+            members = torch.nonzero(labels == c).flatten()
+            if len(members) >= 2:
+                sse1, sse2, _, side = bisect(residuals[members.to(residuals.device)])
+                gains[c], halves[c] = sse1 - sse2, (items[members], items[members[side.cpu()]])
+        return gains, halves
 
     def report(self, train_s: float) -> tuple[dict, dict]:
         """The run's timing and extras (cluster moves, epoch end times, optionally every epoch's labels)."""

@@ -133,6 +133,29 @@ def kmeans_plus_plus_steps(x, k: int, rng: np.random.Generator, n_trials: int | 
     return torch.stack(centers)
 
 
+def bisect(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
+    """Bisect points w (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two
+    means (2, P) and the mask of the second side. Deterministic: split by the sign along the top principal
+    axis (power iteration from the point farthest from the mean), then a few 2-means iterations."""
+    centred = w - w.mean(0)
+    sse1 = float((centred ** 2).sum())
+    axis = centred[int((centred ** 2).sum(1).argmax())]
+    for _ in range(iters):
+        axis = centred.T @ (centred @ axis)
+        axis = axis / axis.norm().clamp_min(1e-12)
+    side = centred @ axis > 0
+    for _ in range(iters + 1):
+        if side.all() or not side.any():
+            return sse1, sse1, torch.stack([w.mean(0)] * 2), side
+        means = torch.stack([w[~side].mean(0), w[side].mean(0)])
+        new = ((w - means[1]) ** 2).sum(1) < ((w - means[0]) ** 2).sum(1)
+        if torch.equal(new, side):
+            break
+        side = new
+    means = torch.stack([w[~side].mean(0), w[side].mean(0)])
+    return sse1, float(((w - means[side.long()]) ** 2).sum()), means, side
+
+
 def random_init(x, k: int, rng: np.random.Generator) -> torch.Tensor:
     """K distinct items drawn uniformly (rows as a tensor or :class:`Rows`)."""
     x = as_rows(x)

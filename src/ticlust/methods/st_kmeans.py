@@ -33,7 +33,7 @@ from ..transforms import (affine_matrix, affine_points, identity_points, lattice
                           tps_basis, warp)
 from .base import Method, Progress, Snapshot, best_of, drain, own_and_runner_up, param, register, seed_everything
 from .invariances import invariances_param
-from .kmeans import keep_pinned, kmeans_plus_plus
+from .kmeans import bisect, keep_pinned, kmeans_plus_plus
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
 LANDMARK_GRID = (3, 4, 5, 6, 7, 8)
@@ -550,29 +550,6 @@ def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.T
     mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
 
 
-def _two_means(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
-    """Bisect points w (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two
-    means (2, P) and the mask of the second side. Deterministic: split by the sign along the top principal
-    axis (power iteration from the point farthest from the mean), then a few 2-means iterations."""
-    centred = w - w.mean(0)
-    sse1 = float((centred ** 2).sum())
-    axis = centred[int((centred ** 2).sum(1).argmax())]
-    for _ in range(iters):
-        axis = centred.T @ (centred @ axis)
-        axis = axis / axis.norm().clamp_min(1e-12)
-    side = centred @ axis > 0
-    for _ in range(iters + 1):
-        if side.all() or not side.any():
-            return sse1, sse1, torch.stack([w.mean(0)] * 2), side
-        means = torch.stack([w[~side].mean(0), w[side].mean(0)])
-        new = ((w - means[1]) ** 2).sum(1) < ((w - means[0]) ** 2).sum(1)
-        if torch.equal(new, side):
-            break
-        side = new
-    means = torch.stack([w[~side].mean(0), w[side].mean(0)])
-    return sse1, float(((w - means[side.long()]) ** 2).sum()), means, side
-
-
 def _halves(warped: torch.Tensor, labels: torch.Tensor, k: int):
     """Every cluster bisected on its warped members (N, P): SSE₁ and the split gain SSE₁ − SSE₂ (K,) each,
     and per cluster with two or more members its two half means (2, P) and the members of the second half."""
@@ -580,7 +557,7 @@ def _halves(warped: torch.Tensor, labels: torch.Tensor, k: int):
     for c in range(k):
         members = torch.nonzero(labels == c).flatten()
         if len(members) >= 2:
-            one, two, means, side = _two_means(warped[members])
+            one, two, means, side = bisect(warped[members])
             sse1[c], gain[c], halves[c] = one, one - two, (means, members[side])
     return sse1, gain, halves
 
