@@ -455,15 +455,15 @@ class DTIRun:
         change = self.curriculum.update(epoch, self.history[-1])
         # before each new module from the second on: the stage that just ended had a module in (in
         # pixel space every prototype is cheap to drop) and the next stage lets a moved pair separate
-        if change == "module" and self.curriculum.active >= 2 and not moved:
-            gains, halves = self.cluster_halves()
+        if change == "module" and self.curriculum.active >= 2 and not moved and cfg.split_ratio > 0:
+            gains, halves = self.cluster_halves()                 # one inference pass
             split = split_redundant_cluster(self.model, self.optimizer, removal, gains, counts,
                                             cfg.split_ratio, cfg.reassign_noise, self.gen,
                                             keep=self.splits[-1][1:] if self.splits else ())
             if split:
                 self.splits.append((epoch, *split))
-                if cfg.split_hold:
-                    a, j = split
+                a, j = split
+                if cfg.split_hold and j in halves:        # j has two items or more
                     held = torch.full((len(self.x),), -1, dtype=torch.int64)
                     held[halves[j][0]], held[halves[j][1]] = j, a
                     self.pinned, self.held_until = held.to(self.device), epoch + cfg.split_hold
