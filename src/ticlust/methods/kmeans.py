@@ -215,6 +215,23 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batc
             break
 
 
+def lloyd_steps(x, centers: torch.Tensor, cfg, shape: tuple, stage: str, step0: int = 0, total: int | None = None,
+                pinned: torch.Tensor | None = None):
+    """:func:`lloyd` as events (Progress counted from ``step0`` out of ``total``, default max_iter; a Snapshot of the
+    centres, shaped (K, *shape), each iteration), then the final assignment with the pinned items kept. ``cfg``
+    gives k, max_iter, tol and batch_size. Returns (mean distortion per iteration and final, centres, d2, labels)."""
+    x = as_rows(x, cfg.batch_size)
+    history = []
+    for it, inertia, centers, _ in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
+        history.append(inertia / x.n)
+        yield Progress(step0 + it, total or cfg.max_iter, history[-1], stage)
+        yield Snapshot(centers.reshape(cfg.k, *shape).cpu().numpy())
+    d2, labels = assign(x, centers)
+    labels = keep_pinned(labels, pinned)
+    history.append(float(d2.gather(1, labels[:, None]).sum()) / x.n)
+    return history, centers, d2, labels
+
+
 @dataclass
 class KMeansState(FittedState):
     centers: np.ndarray   # (K, D) flat centroids
@@ -239,14 +256,7 @@ class KMeans(Method):
     def _lloyd(self, x: Rows, stack: Stack, cfg: KMeansConfig, centers: torch.Tensor, stage: str,
                pinned: torch.Tensor | None = None):
         """Lloyd iterations from ``centers`` (events), then the final assignment as the result."""
-        history = []
-        for it, inertia, centers, _ in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
-            history.append(inertia / stack.n)
-            yield Progress(it, cfg.max_iter, history[-1], stage)
-            yield Snapshot(centers.reshape(cfg.k, *stack.item_shape).cpu().numpy())
-        d2 = x.distances(centers)
-        labels = keep_pinned(d2.argmin(1), pinned)
-        history.append(float(d2.gather(1, labels[:, None]).sum()) / stack.n)
+        history, centers, d2, labels = yield from lloyd_steps(x, centers, cfg, stack.item_shape, stage, pinned=pinned)
         return self.result(cfg, KMeansState(centers.cpu().numpy()), labels=labels.cpu().numpy(), scores=d2.cpu().numpy(),
                            prototypes=centers.reshape(cfg.k, *stack.item_shape).cpu().numpy(), history=history)
 

@@ -16,8 +16,8 @@ import torch
 from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import assign, keep_pinned, kmeans_plus_plus, lloyd, partition_means, squared_distances
+from .base import Method, param, register, seed_everything
+from .kmeans import kmeans_plus_plus, lloyd_steps, partition_means, squared_distances
 
 
 @dataclass
@@ -66,8 +66,9 @@ class ProcrustesKMeans(Method):
         best = None
         for start in range(cfg.n_init):
             centres = kmeans_plus_plus(x, cfg.k, rng)
-            run = yield from self._lloyd(x, centres, cfg, landmarks.shape[1], start * cfg.max_iter, cfg.n_init * cfg.max_iter,
-                                         f"K-means on Procrustes coordinates, start {start + 1}/{cfg.n_init}")
+            run = yield from lloyd_steps(x, centres, cfg, (landmarks.shape[1], 2),
+                                         f"K-means on Procrustes coordinates, start {start + 1}/{cfg.n_init}",
+                                         start * cfg.max_iter, cfg.n_init * cfg.max_iter)
             if best is None or run[0][-1] < best[0][-1]:
                 best = run
         return self._result(cfg, fit, *best)
@@ -81,21 +82,9 @@ class ProcrustesKMeans(Method):
         fit, x = _registered(landmarks, cfg, device)
         labels = torch.from_numpy(np.asarray(start.labels, np.int64)).to(device)
         centres = partition_means(x, labels, torch.as_tensor(np.asarray(start.prototypes).reshape(cfg.k, -1)))
-        run = yield from self._lloyd(x, centres, cfg, landmarks.shape[1], 0, cfg.max_iter,
-                                     "Refine: K-means on Procrustes coordinates", pinned.to(device))
+        run = yield from lloyd_steps(x, centres, cfg, (landmarks.shape[1], 2), "Refine: K-means on Procrustes coordinates",
+                                     pinned=pinned.to(device))
         return self._result(cfg, fit, *run)
-
-    def _lloyd(self, x, centres, cfg, n_lm: int, step0: int, total: int, stage: str, pinned=None):
-        """Lloyd iterations from ``centres`` (events), then the assignment: (history, centres, d2, labels)."""
-        history = []
-        for it, inertia, centres, _ in lloyd(x, centres, cfg.max_iter, cfg.tol, cfg.batch_size, pinned):
-            history.append(inertia / len(x))
-            yield Progress(step0 + it, total, history[-1], stage)
-            yield Snapshot(centres.reshape(cfg.k, n_lm, 2).cpu().numpy())
-        d2, labels = assign(x, centres, cfg.batch_size)
-        labels = keep_pinned(labels, pinned)
-        history.append(float(d2.gather(1, labels[:, None]).sum()) / len(x))
-        return history, centres, d2, labels
 
     def _result(self, cfg, fit, history, centres, d2, labels) -> ClusteringResult:
         protos = centres.reshape(cfg.k, -1, 2).cpu().numpy()
