@@ -1,72 +1,73 @@
-"""Every method's labels and prototypes on a small sample, fixed seed, CPU, one thread: pinned by hash.
+"""Every method's pinned fit (tests/pins.py: a small sample, a fixed seed, the CPU, one thread) against
+the arrays stored in tests/pins/, labels exactly and floats within a float32 roundoff budget; and the
+same-seed guarantee across processes, threads and CPU dispatches (docs/reproducibility.md).
 
-Written before the fitted-method refactor (issue 13) so that the refactor provably changes no
-result. Prototypes are hashed after rounding to 4 decimals, so a last-bit difference of another
-CPU's vector units does not fail the test while any real change does. If a deliberate change of a
-method's maths moves a hash, update the pin in the same commit and say why.
+If a deliberate change of a method's maths moves its pin, re-make it with ``python tests/pins.py METHOD``
+in the same commit and say why.
 """
-import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-import ticlust
-from ticlust.samples import glyphs_sample
-from ticlust.landmarks import sample_landmarks
+from pins import CASES, arrays_of, load_pin, mismatch, pinned_fit
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-ST_FAST = dict(steps=4, affine_steps=3, predict_steps=4, max_iter=3, landmarks=3)
-DTI_FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=16, threads=1)
-CASES = {
-    "kmeans": {},
-    "gmm": {"max_iter": 10},
-    "ai-kmeans": {k: v for k, v in ST_FAST.items() if k != "landmarks"},
-    "st-kmeans": ST_FAST,
-    "pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2),
-    "dti-kmeans": DTI_FAST,
-    "dti-gmm": DTI_FAST,
-    "nt": dict(max_iter=2, m=256),
-    "shape-kmeans": {},
-    "procrustes-kmeans": {},
-}
-PINNED = {
-    "kmeans": ("dd97721c2a19d977", "91e3b4b034a855c8"),
-    "gmm": ("dd97721c2a19d977", "193c223e06668365"),
-    "ai-kmeans": ("fc4bcd259fcce94b", "0743ddbc6d2a7b5b"),
-    "st-kmeans": ("fc4bcd259fcce94b", "4924d3a6a971f6c5"),
-    "pssc": ("e8735948c8fb2bf2", "028569545579d19a"),
-    "dti-kmeans": ("672b290563c14ce3", "08327d5a3bb77bc4"),
-    "dti-gmm": ("7a7dda476e578357", "ed538b94dfe90c41"),
-    "nt": ("ba6b49da905c6a87", "d295816ed033683a"),
-    "shape-kmeans": ("cf9ac92def474ae4", "9cfafe2773c631d0"),
-    "procrustes-kmeans": ("8c7994175c4cd99d", "9f89eb12b2c9b20a"),
-}
+PINS_SCRIPT = Path(__file__).parent / "pins.py"
 
 
-def digest(array) -> str:
-    array = np.ascontiguousarray(array)
-    return hashlib.sha256(str(array.dtype).encode() + str(array.shape).encode() + array.tobytes()).hexdigest()[:16]
-
-
-def pinned_fit(method: str):
-    if method in ("shape-kmeans", "procrustes-kmeans"):
-        x, _ = sample_landmarks(seed=0, n=30)
-    else:
-        x, _ = glyphs_sample(n_per_class=6, size=16, seed=1)
-    return ticlust.fit(x, method=method, k=3, device="cpu", seed=0, progress=False, **CASES[method])
-
-
+@pytest.mark.usefixtures("one_thread")
 @pytest.mark.parametrize("method", list(CASES))
 def test_results_are_pinned(method):
-    result = pinned_fit(method)
-    got = (digest(result.labels.astype(np.int64)), digest(np.round(np.asarray(result.prototypes, np.float64), 4)))
-    assert got == PINNED[method], f"{method}: {got}"
+    problem = mismatch(method, arrays_of(pinned_fit(method)), load_pin(method))
+    assert problem is None, problem
 
 
-@pytest.mark.parametrize("method", ["st-kmeans", "dti-kmeans", "nt", "pssc"])
-def test_same_seed_twice_gives_identical_results(method):
-    """Reproducibility on the CPU (the pins cover every method once; these run twice in one process)."""
-    a, b = pinned_fit(method), pinned_fit(method)
-    assert np.array_equal(a.labels, b.labels) and np.array_equal(a.prototypes, b.prototypes)
-    assert np.array_equal(a.scores, b.scores)
+@pytest.mark.usefixtures("one_thread")
+@pytest.mark.parametrize("method, change, what", [
+    ("kmeans", {"init": "random"}, "labels differ"),                 # another initialisation
+    ("kmeans", {"max_iter": 1}, "labels differ"),                    # one Lloyd step fewer
+    ("st-kmeans", {"steps": 5}, "st-kmeans: prototypes moved"),      # one more Adam step per alignment
+    ("ai-kmeans", {"affine_steps": 4}, "ai-kmeans: prototypes moved"),
+])
+def test_a_deliberate_change_fails_its_pin_and_says_what_moved(method, change, what):
+    problem = mismatch(method, arrays_of(pinned_fit(method, **change)), load_pin(method))
+    assert problem is not None and problem.startswith(f"{method}: ") and what in problem, problem
+
+
+def test_a_mismatch_names_the_array_the_difference_and_where():
+    pin = load_pin("st-kmeans")
+    moved = {name: a.copy() for name, a in pin.items()}
+    moved["prototypes"][1, 2, 3] += 0.01
+    problem = mismatch("st-kmeans", moved, pin)
+    assert problem.startswith("st-kmeans: prototypes moved by up to 0.01 at index (1, 2, 3)"), problem
+    assert mismatch("st-kmeans", {name: a.copy() for name, a in pin.items()}, pin) is None
+
+
+def _run_pins(args, out_env: dict, tmp_path=None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **out_env}
+    return subprocess.run([sys.executable, str(PINS_SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_pins_hold_under_the_portable_cpu_dispatch():
+    """Another CPU's vector units, imitated: torch's plain (non-SIMD) kernels."""
+    done = _run_pins(["--check"], {"ATEN_CPU_CAPABILITY": "default"})
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("dispatch", ["native", "default"])
+def test_same_seed_gives_identical_fits_in_two_processes_at_two_threads(tmp_path, dispatch):
+    """Every method (and two on the objects route) fitted in two separate processes, two torch threads,
+    sample large enough for the threads to split the work: identical labels, prototypes and scores."""
+    env = {"OMP_NUM_THREADS": "2"} | ({"ATEN_CPU_CAPABILITY": "default"} if dispatch == "default" else {})
+    outs = [tmp_path / f"run{i}.npz" for i in range(2)]
+    for out in outs:
+        done = _run_pins(["--same-seed", str(out)], env)
+        assert done.returncode == 0, done.stderr[-2000:]
+    with np.load(outs[0]) as a, np.load(outs[1]) as b:
+        assert sorted(a.files) == sorted(b.files) and len(a.files) == 3 * (len(CASES) + 2)
+        differ = [key for key in a.files if not np.array_equal(a[key], b[key])]
+    assert not differ, f"same seed, two processes, different arrays: {differ}"
