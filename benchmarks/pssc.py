@@ -77,7 +77,7 @@ def knn_child(args) -> None:
     torch.set_num_threads(args.threads)
     import ticlust
     from ticlust.methods import pssc
-    from ticlust.methods.base import drain
+    from ticlust.events import drain
     from ticlust.methods.kmeans import lloyd, random_init
 
     x, y = load("mnist-test", data_dir(args.data_dir))

@@ -11,7 +11,8 @@ import pytest
 import ticlust
 from ticlust import cli, curation
 from ticlust.errors import InputError
-from ticlust.methods.base import Method, Progress, Snapshot, get_method, param, register, unregister
+from ticlust.events import Progress, Snapshot
+from ticlust.methods.base import Method, get_method, param, register, unregister
 from ticlust.result import FittedState
 from ticlust.stack import Stack
 

@@ -12,7 +12,7 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.validation import as_stack, random_subset
 from ticlust.device import DeviceFallbackWarning, resolve_device
-from ticlust.methods import Done, Progress, Snapshot
+from ticlust.events import Done, Progress, Snapshot
 from ticlust.methods.gmm import em
 from ticlust.methods.kmeans import lloyd
 from ticlust.metrics import evaluate, hungarian_accuracy, majority_accuracy

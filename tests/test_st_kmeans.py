@@ -8,7 +8,8 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.samples import glyphs_sample
 from ticlust.validation import as_stack
-from ticlust.methods.base import Progress, drain, seed_everything
+from ticlust.events import Progress, drain
+from ticlust.methods.base import seed_everything
 from ticlust.metrics import evaluate
 from ticlust.methods.kmeans import kmeans_plus_plus
 from ticlust.evaluation import select_model

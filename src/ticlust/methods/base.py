@@ -1,9 +1,10 @@
-"""What every method shares: config parameters, training events, and the method registry (GUIDE §2).
+"""What every method shares: config parameters, the Method base class and the method registry (GUIDE §2).
 
 A method is a :class:`Method` subclass: a config dataclass, a fitted-state dataclass, a ``train``
 generator that yields :class:`Progress` and :class:`Snapshot` events and returns its result, and a
 ``predict`` that assigns new items. ``register`` makes it known to ``ticlust.fit``, the CLI and the
-napari widget, which build everything else from it.
+napari widget, which build everything else from it. The events themselves live in ``ticlust.events``
+(the kernels and the alignment engine yield them too).
 """
 from __future__ import annotations
 
@@ -19,36 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..events import Done, Event, Progress
 from ..result import STATE_TYPES, ClusteringResult, FittedState
-
-
-# ---- events --------------------------------------------------------------------------------------
-@dataclass
-class Progress:
-    """A step of training: ``step`` of ``total`` done, the current loss, and what stage this is."""
-
-    step: int
-    total: int
-    loss: float = float("nan")
-    stage: str = ""
-    eta: float | None = None  # seconds left, filled in by ticlust.api.run
-
-
-@dataclass
-class Snapshot:
-    """Current prototypes, for a live view (K, *item_shape)."""
-
-    prototypes: np.ndarray
-
-
-@dataclass
-class Done:
-    """Training finished; ``result`` is the ClusteringResult."""
-
-    result: Any
-
-
-Event = typing.Union[Progress, Snapshot, Done]
 
 
 # ---- parameters ----------------------------------------------------------------------------------
@@ -225,18 +198,6 @@ class Method(abc.ABC):
         """Re-fit from an edited result (``ticlust.curation``): a generator like ``train``, warm started from
         ``start``'s labels or prototypes (its fitted state was dropped by the edit), keeping every item with
         ``pinned`` ≥ 0 in that cluster; randomness from the fit's seed (``start.config``), so it repeats."""
-
-
-def drain(events):
-    """Run a generator to its end without a front end; returns its return value or its Done result."""
-    done = None
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            return stop.value if stop.value is not None else done
-        if isinstance(event, Done):
-            done = event.result
 
 
 def best_of(candidates, label: Callable[[int, int], str]):

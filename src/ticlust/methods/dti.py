@@ -25,7 +25,8 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
-from .base import Method, Progress, Snapshot, drain, own_and_runner_up, param, register, seed_everything
+from ..events import Progress, Snapshot, drain
+from .base import Method, own_and_runner_up, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .invariances import invariances_param
 from .kmeans import bisect, keep_pinned, kmeans_plus_plus

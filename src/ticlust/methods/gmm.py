@@ -11,7 +11,8 @@ from ..stack import Stack
 from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
+from ..events import Progress, Snapshot
+from .base import Method, param, register, seed_everything
 from .kmeans import Rows, as_rows, keep_pinned, kmeans_plus_plus_steps, lloyd
 
 

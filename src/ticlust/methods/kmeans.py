@@ -16,7 +16,8 @@ from ..stack import Stack
 from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
+from ..events import Progress, Snapshot, drain
+from .base import Method, param, register, seed_everything
 
 
 @dataclass

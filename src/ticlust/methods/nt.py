@@ -28,7 +28,8 @@ from ..errors import InputError
 from ..stack import SCAN_BATCH, Stack
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
+from ..events import Progress, Snapshot
+from .base import Method, param, register, seed_everything
 from .kmeans import kmeans_plus_plus, lloyd
 
 _EPS = 1e-6          # added to rho(y, nu) in every ratio so that an empty support intersection stays finite

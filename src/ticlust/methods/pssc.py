@@ -29,7 +29,8 @@ from ..errors import InputError
 from ..stack import Stack
 from ..result import ClusteringResult, FittedState
 from ..scattering import FastScattering2D, kymatio_scattering, n_paths
-from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
+from ..events import Progress, Snapshot, drain
+from .base import Method, param, register, seed_everything
 from .kmeans import keep_pinned, kmeans_plus_plus, lloyd, partition_means, random_init, squared_distances
 
 CACHE_VERSION = "pssc-scattering-v1"

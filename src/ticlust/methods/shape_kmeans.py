@@ -22,7 +22,8 @@ import torch
 from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
+from ..events import Progress, Snapshot
+from .base import Method, param, register, seed_everything
 from .kmeans import keep_pinned, kmeans_plus_plus, squared_distances
 
 DISTANCES = ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein")

@@ -31,7 +31,8 @@ from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..transforms import (affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels,
                           tps_basis, warp)
-from .base import Method, Progress, Snapshot, best_of, drain, own_and_runner_up, param, register, seed_everything
+from ..events import Progress, Snapshot, drain
+from .base import Method, best_of, own_and_runner_up, param, register, seed_everything
 from .invariances import invariances_param
 from .kmeans import bisect, keep_pinned, kmeans_plus_plus
 
