@@ -8,7 +8,7 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
-from ticlust.methods.base import own_and_runner_up
+from ticlust.kernels import own_and_runner_up
 from ticlust.methods.dti_net import BatchedMLP
 
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)

@@ -11,7 +11,7 @@ from ticlust.validation import as_stack
 from ticlust.events import Progress, drain
 from ticlust.methods.base import seed_everything
 from ticlust.metrics import evaluate
-from ticlust.methods.kmeans import kmeans_plus_plus
+from ticlust.kernels import kmeans_plus_plus
 from ticlust.evaluation import select_model
 from ticlust.methods.st_kmeans import (Aligner, Alignments, Schedule, _centroid_update, _lloyd, _reseed,
                                        _running_mean_update, adam, gaussian_lowpass)

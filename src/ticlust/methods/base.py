@@ -262,13 +262,3 @@ def seed_everything(seed: int) -> np.random.Generator:
 
 def config_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
-
-
-def own_and_runner_up(dist: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From (N, K) costs and each item's cluster: its own cost, its runner-up's cost and that runner-up (N,).
-
-    Swap moves (ST K-means, DTI) price dropping a centroid by what its members pay at their runner-up.
-    """
-    own = dist.gather(1, labels[:, None])[:, 0]
-    others = dist.scatter(1, labels[:, None], float("inf")).min(1)
-    return own, others.values, others.indices

@@ -26,10 +26,10 @@ from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
 from ..events import Progress, Snapshot, drain
-from .base import Method, own_and_runner_up, param, register, seed_everything
+from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from .base import Method, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .invariances import invariances_param
-from .kmeans import bisect, keep_pinned, kmeans_plus_plus
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
 #: The modules of each invariance family, in curriculum order (methods/invariances.py); colour first in all.

@@ -29,8 +29,8 @@ from ..stack import SCAN_BATCH, Stack
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..events import Progress, Snapshot
+from ..kernels import kmeans_plus_plus, lloyd
 from .base import Method, param, register, seed_everything
-from .kmeans import kmeans_plus_plus, lloyd
 
 _EPS = 1e-6          # added to rho(y, nu) in every ratio so that an empty support intersection stays finite
 _PAPER_M = 2100      # the paper's transform dimension, used with 20x25 = 500-pixel COIL images

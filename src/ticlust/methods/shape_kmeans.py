@@ -23,8 +23,8 @@ from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
 from ..events import Progress, Snapshot
+from ..kernels import keep_pinned, kmeans_plus_plus, squared_distances
 from .base import Method, param, register, seed_everything
-from .kmeans import keep_pinned, kmeans_plus_plus, squared_distances
 
 DISTANCES = ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein")
 _SQRT8 = math.sqrt(8.0)

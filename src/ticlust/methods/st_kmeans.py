@@ -32,9 +32,9 @@ from ..result import ClusteringResult, FittedState
 from ..transforms import (affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels,
                           tps_basis, warp)
 from ..events import Progress, Snapshot, drain
-from .base import Method, best_of, own_and_runner_up, param, register, seed_everything
+from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param
-from .kmeans import bisect, keep_pinned, kmeans_plus_plus
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
 LANDMARK_GRID = (3, 4, 5, 6, 7, 8)
