@@ -10,7 +10,7 @@ import ticlust
 from ticlust.api import object_params
 from ticlust.errors import InputError
 from ticlust.events import drain
-from ticlust.methods.st_kmeans import Aligner, Schedule
+from ticlust.transforms.align import Aligner, Schedule
 from ticlust.nuclei import nuclei_field
 from ticlust.samples import glyphs_sample
 from ticlust.transforms import affine_grid, make_module, similarity_affine
