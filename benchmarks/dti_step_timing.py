@@ -51,7 +51,7 @@ def looped_step(model, loops, xb, active, weights):
 def full_graph_step(model, xb, active, weights):
     params = model.predict_params(xb, active)
     recon = model.transform(model.prototypes[None], params, active)
-    return dti.sq_distances(xb[:, None], recon, weights).min(1).values.mean()
+    return dti.weighted_mse(xb[:, None], recon, weights).min(1).values.mean()
 
 
 def timed(fn, optimizer, device, repeats):

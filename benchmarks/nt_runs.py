@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parents[1] / "src"))
 import torch  # noqa: E402
 
 import ticlust  # noqa: E402
-from ticlust.methods.base import Done, Progress  # noqa: E402
+from ticlust.events import Done, Progress  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
 from _data import data_dir  # noqa: E402
 

@@ -77,8 +77,8 @@ def knn_child(args) -> None:
     torch.set_num_threads(args.threads)
     import ticlust
     from ticlust.methods import pssc
-    from ticlust.methods.base import drain
-    from ticlust.methods.kmeans import lloyd, random_init
+    from ticlust.events import drain
+    from ticlust.kernels import lloyd, random_init
 
     x, y = load("mnist-test", data_dir(args.data_dir))
     r = ticlust.fit(x, method="pssc", k=10, device=args.device, clustering="kmeans", restarts=1, kmeans_iter=1,

@@ -11,7 +11,8 @@ import pytest
 import ticlust
 from ticlust import cli, curation
 from ticlust.errors import InputError
-from ticlust.methods.base import Method, Progress, Snapshot, get_method, param, register, unregister
+from ticlust.events import Progress, Snapshot
+from ticlust.methods.base import Method, get_method, param, register, unregister
 from ticlust.result import FittedState
 from ticlust.stack import Stack
 
@@ -72,6 +73,17 @@ def test_the_import_walker_resolves_relative_imports():
     pkg = SRC / "methods" / "kmeans.py"
     assert "ticlust.methods.base" in imports_of(pkg) and "ticlust.stack" in imports_of(pkg)
     assert "ticlust.methods.kmeans" in imports_of(SRC / "methods" / "__init__.py")
+
+
+def test_kernels_and_engines_sit_below_the_methods():
+    """Shared maths (kernels.py), the alignment engine (transforms/) and the event records import no method:
+    a method file holds only its method, and no method imports another's file for its maths."""
+    low = [SRC / "kernels.py", SRC / "events.py", *(SRC / "transforms").glob("*.py")]
+    for path in low:
+        assert not any(m.startswith("ticlust.methods") for m in imports_of(path)), path.name
+    assert imports_of(SRC / "events.py") == set()
+    for path in (SRC / "methods").glob("*.py"):
+        assert "ticlust.methods.kmeans" not in imports_of(path) or path.name == "__init__.py", path.name
 
 
 def test_no_function_in_methods_over_60_lines():

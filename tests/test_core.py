@@ -12,9 +12,9 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.validation import as_stack, random_subset
 from ticlust.device import DeviceFallbackWarning, resolve_device
-from ticlust.methods import Done, Progress, Snapshot
+from ticlust.events import Done, Progress, Snapshot
 from ticlust.methods.gmm import em
-from ticlust.methods.kmeans import lloyd
+from ticlust.kernels import Rows, kmeans_plus_plus, lloyd
 from ticlust.metrics import evaluate, hungarian_accuracy, majority_accuracy
 
 
@@ -319,7 +319,6 @@ def test_kmeans_and_gmm_stream_a_stack_too_large_to_load():
     """Rows read batch by batch (the path of memory-mapped stacks over the in-memory budget) give the
     same K-means and EM as the whole tensor in memory."""
     from ticlust.methods.gmm import em
-    from ticlust.methods.kmeans import Rows, kmeans_plus_plus, lloyd
     from ticlust.validation import as_stack
 
     x = np.random.default_rng(4).random((300, 6, 6)).astype(np.float32)

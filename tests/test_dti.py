@@ -8,7 +8,7 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
-from ticlust.methods.base import own_and_runner_up
+from ticlust.kernels import own_and_runner_up
 from ticlust.methods.dti_net import BatchedMLP
 
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
@@ -157,7 +157,7 @@ def test_winner_only_graph_gives_the_gradient_of_eq4():
     loss, _, _, _ = dti._step(model, x, 3, w, False, False, cfg)
     grads = torch.autograd.grad(loss, [model.prototypes, model.heads[0].w3, model.heads[2].w1])
     params = model.predict_params(x, 3)
-    full = dti.sq_distances(x[:, None], model.transform(model.prototypes[None], params, 3), w).min(1).values.mean()
+    full = dti.weighted_mse(x[:, None], model.transform(model.prototypes[None], params, 3), w).min(1).values.mean()
     ref = torch.autograd.grad(full, [model.prototypes, model.heads[0].w3, model.heads[2].w1])
     assert torch.allclose(loss, full, atol=1e-7)
     for g, r in zip(grads, ref):

@@ -9,8 +9,8 @@ import torch
 import ticlust
 from ticlust.api import object_params
 from ticlust.errors import InputError
-from ticlust.methods.base import drain
-from ticlust.methods.st_kmeans import Aligner, Schedule
+from ticlust.events import drain
+from ticlust.transforms.align import Aligner, Schedule
 from ticlust.nuclei import nuclei_field
 from ticlust.samples import glyphs_sample
 from ticlust.transforms import affine_grid, make_module, similarity_affine

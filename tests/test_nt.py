@@ -353,7 +353,7 @@ def test_reseed_empty_gives_every_cluster_the_worst_fitting_items():
 
 def test_assignment_reports_progress_every_batch():
     """Cancel and the ETA see every batch of the assignment, not only whole iterations."""
-    from ticlust.methods.base import Progress
+    from ticlust.events import Progress
     x, _ = _separated(0)                                           # 60 items, batch_size 16: 4 batches
     events = [e for e in ticlust.run(x, method="nt", k=3, max_iter=2, m=64, batch_size=16, device="cpu")
               if isinstance(e, Progress)]

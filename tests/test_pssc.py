@@ -9,8 +9,8 @@ import torch
 import ticlust
 from ticlust.errors import InputError
 from ticlust.samples import digits_sample
+from ticlust.events import drain
 from ticlust.methods import pssc
-from ticlust.methods.base import drain
 from ticlust.scattering import FastScattering2D, kymatio_scattering, n_paths
 
 

@@ -8,12 +8,13 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.samples import glyphs_sample
 from ticlust.validation import as_stack
-from ticlust.methods.base import Progress, drain, seed_everything
+from ticlust.events import Progress, drain
+from ticlust.methods.base import seed_everything
 from ticlust.metrics import evaluate
-from ticlust.methods.kmeans import kmeans_plus_plus
+from ticlust.kernels import kmeans_plus_plus
 from ticlust.evaluation import select_model
-from ticlust.methods.st_kmeans import (Aligner, Alignments, Schedule, _centroid_update, _lloyd, _reseed,
-                                       _running_mean_update, adam, gaussian_lowpass)
+from ticlust.methods.st_kmeans import _centroid_update, _lloyd, _reseed, _running_mean_update
+from ticlust.transforms.align import Aligner, Alignments, Schedule, adam, gaussian_lowpass
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
 from ticlust.warped_digits import nonrigid_digits, rigid_digits

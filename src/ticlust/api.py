@@ -9,8 +9,9 @@ import numpy as np
 
 from .device import describe, reproducible, resolve_device
 from .errors import InputError
-from .methods import Done, Progress, get_method
-from .methods.base import Event, Method, best_of, coerce, drain, param_infos
+from .events import Done, Event, Progress, drain
+from .methods import get_method
+from .methods.base import Method, best_of, coerce, param_infos
 from .methods.invariances import OBJECTS
 from .result import ClusteringResult
 from .stack import Stack

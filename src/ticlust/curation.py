@@ -18,7 +18,7 @@ from .api import fit, fitted_scale, item_count, prepare
 from .device import resolve_device
 from .errors import InputError
 from .methods import get_method
-from .methods.base import Done, drain
+from .events import Done, drain
 from .result import OUTLIER, ClusteringResult
 
 # The result fields that hold one entry per item (``params`` too: per-item method parameters).

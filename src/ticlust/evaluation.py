@@ -9,7 +9,7 @@ from .api import fit, predict, prepare
 from .device import resolve_device
 from .errors import InputError
 from .methods import get_method
-from .methods.base import drain
+from .events import drain
 from .methods.nt import standardise
 from .methods.st_kmeans import LANDMARK_GRID, LR_GRID, AIKMeans
 from .validation import as_stack, check_k

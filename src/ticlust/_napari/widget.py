@@ -20,7 +20,8 @@ from .. import api
 from ..errors import InputError
 from ..validation import channels_last
 from ..device import DEVICE_CHOICES
-from ..methods import Done, Progress, Snapshot, available_methods, get_method
+from ..events import Done, Progress, Snapshot
+from ..methods import available_methods, get_method
 from ..methods.base import param_infos
 from ..objects import ROUTE_OPTIONS, labels_fit, objects_from_labels, shapes_from_labels
 from ..result import ClusteringResult, load_result

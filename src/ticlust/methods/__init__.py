@@ -1,5 +1,5 @@
 """The clustering methods. Importing this package registers every method (one import line each)."""
-from .base import Done, Method, Progress, Snapshot, available_methods, get_method, param, register  # noqa: F401
+from .base import Method, available_methods, get_method, param, register  # noqa: F401
 
 from . import kmeans  # noqa: F401,E402
 from . import gmm  # noqa: F401,E402

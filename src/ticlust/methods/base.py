@@ -1,9 +1,10 @@
-"""What every method shares: config parameters, training events, and the method registry (GUIDE §2).
+"""What every method shares: config parameters, the Method base class and the method registry (GUIDE §2).
 
 A method is a :class:`Method` subclass: a config dataclass, a fitted-state dataclass, a ``train``
 generator that yields :class:`Progress` and :class:`Snapshot` events and returns its result, and a
 ``predict`` that assigns new items. ``register`` makes it known to ``ticlust.fit``, the CLI and the
-napari widget, which build everything else from it.
+napari widget, which build everything else from it. The events themselves live in ``ticlust.events``
+(the kernels and the alignment engine yield them too).
 """
 from __future__ import annotations
 
@@ -19,36 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
+from ..events import Done, Event, Progress
 from ..result import STATE_TYPES, ClusteringResult, FittedState
-
-
-# ---- events --------------------------------------------------------------------------------------
-@dataclass
-class Progress:
-    """A step of training: ``step`` of ``total`` done, the current loss, and what stage this is."""
-
-    step: int
-    total: int
-    loss: float = float("nan")
-    stage: str = ""
-    eta: float | None = None  # seconds left, filled in by ticlust.api.run
-
-
-@dataclass
-class Snapshot:
-    """Current prototypes, for a live view (K, *item_shape)."""
-
-    prototypes: np.ndarray
-
-
-@dataclass
-class Done:
-    """Training finished; ``result`` is the ClusteringResult."""
-
-    result: Any
-
-
-Event = typing.Union[Progress, Snapshot, Done]
 
 
 # ---- parameters ----------------------------------------------------------------------------------
@@ -227,18 +200,6 @@ class Method(abc.ABC):
         ``pinned`` ≥ 0 in that cluster; randomness from the fit's seed (``start.config``), so it repeats."""
 
 
-def drain(events):
-    """Run a generator to its end without a front end; returns its return value or its Done result."""
-    done = None
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            return stop.value if stop.value is not None else done
-        if isinstance(event, Done):
-            done = event.result
-
-
 def best_of(candidates, label: Callable[[int, int], str]):
     """Train several candidate runs one after another and return the lowest final loss.
 
@@ -301,13 +262,3 @@ def seed_everything(seed: int) -> np.random.Generator:
 
 def config_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
-
-
-def own_and_runner_up(dist: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """From (N, K) costs and each item's cluster: its own cost, its runner-up's cost and that runner-up (N,).
-
-    Swap moves (ST K-means, DTI) price dropping a centroid by what its members pay at their runner-up.
-    """
-    own = dist.gather(1, labels[:, None])[:, 0]
-    others = dist.scatter(1, labels[:, None], float("inf")).min(1)
-    return own, others.values, others.indices

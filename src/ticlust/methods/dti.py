@@ -25,10 +25,11 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
-from .base import Method, Progress, Snapshot, drain, own_and_runner_up, param, register, seed_everything
+from ..events import Progress, Snapshot, drain
+from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
+from .base import Method, param, register, seed_everything
 from .dti_net import BatchedMLP, ResNetEncoder
 from .invariances import invariances_param
-from .kmeans import bisect, keep_pinned, kmeans_plus_plus
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
 #: The modules of each invariance family, in curriculum order (methods/invariances.py); colour first in all.
@@ -176,7 +177,7 @@ def gmm_loglik(x, means, variances, sigma_min, weights):
     return -0.5 * (terms * weights).flatten(2).sum(2)
 
 
-def sq_distances(x, recon, weights):
+def weighted_mse(x, recon, weights):
     """Mean (weighted) squared pixel difference per item and prototype, (B, K)."""
     return ((x - recon) ** 2 * weights).flatten(2).mean(2)
 
@@ -316,7 +317,7 @@ def initial_prototypes(x_all: torch.Tensor, k: int, init: str, rng: np.random.Ge
     """K images of the stack: k-means++ seeding (spread out, so no two start on the same pattern) or uniform (the paper)."""
     if init == "k-means++":
         return kmeans_plus_plus(x_all.flatten(1), k, rng).view(k, *x_all.shape[1:])
-    return x_all[torch.from_numpy(rng.choice(len(x_all), size=k, replace=False)).to(x_all.device)]
+    return random_init(x_all.flatten(1), k, rng).view(k, *x_all.shape[1:])
 
 
 def auto_batch_size(n: int) -> int:
@@ -552,7 +553,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None)
     x = xb[:, None]
     if not gmm:
         with torch.no_grad():
-            d = sq_distances(x, model.transform(protos, [p.detach() for p in params], active), weights)
+            d = weighted_mse(x, model.transform(protos, [p.detach() for p in params], active), weights)
             best = keep_pinned(d.argmin(1), pinned)
         rows = torch.arange(len(best), device=best.device)
         chosen = [p[rows, best] for p in params]
@@ -569,7 +570,7 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None)
     d = xb[0].numel()
     loss = -(gamma * joint).sum(1).mean() / d
     nll = -torch.logsumexp(joint.detach(), 1).mean() / d
-    return loss, keep_pinned(joint.detach().argmax(1), pinned), nll, sq_distances(x, means.detach(), weights)
+    return loss, keep_pinned(joint.detach().argmax(1), pinned), nll, weighted_mse(x, means.detach(), weights)
 
 
 @torch.no_grad()
@@ -584,7 +585,7 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
         var = model.transform(model.variances[None], params, active, spatial_only=True)
         joint = gmm_loglik(xb[:, None], recon, var, cfg.sigma_min, weights) + torch.log_softmax(model.eta, 0)
         return params, recon, -joint
-    return params, recon, sq_distances(xb[:, None], recon, weights)
+    return params, recon, weighted_mse(xb[:, None], recon, weights)
 
 
 def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int, pinned=None):

@@ -11,8 +11,9 @@ from ..stack import Stack
 from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import Rows, as_rows, keep_pinned, kmeans_plus_plus_steps, lloyd
+from ..events import Progress, Snapshot
+from ..kernels import Rows, as_rows, keep_pinned, kmeans_plus_plus_steps, lloyd
+from .base import Method, param, register, seed_everything
 
 
 @dataclass

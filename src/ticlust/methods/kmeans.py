@@ -1,13 +1,11 @@
 """Pixel K-means with k-means++ initialisation and Lloyd iterations, in torch on the CPU or a GPU.
 
-``kmeans_plus_plus`` and ``lloyd`` are also the building blocks other methods use for their own
-initialisation and final clustering steps.
+The method only: its pieces (``Rows``, ``kmeans_plus_plus``, ``lloyd``, ...) are ``ticlust.kernels``,
+which the other methods share.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -16,7 +14,8 @@ from ..stack import Stack
 from ..validation import check_same_size
 from ..device import with_oom_retry
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
+from ..kernels import Rows, kmeans_plus_plus_steps, lloyd_steps, random_init, squared_distances
+from .base import Method, param, register, seed_everything
 
 
 @dataclass
@@ -26,210 +25,6 @@ class KMeansConfig:
     max_iter: int = param(300, "Most Lloyd iterations", low=1, essential=True)
     tol: float = param(1e-4, "Stop when the centroids move less than this (relative to the data's variance)", low=0.0)
     batch_size: int = param(8192, "Items per batch when computing distances", low=1, gui=False)
-
-
-IN_MEMORY_BYTES = 256 * 2**20   # a stack whose float32 rows fit in this is loaded whole; a larger one streams
-
-
-class Rows:
-    """N items as flat float32 rows on a device: a tensor in memory, or batches streamed from a Stack.
-
-    K-means, its k-means++ start and GMM's EM go through this, so a memory-mapped or dask stack larger
-    than ``IN_MEMORY_BYTES`` is read batch by batch on every pass instead of being converted whole.
-    """
-
-    def __init__(self, source, device: torch.device | str = "cpu", batch_size: int = 8192,
-                 in_memory_bytes: int = IN_MEMORY_BYTES):
-        if isinstance(source, Stack) and source.n * source.dim * 4 <= in_memory_bytes:
-            source = source.tensor(device, flat=True)
-        self.source, self.device, self.batch_size = source, torch.device(device), int(batch_size)
-        self.n, self.dim = (source.n, source.dim) if isinstance(source, Stack) else tuple(source.shape)
-
-    @property
-    def streams(self) -> bool:
-        return isinstance(self.source, Stack)
-
-    def chunks(self) -> Iterator[tuple[int, torch.Tensor]]:
-        """(start, rows) batches covering every item, in order."""
-        for start in range(0, self.n, self.batch_size):
-            stop = min(start + self.batch_size, self.n)
-            if self.streams:
-                yield start, torch.from_numpy(self.source.batch(start, stop)).to(self.device).reshape(stop - start, -1)
-            else:
-                yield start, self.source[start:stop]
-
-    def take(self, index) -> torch.Tensor:
-        """The rows at ``index`` (a sequence of item numbers)."""
-        index = [int(i) for i in np.asarray(index).reshape(-1)]
-        if not self.streams:
-            return self.source[torch.tensor(index, device=self.source.device)]
-        return torch.stack([torch.from_numpy(self.source.batch(i, i + 1)[0]).to(self.device).reshape(-1) for i in index])
-
-    def mean_variance(self) -> float:
-        """The mean over features of each feature's (population) variance."""
-        if not self.streams:
-            return float(self.source.var(0, unbiased=False).mean())
-        total = torch.zeros(self.dim, dtype=torch.float64, device=self.device)
-        squares = torch.zeros_like(total)
-        for _, x in self.chunks():
-            total += x.sum(0, dtype=torch.float64)
-            squares += (x.double() ** 2).sum(0)
-        mean = total / self.n
-        return float((squares / self.n - mean * mean).clamp_min(0).mean())
-
-    def distances(self, centers: torch.Tensor) -> torch.Tensor:
-        """Squared distances (N, K) of every row to ``centers``."""
-        return torch.cat([squared_distances(x, centers) for _, x in self.chunks()])
-
-    def weighted_sums(self, weights: torch.Tensor, squares: bool = False) -> torch.Tensor:
-        """weights.T @ rows (K, D) for weights (N, K), or weights.T @ rows² with ``squares``."""
-        out = None
-        for start, x in self.chunks():
-            w = weights[start:start + len(x)].to(x.dtype)
-            part = w.T @ (x * x if squares else x)
-            out = part if out is None else out + part
-        return out
-
-
-def as_rows(x, batch_size: int = 8192) -> Rows:
-    return x if isinstance(x, Rows) else Rows(x, x.device, batch_size)
-
-
-def squared_distances(x: torch.Tensor, centers: torch.Tensor) -> torch.Tensor:
-    """Squared Euclidean distances (B, K) between flat items (B, D) and centres (K, D)."""
-    x_sq = (x * x).sum(1, keepdim=True)
-    d2 = torch.addmm(x_sq + (centers * centers).sum(1)[None], x, centers.T, alpha=-2.0)
-    return d2.clamp_min_(0.0)
-
-
-def kmeans_plus_plus(x, k: int, rng: np.random.Generator, n_trials: int | None = None) -> torch.Tensor:
-    """Greedy k-means++ seeding (Arthur & Vassilvitskii; several candidates per step, the best kept).
-
-    ``x``: (N, D) rows as a tensor or :class:`Rows` (then streamed: one pass over the items per centre).
-    """
-    return drain(kmeans_plus_plus_steps(x, k, rng, n_trials))
-
-
-def kmeans_plus_plus_steps(x, k: int, rng: np.random.Generator, n_trials: int | None = None):
-    """:func:`kmeans_plus_plus` as a generator: yields Progress after each centre, returns the (K, D) centres."""
-    x = as_rows(x)
-    n = x.n
-    n_trials = n_trials or 2 + int(math.log(k))
-    centers = [x.take([rng.integers(n)])[0]]
-    closest = x.distances(centers[0][None])[:, 0]
-    for i in range(1, k):
-        yield Progress(i, k, float("nan"), "k-means++ start")
-        total = float(closest.sum())
-        if total <= 0:  # fewer distinct items than K: pick the rest at random
-            centers.append(x.take([rng.integers(n)])[0])
-            continue
-        p = (closest / closest.sum()).double().cpu().numpy()
-        candidates = rng.choice(n, size=n_trials, p=p / p.sum())
-        d2 = x.distances(x.take(candidates))
-        potentials = torch.minimum(closest[:, None], d2).sum(0)
-        best = int(torch.argmin(potentials))
-        centers.append(x.take([candidates[best]])[0])
-        closest = torch.minimum(closest, d2[:, best])
-    return torch.stack(centers)
-
-
-def bisect(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
-    """Bisect points w (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two
-    means (2, P) and the mask of the second side. Deterministic: split by the sign along the top principal
-    axis (power iteration from the point farthest from the mean), then a few 2-means iterations."""
-    centred = w - w.mean(0)
-    sse1 = float((centred ** 2).sum())
-    axis = centred[int((centred ** 2).sum(1).argmax())]
-    for _ in range(iters):
-        axis = centred.T @ (centred @ axis)
-        axis = axis / axis.norm().clamp_min(1e-12)
-    side = centred @ axis > 0
-    for _ in range(iters + 1):
-        if side.all() or not side.any():
-            return sse1, sse1, torch.stack([w.mean(0)] * 2), side
-        means = torch.stack([w[~side].mean(0), w[side].mean(0)])
-        new = ((w - means[1]) ** 2).sum(1) < ((w - means[0]) ** 2).sum(1)
-        if torch.equal(new, side):
-            break
-        side = new
-    means = torch.stack([w[~side].mean(0), w[side].mean(0)])
-    return sse1, float(((w - means[side.long()]) ** 2).sum()), means, side
-
-
-def random_init(x, k: int, rng: np.random.Generator) -> torch.Tensor:
-    """K distinct items drawn uniformly (rows as a tensor or :class:`Rows`)."""
-    x = as_rows(x)
-    return x.take(rng.choice(x.n, size=k, replace=False)).clone()
-
-
-def assign(x, centers: torch.Tensor, batch_size: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
-    """Squared distances to every centre (N, K) and the nearest centre (N,), in batches."""
-    d2 = as_rows(x, batch_size).distances(centers)
-    return d2, d2.argmin(1)
-
-
-def keep_pinned(labels: torch.Tensor, pinned: torch.Tensor | None) -> torch.Tensor:
-    """Labels with the user-fixed ones (pinned ≥ 0) put back."""
-    return labels if pinned is None else torch.where(pinned >= 0, pinned.to(labels.device), labels)
-
-
-def partition_means(x: torch.Tensor, labels: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
-    """Mean row (K, D) of each cluster of ``labels`` (N,) over rows ``x`` (N, D); an empty cluster keeps its
-    ``fallback`` row. Refine starts Lloyd here: the centres of the user's edited partition."""
-    one_hot = torch.nn.functional.one_hot(labels, len(fallback)).to(x.dtype)
-    counts = one_hot.sum(0)
-    means = (one_hot.T @ x) / counts.clamp_min(1)[:, None]
-    return torch.where(counts[:, None] > 0, means, fallback.to(device=x.device, dtype=x.dtype))
-
-
-def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batch_size: int = 8192,
-          pinned: torch.Tensor | None = None) -> Iterator[tuple[int, float, torch.Tensor, torch.Tensor]]:
-    """Lloyd iterations from ``centers``; yields (iteration, inertia, centres, labels) after each update.
-
-    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed batch by batch). Stops when no label
-    changes or the total squared centre shift falls below ``tol`` times the mean per-feature variance
-    (scikit-learn's rule). An emptied cluster is moved to the item that is farthest from its centre.
-    ``pinned`` (N,): a cluster per item that the user fixed (-1: free); those items keep it.
-    """
-    x = as_rows(x, batch_size)
-    tol_abs = tol * x.mean_variance()
-    labels = None
-    k = centers.shape[0]
-    for it in range(1, max_iter + 1):
-        d2, new_labels = assign(x, centers)
-        new_labels = keep_pinned(new_labels, pinned)
-        inertia = float(d2.gather(1, new_labels[:, None]).sum())
-        one_hot = torch.nn.functional.one_hot(new_labels, k).to(centers.dtype)
-        sums = x.weighted_sums(one_hot)   # a matrix product: much faster than index_add_ on the CPU
-        counts = one_hot.sum(0)
-        new_centers = sums / counts.clamp_min(1)[:, None]
-        empty = torch.nonzero(counts == 0).flatten()
-        if len(empty):
-            far = torch.argsort(d2.gather(1, new_labels[:, None])[:, 0], descending=True)[: len(empty)]
-            new_centers[empty] = x.take(far.cpu().numpy())
-        shift = float(((new_centers - centers) ** 2).sum())
-        converged = labels is not None and bool(torch.equal(labels, new_labels))
-        centers, labels = new_centers, new_labels
-        yield it, inertia, centers, labels
-        if converged or shift <= tol_abs:
-            break
-
-
-def lloyd_steps(x, centers: torch.Tensor, cfg, shape: tuple, stage: str, step0: int = 0, total: int | None = None,
-                pinned: torch.Tensor | None = None):
-    """:func:`lloyd` as events (Progress counted from ``step0`` out of ``total``, default max_iter; a Snapshot of the
-    centres, shaped (K, *shape), each iteration), then the final assignment with the pinned items kept. ``cfg``
-    gives k, max_iter, tol and batch_size. Returns (mean distortion per iteration and final, centres, d2, labels)."""
-    x = as_rows(x, cfg.batch_size)
-    history = []
-    for it, inertia, centers, _ in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
-        history.append(inertia / x.n)
-        yield Progress(step0 + it, total or cfg.max_iter, history[-1], stage)
-        yield Snapshot(centers.reshape(cfg.k, *shape).cpu().numpy())
-    d2, labels = assign(x, centers)
-    labels = keep_pinned(labels, pinned)
-    history.append(float(d2.gather(1, labels[:, None]).sum()) / x.n)
-    return history, centers, d2, labels
 
 
 @dataclass

@@ -28,8 +28,9 @@ from ..errors import InputError
 from ..stack import SCAN_BATCH, Stack
 from ..validation import check_same_size
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import kmeans_plus_plus, lloyd
+from ..events import Progress, Snapshot, drain
+from ..kernels import kmeans_plus_plus, lloyd
+from .base import Method, param, register, seed_everything
 
 _EPS = 1e-6          # added to rho(y, nu) in every ratio so that an empty support intersection stays finite
 _PAPER_M = 2100      # the paper's transform dimension, used with 20x25 = 500-pixel COIL images
@@ -604,15 +605,6 @@ def a_objective(a, x, z, lam2, lam3, lam4):
 def update_a(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float) -> torch.Tensor:
     """:func:`update_a_steps` run to the end."""
     return drain(update_a_steps(x, z, lam2, lam3, lam4))
-
-
-def drain(gen):
-    """Run a generator to the end, ignoring what it yields; its return value."""
-    while True:
-        try:
-            next(gen)
-        except StopIteration as stop:
-            return stop.value
 
 
 def update_a_steps(x: torch.Tensor, z: torch.Tensor, lam2: float, lam3: float, lam4: float):

@@ -16,8 +16,8 @@ import torch
 from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
+from ..kernels import kmeans_plus_plus, lloyd_steps, partition_means, squared_distances
 from .base import Method, param, register, seed_everything
-from .kmeans import kmeans_plus_plus, lloyd_steps, partition_means, squared_distances
 
 
 @dataclass

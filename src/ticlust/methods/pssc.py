@@ -29,8 +29,9 @@ from ..errors import InputError
 from ..stack import Stack
 from ..result import ClusteringResult, FittedState
 from ..scattering import FastScattering2D, kymatio_scattering, n_paths
-from .base import Method, Progress, Snapshot, drain, param, register, seed_everything
-from .kmeans import keep_pinned, kmeans_plus_plus, lloyd, partition_means, random_init, squared_distances
+from ..events import Progress, Snapshot, drain
+from ..kernels import keep_pinned, kmeans_plus_plus, lloyd, partition_means, random_init, squared_distances
+from .base import Method, param, register, seed_everything
 
 CACHE_VERSION = "pssc-scattering-v1"
 

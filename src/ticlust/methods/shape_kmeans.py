@@ -22,8 +22,9 @@ import torch
 from ..errors import InputError
 from ..landmarks import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
-from .base import Method, Progress, Snapshot, param, register, seed_everything
-from .kmeans import keep_pinned, kmeans_plus_plus, squared_distances
+from ..events import Progress, Snapshot
+from ..kernels import keep_pinned, kmeans_plus_plus, squared_distances
+from .base import Method, param, register, seed_everything
 
 DISTANCES = ("fisher-rao-round", "fisher-rao-diagonal", "wasserstein")
 _SQRT8 = math.sqrt(8.0)

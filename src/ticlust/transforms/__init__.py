@@ -3,6 +3,8 @@
 Plain functions of parameter tensors (``affine_grid``, ``similarity_affine``, ``projective_grid``, ``tps_grid`` + ``warp``,
 ``color_apply``, ``morpho_apply``) for methods that optimise parameters directly, and modules plus
 :class:`TransformSequence` for methods that predict them (DTI). Zero parameters are the identity.
+``transforms.align`` is the alignment engine built on them: per-pair warps of images onto centroids
+optimised by a batched Adam (ST and AI K-means); import it from there.
 """
 from .core import (TPSBasis, affine_grid, affine_inverse, affine_matrix, affine_points, color_apply,  # noqa: F401
                    color_inverse, identity_points, lattice_pixels, morpho_apply, projective_grid,

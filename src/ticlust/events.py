@@ -1,0 +1,54 @@
+"""The events a training run yields (GUIDE §2): small records that the CLI, the widget, the tests and the
+kernels share, so a low-level loop (k-means++, Lloyd, the alignment engine) can report progress without
+knowing about methods.
+
+A run is a generator that yields :class:`Progress` and :class:`Snapshot` and ends with :class:`Done`
+(or returns its value); :func:`drain` runs one without a front end.
+"""
+from __future__ import annotations
+
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Progress:
+    """A step of training: ``step`` of ``total`` done, the current loss, and what stage this is."""
+
+    step: int
+    total: int
+    loss: float = float("nan")
+    stage: str = ""
+    eta: float | None = None  # seconds left, filled in by ticlust.api.run
+
+
+@dataclass
+class Snapshot:
+    """Current prototypes, for a live view (K, *item_shape)."""
+
+    prototypes: np.ndarray
+
+
+@dataclass
+class Done:
+    """Training finished; ``result`` is the ClusteringResult."""
+
+    result: Any
+
+
+Event = typing.Union[Progress, Snapshot, Done]
+
+
+def drain(events):
+    """Run a generator to its end without a front end; returns its return value or its Done result."""
+    done = None
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value if stop.value is not None else done
+        if isinstance(event, Done):
+            done = event.result

@@ -1,0 +1,424 @@
+"""The alignment engine: every (image, centroid) pair's warp optimised at once by a batched Adam.
+
+A warp is an affine map (of a family: rigid, similarity or affine, within scale and shift bounds), optionally
+composed with a thin-plate spline on a g×g landmark grid (``core.tps_basis``). :class:`Aligner` fits the
+(B, K) warps of B images onto K centroids: a low-pass affine pre-alignment, then full resolution
+(Cosentino et al., App. B), each pair keeping the best parameters it has seen. :func:`adam` is the
+per-pair optimiser (its moments in :class:`AdamState`, kept across calls in :class:`Moments` for
+mini-batches), :class:`Alignments` the per-pair parameters and losses, :class:`Pyramid` images with their
+low-passed copies, :class:`Schedule` the steps and learning rates, :class:`Ticker` their progress events.
+
+ST and AI K-means (``methods/st_kmeans.py``) are built on it; it knows nothing of methods.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+
+from ..events import Progress
+from .core import affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels, tps_basis, warp
+
+#: Display grids (``Aligner.display_grids``): a lattice of at most this many points a side.
+DISPLAY_LATTICE = 12
+#: Each invariance family's affine maps (methods/invariances.py): the linear part U·diag(σ)·Vᵀ becomes
+#: U·diag(f(σ))·Vᵀ, the family's nearest map in the Frobenius norm (rigid: a rotation; similarity: a
+#: scaled rotation, σ's mean; affine: unchanged).
+FAMILY_SINGULAR_VALUES = {"rigid": torch.ones_like, "similarity": lambda sv: sv.mean(-1, keepdim=True).expand_as(sv),
+                          "affine": lambda sv: sv}
+#: Rigid and similarity warps: the pre-alignment starts from the best of this many turns of each pair's
+#: map (every 360°/n, on the low-passed images). The loss is not convex in the angle: from one start,
+#: an ellipse at 90° to its centroid never turns (an affine map can squash it instead, these cannot).
+ROTATION_STARTS = 16
+
+
+class Ticker:
+    """Counts Adam steps and turns them into Progress events."""
+
+    def __init__(self, total: int):
+        self.step, self.total = 0, max(1, int(total))
+
+    def tick(self, stage: str, loss: float = float("nan")) -> Progress:
+        self.step += 1
+        return Progress(min(self.step, self.total), self.total, loss, stage)
+
+
+def gaussian_lowpass(images: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur (zero outside) of images (..., C, H, W)."""
+    if sigma <= 0:
+        return images
+    radius = max(1, int(math.ceil(3 * sigma)))
+    t = torch.arange(-radius, radius + 1, device=images.device, dtype=images.dtype)
+    kernel = torch.exp(-0.5 * (t / sigma) ** 2)
+    kernel = kernel / kernel.sum()
+    shape = images.shape
+    x = images.reshape(-1, 1, *shape[-2:])
+    x = F.conv2d(x, kernel.view(1, 1, -1, 1), padding=(radius, 0))
+    x = F.conv2d(x, kernel.view(1, 1, 1, -1), padding=(0, radius))
+    return x.reshape(shape)
+
+
+ADAM_BETAS, ADAM_EPS = (0.9, 0.999), 1e-8
+
+
+@dataclass
+class AdamState:
+    """Adam's moments (one m and v per parameter tensor) and step count t, per pair: (B, K, ...)."""
+
+    m: list[torch.Tensor]
+    v: list[torch.Tensor]
+    t: torch.Tensor
+
+    @classmethod
+    def zeros(cls, params: list[torch.Tensor]) -> AdamState:
+        return cls([torch.zeros_like(p) for p in params], [torch.zeros_like(p) for p in params],
+                   torch.zeros(params[0].shape[:2], device=params[0].device))
+
+    def rows(self, idx) -> AdamState:
+        return AdamState([m[idx] for m in self.m], [v[idx] for v in self.v], self.t[idx])
+
+    def put_rows(self, idx, part: AdamState) -> None:
+        for whole, rows in zip(self.m + self.v + [self.t], part.m + part.v + [part.t]):
+            whole[idx] = rows
+
+
+def adam(loss_fn, params: list[torch.Tensor], steps: int, lr: float, *, ticker: Ticker | None = None,
+         stage: str = "", state: AdamState | None = None, project=None):
+    """Adam on per-pair losses (generator; returns the best parameters seen, their losses, the Adam state).
+
+    ``loss_fn(*params)`` gives one loss per pair (B, K); the parameters are (B, K, ...). Pairs are
+    independent, so one optimiser over the summed loss is K·B separate Adam runs. Every pair keeps
+    the best iterate it visits (the starting point included), which is what makes the Lloyd
+    distortion monotone. ``state`` carries Adam's moments across calls (mini-batch mode); without it
+    they start at zero. ``project`` maps the parameters back into their feasible set after each step.
+    """
+    params = [p.detach().clone() for p in params]
+    best = [p.clone() for p in params]
+    state = AdamState.zeros(params) if state is None else state
+    best_loss = None
+    for _ in range(steps):
+        for p in params:
+            p.requires_grad_(True)
+        loss = loss_fn(*params)
+        grads = torch.autograd.grad(loss.sum(), params)
+        with torch.no_grad():
+            loss = loss.detach()
+            best_loss = loss.clone() if best_loss is None else _keep_better(best, best_loss, params, loss)
+            params = _adam_step(params, grads, state, lr)
+            if project is not None:
+                params = project(params)
+        if ticker is not None:
+            yield ticker.tick(stage, float(best_loss.min(1).values.mean()))
+    with torch.no_grad():
+        loss = loss_fn(*params)
+        if best_loss is None:
+            return params, loss, state
+        return best, _keep_better(best, best_loss, params, loss), state
+
+
+def _keep_better(best: list[torch.Tensor], best_loss: torch.Tensor, params: list[torch.Tensor],
+                 loss: torch.Tensor) -> torch.Tensor:
+    """Copy into ``best`` (in place) the pairs whose ``loss`` undercuts ``best_loss``; returns the new best losses."""
+    better = loss < best_loss
+    best_loss = torch.where(better, loss, best_loss)
+    for b, p in zip(best, params):
+        b[better] = p.detach()[better]
+    return best_loss
+
+
+def _adam_step(params: list[torch.Tensor], grads, state: AdamState, lr: float) -> list[torch.Tensor]:
+    """One Adam update of every pair, with its own bias correction (pairs may have taken different step counts)."""
+    beta1, beta2 = ADAM_BETAS
+    state.t += 1
+    t = state.t
+    out = []
+    for i, (p, g) in enumerate(zip(params, grads)):
+        m = state.m[i].mul_(beta1).add_(g, alpha=1 - beta1)
+        v = state.v[i].mul_(beta2).addcmul_(g, g, value=1 - beta2)
+        shape = t.shape + (1,) * (p.ndim - 2)
+        m_hat = m / (1 - beta1 ** t).view(shape)
+        v_hat = v / (1 - beta2 ** t).view(shape)
+        out.append(p.detach() - lr * m_hat / (v_hat.sqrt() + ADAM_EPS))
+    return out
+
+
+@dataclass
+class Moments:
+    """The Adam states of the two alignment stages, kept per pair across calls (mini-batch mode)."""
+
+    affine: AdamState | None = None
+    warp: AdamState | None = None
+
+    def rows(self, idx) -> Moments:
+        return Moments(*(None if s is None else s.rows(idx) for s in (self.affine, self.warp)))
+
+    def store(self, idx, part: Moments, n: int) -> None:
+        """Write a batch's states back into rows ``idx`` of these (all-item, n rows) states."""
+        self.affine = _stored(self.affine, part.affine, idx, n)
+        self.warp = _stored(self.warp, part.warp, idx, n)
+
+
+def _stored(whole: AdamState | None, part: AdamState | None, idx, n: int) -> AdamState | None:
+    if part is None:
+        return whole
+    if whole is None:
+        whole = AdamState.zeros([torch.zeros(n, *m.shape[1:], device=m.device) for m in part.m])
+    whole.put_rows(idx, part)
+    return whole
+
+
+@dataclass
+class Alignments:
+    """Per-pair alignment state of items onto centroids: the affine maps ``theta`` (N, K, 6), the TPS
+    displacements ``nu`` (N, K, ℓ, 2; None for affine only) and their losses (N, K). With one pair per
+    item (N, 6) / (N, ℓ, 2), they are each item's warp onto its assigned centroid."""
+
+    theta: torch.Tensor
+    nu: torch.Tensor | None = None
+    losses: torch.Tensor | None = None
+
+    def rows(self, idx) -> Alignments:
+        return Alignments(self.theta[idx], None if self.nu is None else self.nu[idx],
+                          None if self.losses is None else self.losses[idx])
+
+    def __setitem__(self, idx, part: Alignments) -> None:
+        self.theta[idx] = part.theta
+        if self.nu is not None:
+            self.nu[idx] = part.nu
+        self.losses[idx] = part.losses
+
+    def assigned(self, labels: torch.Tensor) -> Alignments:
+        """Each item's warp onto its assigned centroid: theta (N, 6), nu (N, ℓ, 2)."""
+        return Alignments(_assigned_pair(self.theta, labels), _assigned_pair(self.nu, labels))
+
+    def as_pairs(self) -> Alignments:
+        """Per-item warps (N, ...) as one pair per item (N, 1, ...)."""
+        return Alignments(self.theta[:, None], None if self.nu is None else self.nu[:, None])
+
+    def reset(self, centroids) -> None:
+        """Identity warps onto the given centroids (restarted on a raw item: identity aligns it exactly)."""
+        self.theta[:, centroids] = 0
+        if self.nu is not None:
+            self.nu[:, centroids] = 0
+
+
+def _assigned_pair(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
+    """The assigned pair's parameters (N, ...) out of (N, K, ...)."""
+    if t is None:
+        return None
+    idx = labels.view(-1, 1, *([1] * (t.ndim - 2))).expand(-1, 1, *t.shape[2:])
+    return t.gather(1, idx)[:, 0]
+
+
+@dataclass
+class Pyramid:
+    """Images (B, C, H, W) and their low-passed copies, which the affine pre-alignment works on (App. B)."""
+
+    full: torch.Tensor
+    low: torch.Tensor
+
+    def rows(self, idx) -> Pyramid:
+        return Pyramid(self.full[idx], self.low[idx])
+
+
+@dataclass
+class Schedule:
+    """Adam steps and learning rates of the two alignment stages, and the ticker that counts them."""
+
+    affine_steps: int
+    steps: int
+    affine_lr: float
+    lr: float
+    ticker: Ticker | None = None
+
+    @classmethod
+    def of(cls, cfg, ticker: Ticker | None = None, steps: int | None = None) -> Schedule:
+        """The config's stages; ``steps`` (mini-batch, prediction) replaces both step counts, the affine
+        one only where the config runs an affine pre-alignment at all."""
+        if steps is None:
+            return cls(cfg.affine_steps, cfg.steps, cfg.affine_lr, cfg.lr, ticker)
+        return cls(steps if cfg.affine_steps else 0, steps, cfg.affine_lr, cfg.lr, ticker)
+
+
+class Aligner:
+    """Warps of images onto centroids: affine (``landmarks`` None) or affine + TPS on a g×g grid; the
+    affine maps are of the family ``linear`` (rigid, similarity or affine).
+
+    A warp is a sampling grid F(p) = A(p) + Σ_j B_j(p) ν_j over the centroid's pixels p: the affine
+    map A (6 parameters, zero = identity) composed with the thin-plate spline whose fixed source
+    landmarks are a g×g grid and whose targets are A(s_j) + ν_j (the TPS reproduces affine maps, so
+    this is a single TPS). B is the precomputed per-pixel TPS basis (kernel inverse done once).
+    """
+
+    def __init__(self, size: tuple[int, int], landmarks: int | None, device, *, lowpass: float = 0.0,
+                 padding: str = "zeros", max_scale: float = math.inf, max_shift: float = math.inf,
+                 max_displacement: float = math.inf, linear: str = "affine"):
+        self.size = size
+        self.linear = linear
+        self.max_scale, self.max_shift = max_scale, max_shift
+        self.max_nu = max_displacement * 2.0 / (landmarks - 1) if landmarks else math.inf
+        self.padding = padding
+        self.device = device
+        self.points = identity_points(size, device).reshape(-1, 2)
+        self.landmarks = landmarks
+        self.basis = tps_basis(landmarks).pixel_matrix(size, device, torch.float32) if landmarks else None
+        self.sigma = lowpass * max(size)
+        # a low-passed image carries little above half its band: work on it at half resolution
+        self.factor = 2 if self.sigma >= 1.5 and min(size) >= 16 else 1
+        self.low_size = (math.ceil(size[0] / self.factor), math.ceil(size[1] / self.factor))
+        self.low_points = identity_points(self.low_size, device).reshape(-1, 2)
+
+    @property
+    def n_landmarks(self) -> int:
+        return 0 if self.landmarks is None else self.landmarks ** 2
+
+    def lowpass(self, images: torch.Tensor) -> torch.Tensor:
+        out = gaussian_lowpass(images, self.sigma)
+        if self.factor > 1:
+            lead = out.shape[:-2]
+            out = F.adaptive_avg_pool2d(out.reshape(-1, *out.shape[-2:])[:, None], self.low_size)
+            out = out.reshape(*lead, *self.low_size)
+        return out
+
+    def pyramid(self, images: torch.Tensor) -> Pyramid:
+        return Pyramid(images, self.lowpass(images))
+
+    def project_affine(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Keep affine maps feasible: in the family ``linear``, singular values in [1/max_scale, max_scale],
+        |shift| ≤ max_shift. Unbounded warps let an image shrink or slide off the frame until it matches
+        any dim centroid."""
+        theta = params[0]
+        if self.linear != "affine" or math.isfinite(self.max_scale):
+            m = theta[..., [0, 1, 3, 4]].reshape(*theta.shape[:-1], 2, 2) + torch.eye(2, device=theta.device)
+            u, sv, vh = torch.linalg.svd(m)
+            sv = FAMILY_SINGULAR_VALUES[self.linear](sv).clamp(1.0 / self.max_scale, self.max_scale)
+            m = u @ (sv[..., None] * vh) - torch.eye(2, device=theta.device)
+            theta = torch.stack([m[..., 0, 0], m[..., 0, 1], theta[..., 2], m[..., 1, 0], m[..., 1, 1], theta[..., 5]], -1)
+        if math.isfinite(self.max_shift):
+            theta = theta.clone()
+            theta[..., [2, 5]] = theta[..., [2, 5]].clamp(-self.max_shift, self.max_shift)
+        return [theta] + list(params[1:])
+
+    def project_tps(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Keep each landmark displacement within max_displacement × the landmark spacing."""
+        if not math.isfinite(self.max_nu):
+            return params
+        return [p.clamp(-self.max_nu, self.max_nu) for p in params]
+
+    def zeros(self, n: int, k: int) -> Alignments:
+        """Identity warps of n items onto k centroids, their losses not yet known (inf)."""
+        theta = torch.zeros(n, k, 6, device=self.device)
+        nu = torch.zeros(n, k, self.n_landmarks, 2, device=self.device) if self.landmarks else None
+        return Alignments(theta, nu, torch.full((n, k), math.inf, device=self.device))
+
+    def grid(self, warps: Alignments, low: bool = False) -> torch.Tensor:
+        """Sampling grids (..., h, w, 2) for affine parameters (..., 6) and displacements (..., ℓ, 2)."""
+        theta, nu = warps.theta, warps.nu
+        pts = self.low_points if low else self.points
+        p = theta.reshape(-1, 6)
+        px, py = pts[:, 0], pts[:, 1]
+        # elementwise, not a batched 2×2 matmul: far faster for many small maps
+        gx = (1 + p[:, 0:1]) * px + p[:, 1:2] * py + p[:, 2:3]
+        gy = p[:, 3:4] * px + (1 + p[:, 4:5]) * py + p[:, 5:6]
+        if nu is not None and not low:
+            n = self.n_landmarks
+            disp = (nu.reshape(-1, n, 2).transpose(1, 2).reshape(-1, n) @ self.basis.T).view(-1, 2, pts.shape[0])
+            gx, gy = gx + disp[:, 0], gy + disp[:, 1]
+        return torch.stack([gx, gy], -1).reshape(*theta.shape[:-1], *(self.low_size if low else self.size), 2)
+
+    def warp_pairs(self, x: torch.Tensor, warps: Alignments, low: bool = False) -> torch.Tensor:
+        """Items x (B, C, H, W) warped by the (B, K) pair warps: (B, K, C, h, w)."""
+        return warp(x[:, None], self.grid(warps, low), padding_mode=self.padding)
+
+    def pair_losses(self, x: torch.Tensor, mu: torch.Tensor, warps: Alignments, low: bool = False) -> torch.Tensor:
+        """||T(x_i, ν_ik) − μ_k||² for all pairs, (B, K)."""
+        return ((self.warp_pairs(x, warps, low) - mu[None]) ** 2).sum((-3, -2, -1))
+
+    def align(self, x: Pyramid, mu: Pyramid, start: Alignments, schedule: Schedule, moments: Moments | None = None):
+        """Improve the (B, K) alignments of items x onto centroids mu, warm-started from ``start`` (generator).
+
+        Stage A (when it has steps) pre-aligns the affine maps on the low-passed images; stage B then
+        refines at full resolution. Returns the Alignments with their losses, never worse per pair
+        than ``start``. ``moments`` carries each stage's Adam state across calls (updated in place).
+        """
+        with torch.no_grad():
+            best = Alignments(start.theta, start.nu, self.pair_losses(x.full, mu.full, start))
+        if schedule.affine_steps > 0:
+            best = yield from self._pre_align(x, mu, best, schedule, moments)
+        return (yield from self._refine(x.full, mu.full, best, schedule, moments))
+
+    def _pre_align(self, x: Pyramid, mu: Pyramid, best: Alignments, schedule: Schedule, moments: Moments | None):
+        """Stage A: Adam on the affine maps of the low-passed images (from the best turn, see ``turned``).
+        Each pair then keeps the best of (old affine, old ν), (new affine, old ν) and (new affine, ν = 0)
+        as stage B's start."""
+        (theta_a,), _, st = yield from adam(
+            lambda th: self.pair_losses(x.low, mu.low, Alignments(th), low=True), [self.turned(x, mu, best.theta)],
+            schedule.affine_steps,
+            schedule.affine_lr, ticker=schedule.ticker, stage="affine pre-alignment",
+            state=None if moments is None else moments.affine, project=self.project_affine)
+        if moments is not None:
+            moments.affine = st
+        theta, nu, start_loss = best.theta, best.nu, best.losses
+        with torch.no_grad():
+            cands = [(theta_a, nu)] + ([(theta_a, torch.zeros_like(nu))] if nu is not None else [])
+            for th_c, nu_c in cands:
+                loss_c = self.pair_losses(x.full, mu.full, Alignments(th_c, nu_c))
+                better = loss_c < start_loss
+                start_loss = torch.where(better, loss_c, start_loss)
+                theta = torch.where(better[..., None], th_c, theta)
+                if nu is not None:
+                    nu = torch.where(better[..., None, None], nu_c, nu)
+        return Alignments(theta, nu, start_loss)
+
+    @torch.no_grad()
+    def turned(self, x: Pyramid, mu: Pyramid, theta: torch.Tensor) -> torch.Tensor:
+        """Each pair's affine map after the best of ROTATION_STARTS turns of the centroid frame (low-pass
+        loss; no turn may win): for the rigid and similarity families, whose Adam cannot leave a wrong
+        orientation. The affine family's maps are returned as they are."""
+        if self.linear == "affine":
+            return theta
+        best, best_loss = theta, self.pair_losses(x.low, mu.low, Alignments(theta), low=True)
+        m = affine_matrix(theta)
+        for turn in range(1, ROTATION_STARTS):
+            angle = 2 * math.pi * turn / ROTATION_STARTS
+            rot = theta.new_tensor([[math.cos(angle), -math.sin(angle)], [math.sin(angle), math.cos(angle)]])
+            cand = (torch.cat([m[..., :2] @ rot, m[..., 2:]], -1) - torch.eye(2, 3, device=theta.device)).flatten(-2)
+            loss = self.pair_losses(x.low, mu.low, Alignments(cand), low=True)
+            better = loss < best_loss
+            best, best_loss = torch.where(better[..., None], cand, best), torch.where(better, loss, best_loss)
+        return best
+
+    def _refine(self, x: torch.Tensor, mu: torch.Tensor, start: Alignments, schedule: Schedule, moments: Moments | None):
+        """Stage B at full resolution: Adam on the landmark displacements with the affine maps fixed or,
+        with no landmarks, on the affine maps. A pair keeps its start where Adam found nothing better."""
+        if start.nu is not None:   # the displacements move, the affine maps stay
+            stage, param, project, warps = "TPS alignment", start.nu, self.project_tps, partial(Alignments, start.theta)
+        else:
+            stage, param, project, warps = "affine alignment", start.theta, self.project_affine, Alignments
+        (new,), loss, st = yield from adam(
+            lambda p: self.pair_losses(x, mu, warps(p)), [param], schedule.steps, schedule.lr, ticker=schedule.ticker,
+            stage=stage, state=None if moments is None else moments.warp, project=project)
+        if moments is not None:
+            moments.warp = st
+        better = loss < start.losses
+        out = warps(torch.where(better.view(*better.shape, *[1] * (param.ndim - 2)), new, param))
+        out.losses = torch.where(better, loss, start.losses)
+        return out
+
+    def display_grids(self, warps: Alignments) -> torch.Tensor:
+        """(N, gh, gw, 2) pixel (x, y) positions in each item of a regular lattice of the prototype frame."""
+        lattice = (min(self.size[0], DISPLAY_LATTICE), min(self.size[1], DISPLAY_LATTICE))
+        pix = lattice_pixels(self.size, lattice, self.device)
+        pts = to_normalized(pix, self.size).reshape(-1, 2)
+        g = affine_points(warps.theta, pts)
+        if warps.nu is not None:
+            g = g + tps_basis(self.landmarks).interpolation_matrix(pts).float() @ warps.nu
+        return to_pixels(g, self.size).reshape(warps.theta.shape[0], *lattice, 2)
+
+    def target_landmarks(self, warps: Alignments) -> torch.Tensor:
+        """Pixel positions in the item of the landmarks: A(s_j) + ν_j, (N, ℓ, 2)."""
+        src = tps_basis(self.landmarks).sources.to(self.device, torch.float32)
+        return to_pixels(affine_points(warps.theta, src) + warps.nu, self.size)
