@@ -1,6 +1,10 @@
 """ticlust: transformation-invariant clustering of image stacks and landmark shapes."""
 __version__ = "0.1.0"
 
+from .device import request_reproducible_blas  # noqa: E402
+
+request_reproducible_blas()      # before MKL's first call: the same seed gives the same result (docs/reproducibility.md)
+
 from .api import fit, predict, run  # noqa: E402
 from .curation import refine  # noqa: E402
 from .errors import InputError  # noqa: E402

@@ -12,6 +12,21 @@ from .errors import InputError
 
 T = TypeVar("T")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
+DETERMINISM_VARIABLE = "TICLUST_DETERMINISTIC"   # "0" turns the same-seed guarantee's settings off
+
+
+def determinism_wanted() -> bool:
+    """The same-seed guarantee is on unless TICLUST_DETERMINISTIC is 0, false, no or off."""
+    return os.environ.get(DETERMINISM_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def request_reproducible_blas() -> None:
+    """Ask MKL, torch's CPU BLAS, for its reproducible mode (MKL_CBWR=AUTO,STRICT: the best code path of
+    this CPU, with the run-to-run variations of threaded kernels, memory alignment and non-Intel CPUs
+    turned off). MKL reads the variable at its first call, so ticlust sets it when imported; a value the
+    user set wins, and TICLUST_DETERMINISTIC=0 leaves it alone."""
+    if determinism_wanted():
+        os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 
 class DeviceFallbackWarning(UserWarning):
@@ -39,17 +54,20 @@ def resolve_device(requested: str | torch.device | None = "auto") -> torch.devic
 
 @contextmanager
 def reproducible(device: torch.device):
-    """On CUDA, deterministic kernels while a run lasts (the previous setting is restored after).
+    """Deterministic kernels while a run lasts (the previous setting is restored after), unless
+    TICLUST_DETERMINISTIC=0.
 
-    torch then picks deterministic index_add / scatter / convolution kernels and cuBLAS a fixed workspace;
-    bilinear warps use ticlust's own sampler (transforms.sampler). Where no deterministic kernel exists
-    torch warns instead of stopping. The CPU is deterministic already and is left alone.
+    torch then picks deterministic index_add / index_put / scatter / convolution kernels on every device,
+    and on CUDA cuBLAS a fixed workspace; bilinear warps use ticlust's own sampler (transforms.sampler).
+    Where no deterministic kernel exists torch warns instead of stopping. MKL's reproducible mode is
+    asked for once, at import (``request_reproducible_blas``). docs/reproducibility.md says what holds.
     """
-    if device.type != "cuda":
+    if not determinism_wanted():
         yield
         return
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
         yield
