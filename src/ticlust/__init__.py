@@ -11,7 +11,8 @@ from .metrics import evaluate  # noqa: E402
 from .nuclei import nuclei_field  # noqa: E402
 from .objects import objects_from_labels, shapes_from_labels  # noqa: E402
 from .result import ClusteringResult, load_result  # noqa: E402
+from .store import ObjectStore, extract, open_objects  # noqa: E402
 
 __all__ = ["fit", "run", "predict", "refine", "load_result", "ClusteringResult", "InputError", "available_methods",
            "get_method", "evaluate", "read_input", "sample", "__version__",
-           "objects_from_labels", "shapes_from_labels", "nuclei_field"]
+           "objects_from_labels", "shapes_from_labels", "nuclei_field", "extract", "open_objects", "ObjectStore"]
