@@ -132,6 +132,14 @@ def labels_fit(image, labels) -> bool:
     return len(labels.shape) in (2, 3)
 
 
+def crop_channels(image, labels, channel_axis: int | None = None, channels=None) -> int | None:
+    """How many channels this field's crops have (None: grey crops without a channel axis), from shapes alone."""
+    _check_image(image)
+    _check_labels(labels)
+    field = _Field(image, labels, channel_axis, channels)
+    return None if field.squeeze else field.n_channels
+
+
 def _check_array(arr, name: str):
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
         raise InputError(f"The {name} is a {type(arr).__name__}, not an array: pass a NumPy, memory-mapped or dask array.")
