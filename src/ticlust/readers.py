@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .landmarks import read_landmarks
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
 
@@ -45,6 +44,8 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
                     raise InputError(f"{path.name} has no array {labels_key!r}: choose the labels' array name from {', '.join(names)}.")
                 labels = np.asarray(npz[labels_key])
         elif path.suffix.lower() in (".csv", ".tps"):
+            from .landmarks import read_landmarks      # here, not above: landmarks loads torch
+
             array = read_landmarks(path)[0]
         elif path.suffix == ".npy" or path.suffix.lower() in (".tif", ".tiff"):
             array = read_image(path)
