@@ -26,6 +26,7 @@ import sys
 import uuid
 import warnings
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import cached_property
@@ -412,6 +413,7 @@ class _Steps:
         self.workers = workers
         self.report = report
         self.pool = None
+        self.futures = []
 
     def map(self, fn, jobs: list[tuple], stage: str):
         """``fn(*job)`` for every job; results as they come, progress reported; the jobs not yet started
@@ -426,19 +428,26 @@ class _Steps:
         if self.pool is None:
             self.pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_worker_start,
                                             initargs=(os.getpid(),))
-        futures = [self.pool.submit(fn, *job) for job in jobs]
+        futures = self.futures = [self.pool.submit(fn, *job) for job in jobs]
         try:
             for step, future in enumerate(as_completed(futures), 1):
                 self.report(stage, step, total)
-                yield future.result()
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise InputError("A worker process died (killed, or out of memory) while "
+                                     f"{stage}: run the same command again to finish (with fewer --workers if memory "
+                                     "is short).") from None
+                yield result
         finally:
             for future in futures:
                 future.cancel()
 
     def close(self) -> None:
-        """Wait for the steps under way and end the worker processes."""
+        """End the worker processes; after a stop, first wait for the steps under way (they may still
+        commit parts, and must be done before the lock is let go: a next run clears tmp/)."""
         if self.pool is not None:
-            self.pool.shutdown(wait=True, cancel_futures=True)
+            self.pool.shutdown(wait=not all(f.done() for f in self.futures), cancel_futures=True)
             self.pool = None
 
 
@@ -454,22 +463,28 @@ def _worker_start(parent: int) -> None:
 
 
 class _Reporter:
-    """Progress events to a callable or a terminal bar; nothing when ``progress`` is None or False."""
+    """Progress events to a callable or a terminal bar; nothing (and no import) when ``progress`` is None or False."""
 
     def __init__(self, progress):
-        from .api import StagePace, TerminalProgress
+        self.bar = self.sink = self.pace = None
+        if progress is True:
+            from .api import TerminalProgress
 
-        self.bar = TerminalProgress() if progress is True else None
-        self.sink = self.bar.update if self.bar else progress if callable(progress) else None
-        self.pace = StagePace()
+            self.bar = TerminalProgress()
+            self.sink = self.bar.update
+        elif callable(progress):
+            self.sink = progress
         self.used = False
 
     def __call__(self, stage: str, step: int, total: int) -> None:
+        if self.sink is None:
+            return
+        from .api import StagePace
         from .methods.base import Progress
 
-        if self.sink is not None:
-            self.used = True
-            self.sink(Progress(step=step, total=total, stage=stage, eta=self.pace.eta(stage, step, total - step)))
+        self.pace = self.pace or StagePace()
+        self.used = True
+        self.sink(Progress(step=step, total=total, stage=stage, eta=self.pace.eta(stage, step, total - step)))
 
     def close(self, finished: bool) -> None:
         """End the bar's line: "done" after a finished run, a bare line break after a failed one."""
