@@ -153,6 +153,25 @@ def test_ome_zarr_image_with_labels(tmp_path):
         ticlust.extract(tmp_path / "field.ome.zarr", tmp_path / "x.zarr", labels="nucleoli")
 
 
+def test_ome_zarr_v04_time_series(tmp_path):
+    import zarr
+    from ome_zarr.format import FormatV04
+    from ome_zarr.writer import write_image, write_labels
+
+    (a, la), (b, lb) = small_field(1), small_field(2)
+    root = zarr.open_group(tmp_path / "movie.zarr", mode="w", zarr_format=2)      # NGFF 0.4 on Zarr v2, t z y x
+    write_image(np.stack([a, b])[:, None], root, axes="tzyx", fmt=FormatV04())
+    write_labels(np.stack([la, lb])[:, None], root, name="nuclei", axes="tzyx", fmt=FormatV04())
+    store = ticlust.extract(tmp_path / "movie.zarr", tmp_path / "s.zarr", workers=1)
+    crops, rows = objects_from_labels(np.stack([a, b]), np.stack([la, lb]), size=store.size, orient=True, normalize=True)
+    assert np.array_equal(store.crops[:], crops) and np.array_equal(store.table["frame"], rows["frame"])
+    root3 = zarr.open_group(tmp_path / "stack.zarr", mode="w")
+    write_image(np.stack([a, b])[None], root3, axes="czyx")
+    write_labels(np.stack([la, lb])[None], root3, name="nuclei", axes="czyx")
+    with pytest.raises(InputError, match="has 2 planes along z: ticlust cuts 2-D objects"):
+        ticlust.extract(tmp_path / "stack.zarr", tmp_path / "t.zarr", workers=1)
+
+
 def test_one_field_with_labels_and_a_time_series(tmp_path):
     (a, la), (b, lb) = small_field(1), small_field(2)
     np.save(tmp_path / "movie.npy", np.stack([a, b]))

@@ -322,8 +322,8 @@ def _crop_of(surveys, options: dict, listing) -> dict:
     ok = [s for s in surveys if s.error is None]
     if not ok:
         first = surveys[0]
-        raise InputError(f"None of the {len(surveys)} fields can be read; the first, {listing['image'][first.field]}: "
-                         f"{first.error}")
+        which = f"None of the {len(surveys)} fields can be cut; the first, " if len(surveys) > 1 else "The field "
+        raise InputError(f"{which}{listing['image'][first.field]}: {first.error}")
     same = [s for s in ok if s.channels == ok[0].channels]
     dtype = "float32" if options["normalize"] else str(np.result_type(*[np.dtype(s.dtype) for s in same]))
     size = options["crop_size"]
