@@ -107,6 +107,8 @@ def test_folder_pairs_masks_by_all_three_names(tmp_path):
             np.save(folder / "b_masks.npy", labels)
         elif name == "c":
             tifffile.imwrite(folder / "c.labels.tif", labels)
+    np.save(folder / "a_seg.npy", np.zeros(3))                                       # Cellpose's other outputs
+    tifffile.imwrite(folder / "a_flows.tif", np.zeros((8, 8), np.uint8))
     np.save(folder / "e.npy", small_field(5)[0])
     tifffile.imwrite(folder / "e_masks.tif", np.zeros((96, 96), np.int32))              # a field without objects
     with pytest.warns(UserWarning, match=r"1 of 5 fields were left out .*d\.tif: No mask for d\.tif"):

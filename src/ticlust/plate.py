@@ -30,6 +30,8 @@ from .readers import IMAGE_SUFFIXES, read_image
 
 #: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels.
 MASK_ENDINGS = ("_cp_masks", "_masks", ".labels")
+#: Cellpose's other outputs beside its masks (NAME_seg.npy, NAME_flows.tif, NAME_cp_outlines.png, ...): not fields.
+SIDE_ENDINGS = ("_seg", "_flows", "_outlines")
 #: Files a folder of fields may hold, images and masks alike.
 FIELD_SUFFIXES = IMAGE_SUFFIXES + (".npy",)
 #: Columns every object row has besides the manifest's own (a manifest may not reuse these names).
@@ -84,6 +86,8 @@ def _folder_listing(folder: Path):
     images = []
     for p in files:
         ending = next((e for e in MASK_ENDINGS if p.stem.endswith(e)), None)
+        if p.stem.endswith(SIDE_ENDINGS):
+            continue
         if ending is None:
             images.append(p)
         else:
@@ -136,15 +140,18 @@ def _manifest_listing(csv: Path):
 
 
 def _blank(value) -> bool:
+    """An empty manifest cell (missing, NaN or blank)."""
     return value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
 
 
 def _beside(base: Path, value) -> str | None:
+    """A manifest path as an absolute one: relative paths are relative to the CSV's folder."""
     return None if _blank(value) else str((base / str(value)).resolve())
 
 
 # ---- OME-Zarr ------------------------------------------------------------------------------------
 def _is_zarr(path: Path) -> bool:
+    """A folder that is a Zarr group (v3 zarr.json, or v2 .zattrs/.zgroup): an OME-Zarr candidate."""
     return (path / "zarr.json").is_file() or (path / ".zattrs").is_file() or (path / ".zgroup").is_file()
 
 
@@ -209,6 +216,7 @@ class _NGFFView:
         self._frame, self._data = None, None
 
     def _load(self, frame):
+        """The whole frame ``frame`` (None: the image without t), decoded once and kept for its windows."""
         if self._frame != frame or self._data is None:
             key = [0] * self.array.ndim
             for i in self.keep:
@@ -219,12 +227,14 @@ class _NGFFView:
         return self._data
 
     def __getitem__(self, key):
+        """A window of one frame (``[t, ...]`` for a time series), as NumPy."""
         key = key if isinstance(key, tuple) else (key,)
         if self.timed:
             return self._load(int(key[0]))[key[1:]]
         return self._load(None)[key]
 
     def __array__(self, dtype=None, copy=None):
+        """All of it (a label image of one frame, as objects.py reads labels)."""
         data = np.stack([self._load(t) for t in range(self.shape[0])]) if self.timed else self._load(None)
         return data if dtype is None else data.astype(dtype)
 
@@ -255,16 +265,19 @@ def _ome_field(spec: FieldSpec, channel):
 def open_field(spec: FieldSpec, channel=None):
     """``(image, labels, channel_axis)`` of one field, lazy where the format allows (memory-mapped TIFF
     and .npy, OME-Zarr frame by frame); an ``InputError`` names what is wrong with this field."""
+    if spec.image is None:
+        raise InputError("This manifest row names no image: give the field image's path in its image column.")
     if spec.labels is None:
         name = Path(spec.image).stem
         raise InputError(f"No mask for {Path(spec.image).name}: name it {name}_cp_masks.tif, {name}_masks.tif or "
-                         f"{name}.labels.tif (any image type) beside it.")
+                         f"{name}.labels.tif (any image type) beside it, or give its path in a manifest's labels column.")
     if spec.ome:
         return _ome_field(spec, channel)
     return _read(spec.image, "image"), _read(spec.labels, "mask"), None
 
 
 def _read(path: str, what: str):
+    """One image or mask file, or an InputError naming it."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"There is no {what} file at {p}: check the path.")
