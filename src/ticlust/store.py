@@ -44,7 +44,7 @@ FORMAT = 1
 #: Uncompressed bytes per chunk of a part's crops (along the object axis).
 CHUNK_BYTES = 8 << 20
 #: Rows per row group of table.parquet.
-ROW_GROUP = 1 << 16
+ROW_GROUP = 1 << 14
 
 
 @dataclass(frozen=True)
@@ -159,10 +159,12 @@ def _commit(store: Path, index: int, crops, masks, table) -> None:
 
 
 def _part_objects(part: Path) -> int:
+    """How many objects a committed part holds (its group's attributes; no array is opened)."""
     return int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
 
 
 def _reason(exc: Exception) -> str:
+    """Why a field was left out, in one sentence: ours as it is, anything else with its type."""
     return str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
 
 
@@ -232,6 +234,7 @@ def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dic
 
 
 def _workers(workers, n_fields: int) -> int:
+    """How many processes to run (default min(CPUs, 4)), never more than there are fields."""
     if workers is None:
         workers = min(os.cpu_count() or 1, 4)
     if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
@@ -272,6 +275,7 @@ def _locked(root: Path):
 
 
 def _digest(listing) -> str:
+    """A fingerprint of the input's listing (paths, order, manifest values): what a resumed run must match."""
     return hashlib.sha256(listing.to_csv(index=False).encode()).hexdigest()
 
 
@@ -288,8 +292,8 @@ def _resume(root: Path, options: dict, listing) -> dict | None:
         return None
     if attrs["options"] != options:
         theirs = ", ".join(f"{k}={attrs['options'].get(k)!r}" for k in options if attrs["options"].get(k) != options[k])
-        ours_ = ", ".join(f"{k}={options[k]!r}" for k in options if attrs["options"].get(k) != options[k])
-        raise InputError(f"{root} was made with {theirs}, not {ours_}: give the store's options to finish it, or "
+        asked = ", ".join(f"{k}={options[k]!r}" for k in options if attrs["options"].get(k) != options[k])
+        raise InputError(f"{root} was made with {theirs}, not {asked}: give the store's options to finish it, or "
                          "choose a new store path.")
     if attrs["input"]["digest"] != _digest(listing):
         raise InputError(f"{root} was made from another input ({attrs['input']['fields']} fields of "
@@ -338,6 +342,7 @@ def _crop_of(surveys, options: dict, listing) -> dict:
 
 
 def _plan_of(attrs: dict) -> Plan:
+    """The per-field plan from a store's attributes, so a resumed run cuts exactly as the first did."""
     o, c = attrs["options"], attrs["crop"]
     return Plan(c["size"], c["dtype"], c["channels"], o["keep_border"], o["channel"], o["orient"], o["normalize"],
                 o["rescale"])
@@ -505,10 +510,12 @@ def _write_atomic(path: Path, write) -> None:
 
 
 def _write_json(path: Path, obj) -> None:
+    """A JSON file (sorted keys: the same content gives the same bytes), written atomically."""
     _write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
 
 
 def _write_attributes(root: Path, attrs: dict) -> None:
+    """The store's root zarr.json (a Zarr v3 group) with ``attrs`` under ``ticlust``."""
     _write_json(root / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {"ticlust": attrs}})
 
 
@@ -577,6 +584,7 @@ class ObjectStore:
 
     @cached_property
     def _parts(self):
+        """The parts that hold objects, in table order, and how many each holds (from the table's field_index)."""
         import pyarrow.parquet as pq
 
         field = pq.read_table(self.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
@@ -614,6 +622,7 @@ class LazyStack:
         return self.shape[0]
 
     def _part(self, k: int):
+        """Part ``k``'s Zarr array, opened on first use."""
         if k not in self._open:
             import zarr
 
@@ -644,6 +653,7 @@ class LazyStack:
         return out[(slice(None),) + rest] if rest else out
 
     def _indices(self, first) -> np.ndarray:
+        """An index or boolean array along the object axis as object numbers, checked."""
         index = np.asarray(first)
         if index.dtype == bool:
             if index.shape != (len(self),):
@@ -662,6 +672,7 @@ class LazyStack:
         return data if dtype is None else data.astype(dtype)
 
     def __iter__(self):
+        """One crop after another, each part read once."""
         for k in range(len(self.paths)):
             yield from np.asarray(self._part(k)[...])
 
