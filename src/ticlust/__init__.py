@@ -1,21 +1,34 @@
-"""ticlust: transformation-invariant clustering of image stacks and landmark shapes."""
+"""ticlust: transformation-invariant clustering of image stacks and landmark shapes.
+
+The public names are imported on first use (PEP 562), so ``import ticlust`` is light and a process that
+only cuts objects out (an extraction worker running :mod:`ticlust.store`) never loads torch.
+"""
+import importlib
+
 __version__ = "0.1.0"
 
-from .device import request_reproducible_blas  # noqa: E402
+from .determinism import request_reproducible_blas  # noqa: E402  (no torch: keeps the import light)
 
 request_reproducible_blas()      # before MKL's first call: the same seed gives the same result (docs/reproducibility.md)
 
-from .api import fit, predict, run  # noqa: E402
-from .curation import refine  # noqa: E402
-from .errors import InputError  # noqa: E402
-from .readers import read_input  # noqa: E402
-from .samples import sample  # noqa: E402
-from .methods import available_methods, get_method  # noqa: E402
-from .metrics import evaluate  # noqa: E402
-from .nuclei import nuclei_field  # noqa: E402
-from .objects import objects_from_labels, shapes_from_labels  # noqa: E402
-from .result import ClusteringResult, load_result  # noqa: E402
+#: Each public name and the module that defines it.
+_EXPORTS = {"fit": "api", "run": "api", "predict": "api", "refine": "curation", "InputError": "errors",
+            "read_input": "readers", "sample": "samples", "available_methods": "methods", "get_method": "methods",
+            "evaluate": "metrics", "nuclei_field": "nuclei", "objects_from_labels": "objects",
+            "shapes_from_labels": "objects", "ClusteringResult": "result", "load_result": "result",
+            "extract": "store", "open_objects": "store", "ObjectStore": "store"}
 
-__all__ = ["fit", "run", "predict", "refine", "load_result", "ClusteringResult", "InputError", "available_methods",
-           "get_method", "evaluate", "read_input", "sample", "__version__",
-           "objects_from_labels", "shapes_from_labels", "nuclei_field"]
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str):
+    """A public name, imported from its module the first time it is asked for."""
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'ticlust' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{_EXPORTS[name]}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

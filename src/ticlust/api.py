@@ -1,6 +1,7 @@
 """The Python entry points: ``run`` (a generator of events), ``fit`` (drains it) and ``predict``."""
 from __future__ import annotations
 
+import math
 import sys
 import time
 from typing import Iterator
@@ -224,8 +225,9 @@ class TerminalProgress:
         self.last = now
         frac = min(1.0, event.step / max(event.total, 1))
         filled = int(frac * self.width)
+        loss = f"loss {event.loss:.4g} " if math.isfinite(event.loss) else ""     # steps without a loss (extraction)
         line = (f"\r{event.stage[:32]:32s} [{'#' * filled}{'.' * (self.width - filled)}] {event.step}/{event.total} "
-                f"loss {event.loss:.4g} {format_eta(event.eta)}")
+                f"{loss}{format_eta(event.eta)}")
         self.stream.write(line.ljust(110))
         self.stream.flush()
 

@@ -1,4 +1,4 @@
-"""Command line: ``ticlust methods``, ``ticlust fit``, ``ticlust gui``."""
+"""Command line: ``ticlust methods``, ``ticlust fit``, ``ticlust extract``, ``ticlust export``, ``ticlust gui``."""
 from __future__ import annotations
 
 import argparse
@@ -44,14 +44,19 @@ def main(argv: list[str] | None = None) -> int:
     # objects from a segmentation (issue 14): INPUT is a field, --labels its label image
     fit.add_argument("--labels", help="label image of INPUT (.tif/.npy/.npz; 0 = background): cluster its objects "
                      "(cut out and masked; contours as landmarks for shape-kmeans), one CSV row per object")
-    fit.add_argument("--keep-border", action="store_true", help="with --labels: keep objects that touch the image border")
-    fit.add_argument("--crop-size", type=int, help="with --labels: crop side in pixels (default: fits the largest object)")
-    fit.add_argument("--channel", type=int, help="with --labels: cluster this channel of a multi-channel field")
-    fit.add_argument("--rescale", action="store_true", help="with --labels: zoom every object to fill the crop")
-    fit.add_argument("--orient", action=argparse.BooleanOptionalAction,
-                     help="with --labels: turn every object's major axis along x (default: on)")
-    fit.add_argument("--normalize", action=argparse.BooleanOptionalAction,
-                     help="with --labels: divide every object by its mean brightness (default: on)")
+    crop_options(fit, "with --labels: ")
+
+    extract = sub.add_parser("extract", parents=[common], help="cut every object of a plate into an object store "
+                             "(crops, masks and one table row per object), resumable")
+    extract.add_argument("input", help="a folder of field images with masks named NAME_cp_masks.tif, NAME_masks.tif or "
+                         "NAME.labels.tif; a CSV manifest with columns image,labels (+ any carried to every row); an "
+                         "OME-Zarr image with labels; or one field image with --labels MASK")
+    extract.add_argument("-o", "--output", required=True, metavar="STORE",
+                         help="the object store to write, or to finish when a run stopped (a folder, e.g. plate.zarr)")
+    extract.add_argument("--labels", help="the mask of a single field image, or which label image of an OME-Zarr")
+    crop_options(extract, "")
+    extract.add_argument("--workers", type=int, help="worker processes (default: the CPUs, at most 4; 1: this process)")
+    extract.add_argument("--quiet", action="store_true", help="no progress bar")
 
     export = sub.add_parser("export", parents=[common], help="pictures of a saved result: per-cluster galleries and the prototype montage")
     export.add_argument("result", help="a result file written by ticlust fit -o")
@@ -71,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
             return _fit(args)
         if args.command == "export":
             return _export(args)
+        if args.command == "extract":
+            return _extract(args)
         return _gui(args.sample)
     except InputError as exc:
         print(f"ticlust: error: {exc}", file=sys.stderr)
@@ -87,6 +94,44 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ticlust: error: {type(exc).__name__}: {exc}. This is unexpected: run again with --debug for the "
               "traceback and report it.", file=sys.stderr)
         return 2
+
+
+def crop_options(parser, note: str) -> None:
+    """The options of cutting objects out of a field, shared by ``fit --labels`` and ``extract``."""
+    parser.add_argument("--keep-border", action="store_true", help=f"{note}keep objects that touch the image border")
+    parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: fits the largest object)")
+    parser.add_argument("--channel", type=int, help=f"{note}keep this channel of a multi-channel field")
+    parser.add_argument("--rescale", action="store_true", help=f"{note}zoom every object to fill the crop")
+    parser.add_argument("--orient", action=argparse.BooleanOptionalAction,
+                        help=f"{note}turn every object's major axis along x (default: on)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction,
+                        help=f"{note}divide every object by its mean brightness (default: on)")
+
+
+def _route_defaults(args) -> None:
+    """The objects route's defaults where no --(no-)orient / --(no-)normalize was given."""
+    from .objects import ROUTE_OPTIONS
+
+    for name, default in ROUTE_OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
+def _extract(args) -> int:
+    from .store import extract
+
+    _route_defaults(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
+        store = extract(args.input, args.output, labels=args.labels, crop_size=args.crop_size,
+                        keep_border=args.keep_border, channel=args.channel, orient=args.orient,
+                        normalize=args.normalize, rescale=args.rescale, workers=args.workers, progress=not args.quiet)
+    fields = store.attributes["input"]["fields"]
+    item = f"{store.size}×{store.size}" + (f"×{store.channels}" if store.channels else "")
+    print(f"{store.path}: {len(store)} objects ({item} {store.dtype} crops) from {fields - len(store.failed)} of "
+          f"{fields} fields")
+    return 0
 
 
 def check_writable(flag: str, path: Path) -> None:
@@ -186,7 +231,7 @@ def _fit(args) -> int:
 
 def _objects(args, field):
     """Cut the objects of --labels out of the field INPUT (or trace their contours for shape-kmeans)."""
-    from .objects import ROUTE_OPTIONS, TABLE_COLUMNS, objects_from_labels, shapes_from_labels
+    from .objects import TABLE_COLUMNS, objects_from_labels, shapes_from_labels
 
     if args.input is None:
         raise InputError("--labels needs the field image as INPUT (it does not apply to --sample).")
@@ -194,9 +239,7 @@ def _objects(args, field):
     if args.method == "shape-kmeans":
         items, table = shapes_from_labels(mask, keep_border=args.keep_border)
     else:
-        for name, default in ROUTE_OPTIONS.items():   # the route's defaults where no --(no-)flag was given
-            if getattr(args, name) is None:
-                setattr(args, name, default)
+        _route_defaults(args)
         items, table = objects_from_labels(field, mask, size=args.crop_size, keep_border=args.keep_border,
                                            channels=args.channel, rescale=args.rescale, orient=args.orient,
                                            normalize=args.normalize)

@@ -8,25 +8,11 @@ from typing import Callable, TypeVar
 
 import torch
 
+from .determinism import determinism_wanted
 from .errors import InputError
 
 T = TypeVar("T")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")
-DETERMINISM_VARIABLE = "TICLUST_DETERMINISTIC"   # "0" turns the same-seed guarantee's settings off
-
-
-def determinism_wanted() -> bool:
-    """The same-seed guarantee is on unless TICLUST_DETERMINISTIC is 0, false, no or off."""
-    return os.environ.get(DETERMINISM_VARIABLE, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def request_reproducible_blas() -> None:
-    """Ask MKL, torch's CPU BLAS, for its reproducible mode (MKL_CBWR=AUTO,STRICT: the best code path of
-    this CPU, with the run-to-run variations of threaded kernels, memory alignment and non-Intel CPUs
-    turned off). MKL reads the variable at its first call, so ticlust sets it when imported; a value the
-    user set wins, and TICLUST_DETERMINISTIC=0 leaves it alone."""
-    if determinism_wanted():
-        os.environ.setdefault("MKL_CBWR", "AUTO,STRICT")
 
 
 class DeviceFallbackWarning(UserWarning):

@@ -161,6 +161,38 @@ def _shape(shape) -> tuple[int, int]:
     return h, w
 
 
+def write_nuclei_plate(folder, fields: int = 20, n: int = 250, shape: tuple[int, int] = (1024, 1024), seed: int = 0,
+                       fields_per_well: int = 2, **options):
+    """Write a generated plate into ``folder``: ``fields`` nuclei fields (field i made with seed ``seed + i``)
+    as ``WELL_sS.tif`` (uint16) beside Cellpose-style masks ``WELL_sS_cp_masks.tif``, a manifest
+    ``plate.csv`` (image, labels, well, site) and ``kinds.csv`` (image, label, kind: every nucleus's true
+    kind). The folder is an extraction input as it is, and so is the manifest. Returns the manifest's path.
+    ``options`` go to :func:`nuclei_field`."""
+    import csv
+    from pathlib import Path
+
+    import tifffile
+
+    fields, per_well = _count(fields), _count(fields_per_well)
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    plate, kinds = [], []
+    for i in range(fields):
+        well = f"{chr(ord('A') + (i // per_well) // 12)}{(i // per_well) % 12 + 1:02d}"
+        name = f"{well}_s{i % per_well}"
+        f = nuclei_field(n=n, shape=shape, seed=seed + i, **options)
+        tifffile.imwrite(folder / f"{name}.tif", f.image)
+        tifffile.imwrite(folder / f"{name}_cp_masks.tif", f.labels)
+        plate.append({"image": f"{name}.tif", "labels": f"{name}_cp_masks.tif", "well": well, "site": i % per_well})
+        kinds += [{"image": f"{name}.tif", "label": label, "kind": KINDS[f.kinds[label]]} for label in range(1, n + 1)]
+    for file, rows in (("plate.csv", plate), ("kinds.csv", kinds)):
+        with open(folder / file, "w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    return folder / "plate.csv"
+
+
 def nuclei_sample(seed: int = 0, n: int = 300) -> tuple[np.ndarray, np.ndarray]:
     """The nuclei sample as a stack: every nucleus not touching the border cut out (masked, 32×32
     or the size that fits), and its true kind (0 round, 1 elongated, 2 dividing)."""

@@ -132,6 +132,14 @@ def labels_fit(image, labels) -> bool:
     return len(labels.shape) in (2, 3)
 
 
+def crop_channels(image, labels, channel_axis: int | None = None, channels=None) -> int | None:
+    """How many channels this field's crops have (None: grey crops without a channel axis), from shapes alone."""
+    _check_image(image)
+    _check_labels(labels)
+    field = _Field(image, labels, channel_axis, channels)
+    return None if field.squeeze else field.n_channels
+
+
 def _check_array(arr, name: str):
     if not hasattr(arr, "shape") or not hasattr(arr, "dtype"):
         raise InputError(f"The {name} is a {type(arr).__name__}, not an array: pass a NumPy, memory-mapped or dask array.")
@@ -201,13 +209,15 @@ def _measure(field: _Field):
     return table, where
 
 
-def _select(table, where, keep_border: bool, what: str):
+def _select(table, where, keep_border: bool, what: str, least: int = 2):
+    """The table rows and places of the objects kept (border objects only with ``keep_border``);
+    fewer than ``least`` objects is an InputError."""
     n_all = len(where)
-    if n_all == 0:
+    if n_all == 0 and least > 0:
         raise InputError("The labels hold no objects (every pixel is 0): segment the image first, or pick the right Labels layer.")
     keep = np.ones(n_all, bool) if keep_border else ~table["touches_border"]
     n_keep = int(keep.sum())
-    if n_keep < 2:
+    if n_keep < least:
         cut = n_all - n_keep
         why = f" after leaving out {cut} that touch{'es' if cut == 1 else ''} the image border (keep_border=True, or --keep-border, keeps them)" if cut else ""
         raise InputError(f"The segmentation gives {n_keep} object{'' if n_keep == 1 else 's'}{why}: {what} needs at least 2 objects.")
@@ -252,6 +262,60 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
     Returns ``(stack, table)``: stack (N, size, size) for grey images or (N, size, size, C), table
     a dict of columns (see the module doc), one row per crop in stack order (frame, then label id).
     """
+    stack, _, table = _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill,
+                           channel_axis, channels, max_size, least=2, with_masks=False)
+    return stack, table
+
+
+def field_objects(image, labels, size: int, *, keep_border: bool = False, keep_context: bool = False,
+                  rescale: bool = False, orient: bool = False, normalize: bool = False, margin: int = 1, fill: float = 0,
+                  channel_axis: int | None = None, channels=None):
+    """One field's objects at a crop side fixed beforehand, with their masks, any number of them (none too).
+
+    The per-field step of an object store (:mod:`ticlust.store`), where every field of a plate is cut at
+    the plate's one crop size and an empty field is not an error. Same crops and table as
+    :func:`objects_from_labels` with the same options; returns ``(stack, masks, table)``, masks (N, size,
+    size) bool: the pixels of each crop that belong to its object.
+    """
+    return _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill,
+                channel_axis, channels, MAX_AUTO_SIZE, least=0, with_masks=True)
+
+
+def crop_needs(labels, *, keep_border: bool = False, rescale: bool = False, orient: bool = False,
+               margin: int = 1) -> np.ndarray:
+    """Per object of ``labels`` (in table order) the crop side it needs: what :func:`auto_size` decides from.
+
+    Reads the labels only, so a plate's one crop size can be chosen from its masks before any image is read.
+    """
+    _check_labels(labels)
+    field = _Field(labels, labels, None, None)
+    table, where = _measure(field)
+    table, where = _select(table, where, keep_border, "clustering", least=0)
+    return _needs(field, table, where, rescale or orient, False, _whole(margin, "margin", 0))[0]
+
+
+def auto_size(needs: np.ndarray, rescale: bool, max_size: int = MAX_AUTO_SIZE) -> int:
+    """The default crop side for objects that need ``needs`` pixels: the largest (the median with
+    ``rescale``, which zooms every object to the crop) rounded up to a multiple of 4, at most ``max_size``."""
+    return min(max_size, _round4(float(np.median(needs) if rescale else np.max(needs))))
+
+
+def _needs(field, table, where, resample: bool, orient: bool, margin: int):
+    """(need, radius, angle) per object: the crop side it needs with ``margin`` free pixels around it and,
+    when resampling, its outline's reach from the centroid and its axis angle (see :func:`_pose`)."""
+    cy, cx = table["centroid_y"], table["centroid_x"]
+    if resample:
+        radius, angle = _pose(field, where, cy, cx, orient)
+        return 2 * (radius + margin), radius, angle
+    ry, rx = np.rint(cy).astype(np.int64), np.rint(cx).astype(np.int64)
+    need = 2 * np.max(np.stack([ry - table["bbox_y0"], table["bbox_y1"] - ry,
+                                rx - table["bbox_x0"], table["bbox_x1"] - rx]), axis=0) + 2 * margin
+    return need, None, np.zeros(len(where))
+
+
+def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill, channel_axis,
+         channels, max_size, least: int, with_masks: bool):
+    """objects_from_labels' work: (stack, masks or None, table), refusing fewer than ``least`` objects."""
     _check_image(image)
     _check_labels(labels)
     field = _Field(image, labels, channel_axis, channels)
@@ -262,22 +326,17 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
     dtype = np.dtype(image.dtype)
     fill_value = _fill(fill, dtype)
     table, where = _measure(field)
-    table, where = _select(table, where, keep_border, "clustering")
+    table, where = _select(table, where, keep_border, "clustering", least)
     n = len(where)
     cy, cx = table["centroid_y"], table["centroid_x"]
     resample = rescale or orient
-    angle = np.zeros(n)
+    need, radius, angle = _needs(field, table, where, resample, orient, margin)
+    side = size or auto_size(need, rescale, max_size)
     if resample:
-        radius, angle = _pose(field, where, cy, cx, orient)
-        need = 2 * (radius + margin)
-        side = size or min(max_size, _round4(float(np.median(need) if rescale else need.max())))
         scale = (side / 2 - margin) / radius if rescale else np.ones(n)
         too_big = np.flatnonzero(radius * scale > side / 2 + 1e-9) if not rescale else np.zeros(0, int)
     else:
         ry, rx = np.rint(cy).astype(np.int64), np.rint(cx).astype(np.int64)
-        need = 2 * np.max(np.stack([ry - table["bbox_y0"], table["bbox_y1"] - ry,
-                                    rx - table["bbox_x0"], table["bbox_x1"] - rx]), axis=0) + 2 * margin
-        side = size or min(max_size, _round4(int(need.max())))
         too_big = np.flatnonzero(need - 2 * margin > side)
         scale = np.ones(n)
     if len(too_big):
@@ -290,6 +349,7 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
     table["angle"] = np.asarray(angle, np.float64)
     shape = (n, side, side) if field.squeeze else (n, side, side, field.n_channels)
     out = np.empty(shape, dtype=np.float32 if normalize else dtype)
+    masks = np.empty((n, side, side), bool) if with_masks else None
     for pos, lab, t, sl, obj_id in _load_frames(field, where):
         if resample:
             crop, obj = _resampled(field, lab, t, obj_id, cy[pos], cx[pos], scale[pos], angle[pos], side, keep_context,
@@ -304,7 +364,9 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
             level = crop[obj].mean(axis=0) if obj.any() else np.zeros(crop.shape[-1], np.float32)
             crop /= np.where(level > 0, level, 1).astype(np.float32)
         out[pos] = crop[..., 0] if field.squeeze else crop
-    return out, table
+        if with_masks:
+            masks[pos] = obj
+    return out, masks, table
 
 
 def _whole(value, name: str, low: int) -> int:

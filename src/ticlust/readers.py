@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .landmarks import read_landmarks
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
 
@@ -45,16 +44,11 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
                     raise InputError(f"{path.name} has no array {labels_key!r}: choose the labels' array name from {', '.join(names)}.")
                 labels = np.asarray(npz[labels_key])
         elif path.suffix.lower() in (".csv", ".tps"):
-            array = read_landmarks(path)[0]
-        elif path.suffix == ".npy":
-            array = np.load(path, mmap_mode="r", allow_pickle=False)
-        elif path.suffix.lower() in (".tif", ".tiff"):
-            import tifffile
+            from .landmarks import read_landmarks      # here, not above: landmarks loads torch
 
-            try:
-                array = tifffile.memmap(path, mode="r")
-            except Exception:  # compressed or tiled TIFFs cannot be memory-mapped
-                array = tifffile.imread(path)
+            array = read_landmarks(path)[0]
+        elif path.suffix == ".npy" or path.suffix.lower() in (".tif", ".tiff"):
+            array = read_image(path)
         else:
             raise InputError(f"{path.name} has an unknown type: give an .npz, .npy, .tif stack, a folder of images, or a landmark .csv/.tps file.")
     except InputError:
@@ -64,6 +58,26 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
     if labels_key is not None and labels is None:
         raise InputError(f"Labels by array name only work with .npz input; {path.name} has no named arrays.")
     return array, labels
+
+
+def read_image(path: str | Path):
+    """One image file as an array: memory-mapped where the format allows (.npy, uncompressed .tif),
+    so a large field is read in windows, else read whole (compressed .tif, .png, .jpg, ...)."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    if suffix in (".tif", ".tiff"):
+        import tifffile
+
+        try:
+            return tifffile.memmap(path, mode="r")
+        except Exception:  # compressed or tiled TIFFs cannot be memory-mapped
+            return tifffile.imread(path)
+    from PIL import Image
+
+    with Image.open(path) as im:
+        return np.asarray(im)
 
 
 def folder_images(folder: str | Path) -> list[Path]:

@@ -1,0 +1,287 @@
+"""The fields of a plate: which image goes with which mask, and reading one field lazily.
+
+An extraction's INPUT (see :func:`list_fields`) is one of
+
+- a folder of fields, each image paired with its mask by name: ``NAME_cp_masks.*`` (Cellpose),
+  ``NAME_masks.*`` or ``NAME.labels.*`` beside ``NAME.*`` (.tif, .png, .npy, ...);
+- a CSV manifest with columns ``image`` and ``labels`` (paths relative to the CSV) and any others
+  (well, field, time, condition, ...), which every object's row carries;
+- an OME-Zarr image (NGFF) with a ``labels`` group, read with ome-zarr-py (its first label image,
+  or the one named by ``labels``);
+- one field image with ``labels=MASK``.
+
+The listing is small and made up front (file names only, nothing is read); a field is opened by
+:func:`open_field` in whichever process cuts it, from its :class:`FieldSpec` (plain paths, so it
+travels to a worker process or a cluster as it is). Problems of one field (a missing or unreadable
+file, a mask of another shape) surface when it is opened, as an ``InputError`` for that field alone.
+"""
+from __future__ import annotations
+
+import logging
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .objects import TABLE_COLUMNS
+from .readers import IMAGE_SUFFIXES, read_image
+
+#: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels.
+MASK_ENDINGS = ("_cp_masks", "_masks", ".labels")
+#: Cellpose's other outputs beside its masks (NAME_seg.npy, NAME_flows.tif, NAME_cp_outlines.png, ...): not fields.
+SIDE_ENDINGS = ("_seg", "_flows", "_outlines")
+#: Files a folder of fields may hold, images and masks alike.
+FIELD_SUFFIXES = IMAGE_SUFFIXES + (".npy",)
+#: Columns every object row has besides the manifest's own (a manifest may not reuse these names).
+ROW_COLUMNS = ("field_index", "image", "labels") + TABLE_COLUMNS
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """Where one field is: ``image`` a file or an OME-Zarr image group (absolute paths), ``labels`` its
+    mask file, or the label image's name inside the OME-Zarr (``ome``); None when no mask was found."""
+
+    index: int
+    image: str
+    labels: str | None
+    ome: bool = False
+
+
+def list_fields(input, labels=None):
+    """The fields of INPUT in a fixed order: ``(specs, listing)``, ``listing`` a DataFrame with one row
+    per field (``field``, ``image``, ``labels`` as the input names them, then a manifest's other columns)."""
+    import pandas as pd
+
+    path = Path(input)
+    if not path.exists():
+        raise InputError(f"There is no file or folder at {path}: check the path.")
+    if path.is_dir() and _is_zarr(path):
+        image, name = _ome_listing(path, labels)
+        rows, specs = [{"image": image, "labels": name}], [FieldSpec(0, image, name, ome=True)]
+    elif labels is not None and (path.is_dir() or path.suffix.lower() == ".csv"):
+        raise InputError("--labels (labels=) goes with one field image or names an OME-Zarr label image: a folder or "
+                         "a manifest pairs every image with its own mask.")
+    elif path.is_dir():
+        rows, specs = _folder_listing(path)
+    elif path.suffix.lower() == ".csv":
+        rows, specs = _manifest_listing(path)
+    elif labels is None:
+        raise InputError(f"{path.name} is one field: give its mask with --labels MASK (labels=), or give a folder of "
+                         "fields with masks, a CSV manifest or an OME-Zarr image.")
+    else:
+        image, mask = str(path.resolve()), str(Path(labels).resolve())
+        rows, specs = [{"image": image, "labels": mask}], [FieldSpec(0, image, mask)]
+    listing = pd.DataFrame(rows)
+    listing = listing[["image", "labels"] + [c for c in listing.columns if c not in ("image", "labels")]]
+    listing.insert(0, "field_index", np.arange(len(rows), dtype=np.int64))
+    return specs, listing
+
+
+def _folder_listing(folder: Path):
+    """Images of a folder (sorted by name) paired with their masks by name."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in FIELD_SUFFIXES)
+    masks: dict[str, list[Path]] = {}
+    images = []
+    for p in files:
+        ending = next((e for e in MASK_ENDINGS if p.stem.endswith(e)), None)
+        if p.stem.endswith(SIDE_ENDINGS):
+            continue
+        if ending is None:
+            images.append(p)
+        else:
+            masks.setdefault(p.stem[:-len(ending)], []).append(p)
+    if not images:
+        raise InputError(f"The folder {folder} holds no field images ({', '.join(FIELD_SUFFIXES)}) beside masks: "
+                         "put each field image beside its mask.")
+    if not masks:
+        raise InputError(f"The folder {folder} holds {len(images)} images but no masks: name each image's mask "
+                         "NAME_cp_masks.tif (Cellpose), NAME_masks.tif or NAME.labels.tif beside NAME.tif, or list the "
+                         "pairs in a CSV manifest with columns image,labels.")
+    rows, specs = [], []
+    for i, image in enumerate(images):
+        found = masks.get(image.stem, [])
+        if len(found) > 1:
+            raise InputError(f"{image.name} has {len(found)} masks ({', '.join(p.name for p in found)}): keep one of "
+                             "them in the folder.")
+        mask = found[0] if found else None
+        rows.append({"image": image.name, "labels": mask.name if mask else None})
+        specs.append(FieldSpec(i, str(image.resolve()), str(mask.resolve()) if mask else None))
+    return rows, specs
+
+
+def _manifest_listing(csv: Path):
+    """The rows of a CSV manifest: image and labels paths relative to the CSV, any other columns kept."""
+    import pandas as pd
+
+    try:
+        table = pd.read_csv(csv)
+    except Exception as exc:
+        raise InputError(f"Could not read the manifest {csv.name} ({type(exc).__name__}: {exc}): give a CSV file with "
+                         "columns image,labels.") from None
+    missing = [c for c in ("image", "labels") if c not in table.columns]
+    if missing:
+        raise InputError(f"The manifest {csv.name} has no column {' or '.join(repr(c) for c in missing)}: give columns "
+                         "image,labels (paths relative to the CSV) and any others you want carried to every object.")
+    if len(table) == 0:
+        raise InputError(f"The manifest {csv.name} lists no fields: add one row per field image.")
+    clash = [c for c in table.columns if c in ROW_COLUMNS and c not in ("image", "labels")]
+    if clash:
+        raise InputError(f"The manifest {csv.name} has column{'s' if len(clash) > 1 else ''} {', '.join(clash)}, which "
+                         "every object row has already: rename them (the rows' own columns are field_index, image, labels and those "
+                         "of docs/objects.md).")
+    base = csv.resolve().parent
+    specs = [FieldSpec(i, _beside(base, image), _beside(base, labels))
+             for i, (image, labels) in enumerate(zip(table["image"], table["labels"]))]
+    for c in ("image", "labels"):
+        table[c] = [None if _blank(v) else str(v) for v in table[c]]
+    return table.to_dict("records"), specs
+
+
+def _blank(value) -> bool:
+    """An empty manifest cell (missing, NaN or blank)."""
+    return value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
+
+
+def _beside(base: Path, value) -> str | None:
+    """A manifest path as an absolute one: relative paths are relative to the CSV's folder."""
+    return None if _blank(value) else str((base / str(value)).resolve())
+
+
+# ---- OME-Zarr ------------------------------------------------------------------------------------
+def _is_zarr(path: Path) -> bool:
+    """A folder that is a Zarr group (v3 zarr.json, or v2 .zattrs/.zgroup): an OME-Zarr candidate."""
+    return (path / "zarr.json").is_file() or (path / ".zattrs").is_file() or (path / ".zgroup").is_file()
+
+
+@contextmanager
+def _quiet_ome():
+    """ome-zarr logs a warning for every label image that does not name its source image: not ours to show."""
+    logger = logging.getLogger("ome_zarr")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _ome_nodes(path: Path):
+    """(image node, {label name: node}) of an OME-Zarr image, read with ome-zarr-py."""
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Label, Multiscales, Reader
+
+    with _quiet_ome():
+        location = parse_url(str(path))
+        nodes = list(Reader(location)()) if location is not None else []
+    image = next((n for n in nodes if any(isinstance(s, Multiscales) for s in n.specs)
+                  and not any(isinstance(s, Label) for s in n.specs)), None)
+    if image is None:
+        raise InputError(f"{path.name} is a Zarr group but not an OME-Zarr image (no multiscales): give an OME-Zarr "
+                         "image with a labels group.")
+    found = {Path(n.zarr.path).name: n for n in nodes if any(isinstance(s, Label) for s in n.specs)}
+    return image, found
+
+
+def _ome_listing(path: Path, name):
+    """The one field of an OME-Zarr image: its path and the label image to use (the first, or ``name``)."""
+    _, found = _ome_nodes(path)
+    if not found:
+        raise InputError(f"The OME-Zarr image {path.name} has no labels group: add the segmentation as an NGFF label "
+                         "image (e.g. ome_zarr.writer.write_labels), or give a field image with --labels MASK.")
+    if name is None:
+        name = next(iter(found))
+    elif str(name) not in found:
+        raise InputError(f"The OME-Zarr image {path.name} has no label image {name!r}: choose one of {', '.join(found)}.")
+    return str(path.resolve()), str(name)
+
+
+class _NGFFView:
+    """An NGFF array as ticlust reads a field: z (and a label image's c) of length 1 dropped, one frame
+    (the whole image without t) decoded at a time and kept while windows of it are read."""
+
+    def __init__(self, array, axes: list[str], drop: tuple[str, ...], what: str):
+        for name in drop:
+            if name in axes and array.shape[axes.index(name)] != 1:
+                raise InputError(f"The OME-Zarr {what} has {array.shape[axes.index(name)]} planes along {name}: ticlust "
+                                 "cuts 2-D objects, so give a 2-D image (or a projection) per time point.")
+        self.array = array
+        self.keep = [i for i, a in enumerate(axes) if a not in drop]
+        self.axes = [axes[i] for i in self.keep]
+        self.shape = tuple(int(array.shape[i]) for i in self.keep)
+        self.dtype = np.dtype(array.dtype)
+        self.ndim = len(self.shape)
+        self.timed = "t" in self.axes
+        self._frame, self._data = None, None
+
+    def _load(self, frame):
+        """The whole frame ``frame`` (None: the image without t), decoded once and kept for its windows."""
+        if self._frame != frame or self._data is None:
+            key = [0] * self.array.ndim
+            for i in self.keep:
+                key[i] = slice(None)
+            if self.timed:
+                key[self.keep[0]] = frame
+            self._frame, self._data = frame, np.asarray(self.array[tuple(key)])
+        return self._data
+
+    def __getitem__(self, key):
+        """A window of one frame (``[t, ...]`` for a time series), as NumPy."""
+        key = key if isinstance(key, tuple) else (key,)
+        if self.timed:
+            return self._load(int(key[0]))[key[1:]]
+        return self._load(None)[key]
+
+    def __array__(self, dtype=None, copy=None):
+        """All of it (a label image of one frame, as objects.py reads labels)."""
+        data = np.stack([self._load(t) for t in range(self.shape[0])]) if self.timed else self._load(None)
+        return data if dtype is None else data.astype(dtype)
+
+
+def _ome_field(spec: FieldSpec, channel):
+    """(image, labels, channel_axis) of an OME-Zarr field, both read frame by frame from Zarr."""
+    import zarr
+
+    path = Path(spec.image)
+    image_node, found = _ome_nodes(path)
+    if spec.labels not in found:
+        raise InputError(f"The OME-Zarr image {path.name} has no label image {spec.labels!r} any more.")
+    views = []
+    for node, drop, what in ((image_node, ("z",), "image"), (found[spec.labels], ("z", "c"), "labels")):
+        axes = [a["name"] if isinstance(a, dict) else str(a) for a in node.metadata.get("axes", [])]
+        level = next(s for s in node.specs if hasattr(s, "datasets")).datasets[0]
+        array = zarr.open_array(f"{node.zarr.path}/{level}", mode="r")
+        if not axes:
+            axes = ["t", "c", "z", "y", "x"][-array.ndim:]
+        if what == "image" and channel is None and "c" in axes and array.shape[axes.index("c")] == 1:
+            drop = drop + ("c",)
+        views.append(_NGFFView(array, axes, drop, what))
+    image, labels = views
+    return image, labels, image.axes.index("c") if "c" in image.axes else None
+
+
+# ---- one field -----------------------------------------------------------------------------------
+def open_field(spec: FieldSpec, channel=None):
+    """``(image, labels, channel_axis)`` of one field, lazy where the format allows (memory-mapped TIFF
+    and .npy, OME-Zarr frame by frame); an ``InputError`` names what is wrong with this field."""
+    if spec.image is None:
+        raise InputError("This manifest row names no image: give the field image's path in its image column.")
+    if spec.labels is None:
+        name = Path(spec.image).stem
+        raise InputError(f"No mask for {Path(spec.image).name}: name it {name}_cp_masks.tif, {name}_masks.tif or "
+                         f"{name}.labels.tif (any image type) beside it, or give its path in a manifest's labels column.")
+    if spec.ome:
+        return _ome_field(spec, channel)
+    return _read(spec.image, "image"), _read(spec.labels, "mask"), None
+
+
+def _read(path: str, what: str):
+    """One image or mask file, or an InputError naming it."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"There is no {what} file at {p}: check the path.")
+    try:
+        return read_image(p)
+    except Exception as exc:
+        raise InputError(f"Could not read the {what} {p.name} ({type(exc).__name__}: {exc}).") from None

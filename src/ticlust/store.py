@@ -1,0 +1,681 @@
+"""The object store: every object of a plate cut out onto disk, with one table row per object.
+
+``extract(INPUT, STORE)`` lists the fields (:mod:`ticlust.plate`), fixes the crop size, dtype and
+channels for the whole store (from a first pass over the masks and file headers), then cuts field
+after field with :func:`ticlust.objects.field_objects`, in worker processes. Each field's step,
+:func:`extract_field`, is one pure function — a field's paths and the plan in, its part written into
+the store by path, a small :class:`FieldReport` out — so a local loop, a process pool or a cluster
+can all call it. A field's part (Zarr v3 arrays ``crops`` and ``masks``, chunked along the object
+axis, and its rows in Parquet) is written in ``tmp/`` and committed by one rename: a field is there
+whole or not at all. The last step writes ``table.parquet`` (all rows, fields in input order, then
+label) and marks the store complete. A run that is killed, or stops on a full disk, is finished by
+running it again: only fields without a part are cut, and the store ends byte for byte as an
+uninterrupted run leaves it. A field that cannot be read or cut is left out, listed in ``failed``,
+and tried again by the next run. docs/store.md has the layout on disk.
+
+Memory: each worker holds one field at a time; the parent holds the listing and small reports, and
+writes the table in row groups, so nothing grows with the number of fields but the listing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import uuid
+import warnings
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import closing, contextmanager
+from dataclasses import dataclass
+from functools import cached_property
+from multiprocessing import get_context
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .objects import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
+from .plate import FieldSpec, list_fields, open_field
+
+#: Version of the layout on disk (docs/store.md).
+FORMAT = 1
+#: Uncompressed bytes per chunk of a part's crops (along the object axis).
+CHUNK_BYTES = 8 << 20
+#: Rows per row group of table.parquet.
+ROW_GROUP = 1 << 14
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every field's step shares: the options and the store's one crop size, dtype and channels."""
+
+    size: int
+    dtype: str
+    channels: int | None
+    keep_border: bool
+    channel: int | None
+    orient: bool
+    normalize: bool
+    rescale: bool
+
+
+@dataclass(frozen=True)
+class Survey:
+    """One field seen before cutting: its image dtype, its crops' channels and the crop sides its objects
+    need (all of them with ``rescale``, else the largest), or why it cannot be read."""
+
+    field: int
+    dtype: str | None = None
+    channels: int | None = None
+    needs: np.ndarray | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class FieldReport:
+    """What one field's step reports: how many objects it committed, or why the field was left out
+    (``error``), or why the store could not be written (``fatal``: the run stops, the field is not done)."""
+
+    field: int
+    objects: int = 0
+    error: str | None = None
+    fatal: str | None = None
+
+
+# ---- the per-field steps (pure: paths in, a small record out) --------------------------------------
+def survey_field(spec: FieldSpec, options: dict) -> Survey:
+    """What fixing the store's crop size, dtype and channels needs from one field: masks and headers only."""
+    try:
+        image, labels, caxis = open_field(spec, options["channel"])
+        channels = crop_channels(image, labels, caxis, options["channel"])
+        needs = None
+        if options["crop_size"] is None:
+            needs = crop_needs(labels, keep_border=options["keep_border"], rescale=options["rescale"],
+                               orient=options["orient"])
+            needs = needs if options["rescale"] or needs.size == 0 else needs.max(keepdims=True)
+        return Survey(spec.index, str(np.dtype(image.dtype)), channels, needs)
+    except Exception as exc:
+        return Survey(spec.index, error=_reason(exc))
+
+
+def extract_field(spec: FieldSpec, plan: Plan, store: str) -> FieldReport:
+    """Cut one field's objects and commit them as the store's part ``fields/NNNNN``, whole or not at all."""
+    final = Path(store) / "fields" / part_name(spec.index)
+    if final.exists():
+        return FieldReport(spec.index, _part_objects(final))
+    try:
+        crops, masks, table = _cut(spec, plan)
+    except Exception as exc:
+        return FieldReport(spec.index, error=_reason(exc))
+    try:
+        _commit(Path(store), spec.index, crops, masks, table)
+    except OSError as exc:
+        return FieldReport(spec.index, fatal=exc.strerror or str(exc))
+    return FieldReport(spec.index, len(crops))
+
+
+def _cut(spec: FieldSpec, plan: Plan):
+    """The field's crops in the store's dtype, masks and table rows; InputError when they do not fit the store."""
+    image, labels, caxis = open_field(spec, plan.channel)
+    crops, masks, table = field_objects(image, labels, plan.size, keep_border=plan.keep_border, rescale=plan.rescale,
+                                        orient=plan.orient, normalize=plan.normalize, channel_axis=caxis,
+                                        channels=plan.channel)
+    got = crops.shape[3] if crops.ndim == 4 else None
+    if got != plan.channels:
+        raise InputError(f"Its crops have {got or 'no'} channels where the store's have {plan.channels or 'none'}: "
+                         "give fields with the same channels (or pick one with --channel).")
+    if crops.dtype != plan.dtype:
+        if not np.can_cast(crops.dtype, plan.dtype):
+            raise InputError(f"Its image is {crops.dtype}, which the store's {plan.dtype} crops cannot hold exactly: "
+                             "give fields of one dtype (or use --normalize).")
+        crops = crops.astype(plan.dtype)
+    return crops, masks, table
+
+
+def _commit(store: Path, index: int, crops, masks, table) -> None:
+    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zarr
+
+    tmp = store / "tmp" / f"{part_name(index)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    try:
+        group = zarr.open_group(tmp, mode="w", attributes={"field": index, "objects": len(crops)})
+        for name, data in (("crops", crops), ("masks", masks)):
+            chunk = max(1, min(len(data), CHUNK_BYTES // max(1, data[0:1].nbytes or data.itemsize)))
+            array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:], dtype=data.dtype)
+            if len(data):
+                array[...] = data
+        pq.write_table(pa.table(table), tmp / "rows.parquet")
+        try:
+            os.rename(tmp, store / "fields" / part_name(index))
+        except OSError:
+            if not (store / "fields" / part_name(index)).exists():   # else an earlier worker committed the same part
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _part_objects(part: Path) -> int:
+    """How many objects a committed part holds (its group's attributes; no array is opened)."""
+    return int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
+
+
+def _reason(exc: Exception) -> str:
+    """Why a field was left out, in one sentence: ours as it is, anything else with its type."""
+    return str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
+
+
+def part_name(index: int) -> str:
+    """The name of field ``index``'s part (zero-padded, so that names sort in input order)."""
+    return f"{index:05d}"
+
+
+# ---- extraction ------------------------------------------------------------------------------------
+def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False,
+            channel: int | None = None, orient: bool = ROUTE_OPTIONS["orient"],
+            normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False, workers: int | None = None,
+            progress=None) -> ObjectStore:
+    """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``).
+
+    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels`` columns,
+    the others carried to every row), an OME-Zarr image with labels (``labels`` names one), or one field
+    image with ``labels=MASK`` (see :mod:`ticlust.plate`). The crop options are those of the objects
+    route (``ticlust fit --labels``; :func:`ticlust.objects.objects_from_labels`), with its defaults
+    (``orient``, ``normalize`` on); ``crop_size`` None: the smallest multiple of 4 that holds every kept
+    object of the plate (the median object with ``rescale``), at most 128, from a first pass over the masks.
+    ``workers``: processes (default min(CPUs, 4); 1 cuts in this process). ``progress``: True for a bar on
+    standard error, or a callable that takes :class:`ticlust.methods.base.Progress` events.
+
+    Run it again on the same store to finish an interrupted run; a store made with other options or
+    from another input is refused. Fields that cannot be read or cut are left out, named in one warning
+    and in ``ObjectStore.failed``. Returns the :class:`ObjectStore`.
+    """
+    options = _options(crop_size, keep_border, channel, orient, normalize, rescale)
+    specs, listing = list_fields(input, labels)
+    workers = _workers(workers, len(specs))
+    root = Path(store)
+    report = _Reporter(progress)
+    steps = _Steps(workers, report)
+    finished = False
+    try:
+        with _locked(root):
+            try:
+                attrs = _resume(root, options, listing) or _create(root, input, specs, listing, options, steps)
+                failed = _extract_fields(root, specs, _plan_of(attrs), steps)
+            finally:
+                steps.close()
+            if not read_attributes(root)["complete"]:
+                _finish(root, listing, failed)
+        finished = True
+    finally:
+        report.close(finished)
+    result = ObjectStore(root)
+    if failed:
+        shown = "; ".join(f"{r['image']}: {r['error']}" for r in result.failed.head(2).to_dict("records"))
+        more = f"; and {len(failed) - 2} more" if len(failed) > 2 else ""
+        warnings.warn(f"{len(failed)} of {len(specs)} fields were left out (listed in the store's failed table; a "
+                      f"new run tries them again) — {shown}{more}", stacklevel=2)
+    return result
+
+
+def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dict:
+    """The extraction options as the store records them, checked."""
+    if crop_size is not None and (isinstance(crop_size, bool) or not isinstance(crop_size, (int, np.integer))
+                                  or crop_size < 4):
+        raise InputError(f"crop_size={crop_size!r} must be a whole number of pixels, at least 4 (or None: fit the objects).")
+    if channel is not None and (isinstance(channel, bool) or not isinstance(channel, (int, np.integer))):
+        raise InputError(f"channel={channel!r} must be a channel index (or None: all channels).")
+    return {"crop_size": None if crop_size is None else int(crop_size), "keep_border": bool(keep_border),
+            "channel": None if channel is None else int(channel), "orient": bool(orient), "normalize": bool(normalize),
+            "rescale": bool(rescale)}
+
+
+def _workers(workers, n_fields: int) -> int:
+    """How many processes to run (default min(CPUs, 4)), never more than there are fields."""
+    if workers is None:
+        workers = min(os.cpu_count() or 1, 4)
+    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
+        raise InputError(f"workers={workers!r} must be a whole number of processes, at least 1.")
+    return max(1, min(int(workers), n_fields))
+
+
+@contextmanager
+def _locked(root: Path):
+    """Hold the store's lock file for the run: a second extraction into the same store is refused.
+    A store folder this run made and did not get as far as creating is removed again."""
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root} is a file, not an object store: choose a new folder name for the store.")
+    made = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"Cannot make the store folder {root} ({exc.strerror}): choose a writable place.") from None
+    handle = open(root / ".lock", "a")
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:            # no fcntl (Windows): no lock
+            pass
+        except OSError:
+            raise InputError(f"Another extraction is writing to {root} now: let it finish (or stop it), then run "
+                             "again.") from None
+        yield
+    except BaseException:
+        if made and not (root / "zarr.json").exists():
+            handle.close()
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+    finally:
+        handle.close()
+
+
+def _digest(listing) -> str:
+    """A fingerprint of the input's listing (paths, order, manifest values): what a resumed run must match."""
+    return hashlib.sha256(listing.to_csv(index=False).encode()).hexdigest()
+
+
+def _resume(root: Path, options: dict, listing) -> dict | None:
+    """The attributes of the store at ``root`` when this run continues it; None when there is none yet.
+    Refuses a store made with other options or from another input, and a folder that is no store."""
+    attrs = read_attributes(root)
+    if attrs is None:
+        ours = {".lock", "fields.parquet", "fields", "tmp"}
+        strange = sorted(p.name for p in root.iterdir() if p.name not in ours and not p.name.endswith(".partial"))
+        if strange:
+            raise InputError(f"{root} exists and is not an object store (it holds {', '.join(strange[:3])}): choose a "
+                             "new folder for the store.")
+        return None
+    if attrs["options"] != options:
+        theirs = ", ".join(f"{k}={attrs['options'].get(k)!r}" for k in options if attrs["options"].get(k) != options[k])
+        asked = ", ".join(f"{k}={options[k]!r}" for k in options if attrs["options"].get(k) != options[k])
+        raise InputError(f"{root} was made with {theirs}, not {asked}: give the store's options to finish it, or "
+                         "choose a new store path.")
+    if attrs["input"]["digest"] != _digest(listing):
+        raise InputError(f"{root} was made from another input ({attrs['input']['fields']} fields of "
+                         f"{attrs['input']['path']}): give that input to finish it, or choose a new store path.")
+    shutil.rmtree(root / "tmp", ignore_errors=True)        # parts of killed runs that never got committed
+    (root / "tmp").mkdir(exist_ok=True)
+    return attrs
+
+
+def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> dict:
+    """A new store: the first pass over the masks fixes crop size, dtype and channels, then the listing,
+    the fields group and the attributes (last: from then on the folder is a store)."""
+    with closing(steps.map(survey_field, [(s, options) for s in specs], "measuring masks")) as results:
+        surveys = sorted(results, key=lambda s: s.field)
+    crop = _crop_of(surveys, options, listing)
+    _write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
+    (root / "fields").mkdir(exist_ok=True)
+    _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+    shutil.rmtree(root / "tmp", ignore_errors=True)
+    (root / "tmp").mkdir()
+    attrs = {"format": FORMAT, "options": options, "crop": crop,
+             "input": {"path": str(Path(input).resolve()), "fields": len(specs), "digest": _digest(listing)},
+             "complete": False, "objects": 0, "failed": 0}
+    _write_attributes(root, attrs)
+    return attrs
+
+
+def _crop_of(surveys, options: dict, listing) -> dict:
+    """The store's crop size, dtype and channels, from the fields that could be read (the first one's channels)."""
+    ok = [s for s in surveys if s.error is None]
+    if not ok:
+        first = surveys[0]
+        which = f"None of the {len(surveys)} fields can be cut; the first, " if len(surveys) > 1 else "The field "
+        raise InputError(f"{which}{listing['image'][first.field]}: {first.error}")
+    same = [s for s in ok if s.channels == ok[0].channels]
+    dtype = "float32" if options["normalize"] else str(np.result_type(*[np.dtype(s.dtype) for s in same]))
+    size = options["crop_size"]
+    if size is None:
+        needs = np.concatenate([s.needs for s in same])
+        if needs.size == 0:
+            raise InputError(f"The masks of the {len(surveys)} fields hold no objects"
+                             f"{' away from the border (keep_border=True keeps those)' if not options['keep_border'] else ''}: "
+                             "check that the masks are the segmentations of the images.")
+        size = auto_size(needs, options["rescale"], MAX_AUTO_SIZE)
+    return {"size": int(size), "dtype": dtype, "channels": ok[0].channels}
+
+
+def _plan_of(attrs: dict) -> Plan:
+    """The per-field plan from a store's attributes, so a resumed run cuts exactly as the first did."""
+    o, c = attrs["options"], attrs["crop"]
+    return Plan(c["size"], c["dtype"], c["channels"], o["keep_border"], o["channel"], o["orient"], o["normalize"],
+                o["rescale"])
+
+
+def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldReport]:
+    """Cut every field that has no part yet; the fields left out. A write that fails stops the run."""
+    todo = [s for s in specs if not (root / "fields" / part_name(s.index)).exists()]
+    attrs = read_attributes(root)
+    if todo and attrs["complete"]:
+        _write_attributes(root, {**attrs, "complete": False})
+    failed = []
+    with closing(steps.map(extract_field, [(s, plan, str(root)) for s in todo], "cutting fields")) as results:
+        for r in results:
+            if r.fatal:
+                done = sum((root / "fields" / part_name(s.index)).exists() for s in specs)
+                raise InputError(f"Writing to {root} failed ({r.fatal}) with {done} of {len(specs)} fields done: free "
+                                 "space (or fix the folder's permissions) and run the same command again to finish "
+                                 "the rest.")
+            if r.error:
+                failed.append(r)
+    return sorted(failed, key=lambda r: r.field)
+
+
+def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
+    """Write table.parquet (every part's rows in field order, with the field's listing columns) and
+    failed.parquet, then mark the store complete; all of it again if killed before the mark."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    fields = pa.Table.from_pandas(listing, preserve_index=False).replace_schema_metadata()
+    rows_schema = pa.table(field_objects(np.zeros((1, 1)), np.zeros((1, 1), np.int32), 8)[2]).schema
+    schema = pa.schema(list(fields.schema) + list(rows_schema))
+    total = 0
+
+    def write(tmp):
+        nonlocal total
+        with pq.ParquetWriter(tmp, schema) as writer:
+            buffer = []
+            for i in range(len(listing)):
+                part = root / "fields" / part_name(i)
+                if not part.exists():
+                    continue
+                rows = pq.read_table(part / "rows.parquet")
+                n = rows.num_rows
+                columns = [pa.repeat(fields.column(c)[i], n) for c in fields.column_names] + rows.columns
+                buffer.append(pa.Table.from_arrays(columns, schema=schema))
+                total += n
+                if sum(t.num_rows for t in buffer) >= ROW_GROUP:
+                    writer.write_table(pa.concat_tables(buffer), row_group_size=ROW_GROUP)
+                    buffer = []
+            if buffer:
+                writer.write_table(pa.concat_tables(buffer), row_group_size=ROW_GROUP)
+
+    try:
+        _write_atomic(root / "table.parquet", write)
+        errors = {r.field: r.error for r in failed}
+        left = listing[listing["field_index"].isin(list(errors))].copy()
+        left["error"] = [errors[f] for f in left["field_index"]]
+        _write_atomic(root / "failed.parquet", lambda tmp: left.to_parquet(tmp, index=False))
+        _write_attributes(root, {**read_attributes(root), "complete": True, "objects": total, "failed": len(failed)})
+    except OSError as exc:
+        raise InputError(f"Writing to {root} failed ({exc.strerror or exc}) with every field done: free space and run "
+                         "the same command again to finish the store.") from None
+
+
+# ---- running the steps -----------------------------------------------------------------------------
+class _Steps:
+    """Runs per-field steps in this process (one worker) or in a pool of worker processes, started on
+    first need and kept for the run's later steps (starting a process costs seconds: it imports ticlust)."""
+
+    def __init__(self, workers: int, report):
+        self.workers = workers
+        self.report = report
+        self.pool = None
+        self.futures = []
+
+    def map(self, fn, jobs: list[tuple], stage: str):
+        """``fn(*job)`` for every job; results as they come, progress reported; the jobs not yet started
+        are dropped when the caller stops reading (a failed write)."""
+        total = len(jobs)
+        if self.workers <= 1 or total <= 1:
+            for step, job in enumerate(jobs, 1):
+                result = fn(*job)
+                self.report(stage, step, total)
+                yield result
+            return
+        if self.pool is None:
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_worker_start,
+                                            initargs=(os.getpid(),))
+        futures = self.futures = [self.pool.submit(fn, *job) for job in jobs]
+        try:
+            for step, future in enumerate(as_completed(futures), 1):
+                self.report(stage, step, total)
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    raise InputError("A worker process died (killed, or out of memory) while "
+                                     f"{stage}: run the same command again to finish (with fewer --workers if memory "
+                                     "is short).") from None
+                yield result
+        finally:
+            for future in futures:
+                future.cancel()
+
+    def close(self) -> None:
+        """End the worker processes; after a stop, first wait for the steps under way (they may still
+        commit parts, and must be done before the lock is let go: a next run clears tmp/)."""
+        if self.pool is not None:
+            self.pool.shutdown(wait=not all(f.done() for f in self.futures), cancel_futures=True)
+            self.pool = None
+
+
+def _worker_start(parent: int) -> None:
+    """A worker dies with the run that started it (Linux), so no orphan writes into a store being resumed."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+class _Reporter:
+    """Progress events to a callable or a terminal bar; nothing (and no import) when ``progress`` is None or False."""
+
+    def __init__(self, progress):
+        self.bar = self.sink = self.pace = None
+        if progress is True:
+            from .api import TerminalProgress
+
+            self.bar = TerminalProgress()
+            self.sink = self.bar.update
+        elif callable(progress):
+            self.sink = progress
+        self.used = False
+
+    def __call__(self, stage: str, step: int, total: int) -> None:
+        if self.sink is None:
+            return
+        from .api import StagePace
+        from .methods.base import Progress
+
+        self.pace = self.pace or StagePace()
+        self.used = True
+        self.sink(Progress(step=step, total=total, stage=stage, eta=self.pace.eta(stage, step, total - step)))
+
+    def close(self, finished: bool) -> None:
+        """End the bar's line: "done" after a finished run, a bare line break after a failed one."""
+        if self.bar is not None and self.used:
+            self.bar.close() if finished else self.bar.stream.write("\n")
+
+
+# ---- files ---------------------------------------------------------------------------------------
+def _write_atomic(path: Path, write) -> None:
+    """``write(tmp)`` then rename tmp onto ``path``: readers see the old file or the new one, never half."""
+    tmp = path.with_name(path.name + ".partial")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def _write_json(path: Path, obj) -> None:
+    """A JSON file (sorted keys: the same content gives the same bytes), written atomically."""
+    _write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
+
+
+def _write_attributes(root: Path, attrs: dict) -> None:
+    """The store's root zarr.json (a Zarr v3 group) with ``attrs`` under ``ticlust``."""
+    _write_json(root / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {"ticlust": attrs}})
+
+
+def read_attributes(root) -> dict | None:
+    """The store's ``ticlust`` attributes (options, crop, input, state); None when ``root`` is no store."""
+    try:
+        meta = json.loads((Path(root) / "zarr.json").read_text())
+        attrs = meta["attributes"]["ticlust"]
+        return attrs if attrs.get("format") == FORMAT else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+# ---- reading a store -------------------------------------------------------------------------------
+def open_objects(path) -> ObjectStore:
+    """Open an object store written by :func:`extract` (``ticlust extract``)."""
+    return ObjectStore(path)
+
+
+class ObjectStore:
+    """An object store on disk: ``table`` (a DataFrame, one row per object), ``crops`` and ``masks`` (lazy
+    arrays in table order), ``options`` (how it was extracted), ``fields`` (the input's listing) and
+    ``failed`` (the fields left out, with why)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        attrs = read_attributes(self.path)
+        if attrs is None:
+            raise InputError(f"{self.path} is not an object store: make one with ticlust extract INPUT -o STORE.")
+        if not attrs["complete"]:
+            raise InputError(f"{self.path} is not finished (an extraction stopped part-way): run the same "
+                             "ticlust extract command again to finish it.")
+        self.attributes = attrs
+        self.options = dict(attrs["options"])
+        self.size, self.dtype, self.channels = attrs["crop"]["size"], np.dtype(attrs["crop"]["dtype"]), attrs["crop"]["channels"]
+
+    def __len__(self) -> int:
+        return int(self.attributes["objects"])
+
+    def __repr__(self) -> str:
+        item = f"{self.size}×{self.size}" + (f"×{self.channels}" if self.channels else "")
+        return (f"ObjectStore({str(self.path)!r}: {len(self)} objects, {item} {self.dtype} crops, "
+                f"{self.attributes['input']['fields']} fields, {self.attributes['failed']} failed)")
+
+    @cached_property
+    def table(self):
+        """One row per object, in crop order: field, image, labels, the manifest's columns, then label,
+        frame, centroid, bbox, area, touches_border, scale, angle (see docs/objects.md)."""
+        import pandas as pd
+
+        return pd.read_parquet(self.path / "table.parquet")
+
+    @cached_property
+    def fields(self):
+        """The input's listing: one row per field (field, image, labels, the manifest's columns)."""
+        import pandas as pd
+
+        return pd.read_parquet(self.path / "fields.parquet")
+
+    @cached_property
+    def failed(self):
+        """The fields left out: their listing row and ``error``, the reason in one sentence."""
+        import pandas as pd
+
+        return pd.read_parquet(self.path / "failed.parquet")
+
+    @cached_property
+    def _parts(self):
+        """The parts that hold objects, in table order, and how many each holds (from the table's field_index)."""
+        import pyarrow.parquet as pq
+
+        field = pq.read_table(self.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
+        ids, counts = np.unique(field, return_counts=True)
+        return [self.path / "fields" / part_name(int(i)) for i in ids], counts
+
+    @cached_property
+    def crops(self) -> LazyStack:
+        """The crops (N, size, size[, C]), read part by part on indexing."""
+        paths, counts = self._parts
+        item = (self.size, self.size) + ((self.channels,) if self.channels else ())
+        return LazyStack([p / "crops" for p in paths], counts, item, self.dtype)
+
+    @cached_property
+    def masks(self) -> LazyStack:
+        """The objects' masks (N, size, size) bool: which pixels of each crop are the object."""
+        paths, counts = self._parts
+        return LazyStack([p / "masks" for p in paths], counts, (self.size, self.size), np.dtype(bool))
+
+
+class LazyStack:
+    """Per-field Zarr arrays seen as one array along the object axis: indexing (an int, a slice, an
+    index or boolean array, then the other axes) reads only the parts it touches. ``np.asarray`` reads
+    all; ``dask.array.from_array(stack, chunks=...)`` makes a dask array of it."""
+
+    def __init__(self, paths: list[Path], counts, item_shape: tuple, dtype):
+        self.paths = list(paths)
+        self.offsets = np.concatenate([[0], np.cumsum(np.asarray(counts, np.int64))]).astype(np.int64)
+        self.shape = (int(self.offsets[-1]),) + tuple(item_shape)
+        self.dtype = np.dtype(dtype)
+        self.ndim = len(self.shape)
+        self._open: dict[int, object] = {}
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def _part(self, k: int):
+        """Part ``k``'s Zarr array, opened on first use."""
+        if k not in self._open:
+            import zarr
+
+            self._open[k] = zarr.open_array(self.paths[k], mode="r")
+        return self._open[k]
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        first, rest = (key[0], key[1:]) if key else (slice(None), ())
+        if first is Ellipsis:
+            first, rest = slice(None), (Ellipsis,) + rest
+        if isinstance(first, (int, np.integer)):
+            i = int(first) + (len(self) if first < 0 else 0)
+            if not 0 <= i < len(self):
+                raise IndexError(f"index {first} is out of range for {len(self)} objects")
+            k = int(np.searchsorted(self.offsets, i, side="right")) - 1
+            return np.asarray(self._part(k)[i - int(self.offsets[k])])[rest]
+        index = np.arange(len(self))[first] if isinstance(first, slice) else self._indices(first)
+        out = np.empty((len(index),) + self.shape[1:], self.dtype)
+        part = np.searchsorted(self.offsets, index, side="right") - 1
+        for k in np.unique(part):
+            sel = np.flatnonzero(part == k)
+            local = index[sel] - self.offsets[k]
+            if len(local) > 1 and np.all(np.diff(local) == 1):
+                out[sel] = self._part(int(k))[int(local[0]):int(local[-1]) + 1]
+            else:
+                out[sel] = self._part(int(k)).oindex[local]
+        return out[(slice(None),) + rest] if rest else out
+
+    def _indices(self, first) -> np.ndarray:
+        """An index or boolean array along the object axis as object numbers, checked."""
+        index = np.asarray(first)
+        if index.dtype == bool:
+            if index.shape != (len(self),):
+                raise IndexError(f"a boolean index must have {len(self)} entries")
+            return np.flatnonzero(index)
+        if index.dtype.kind not in "iu":
+            raise IndexError("index objects with an int, a slice, or an array of ints or booleans")
+        index = index.astype(np.int64).ravel()
+        index = np.where(index < 0, index + len(self), index)
+        if index.size and (index.min() < 0 or index.max() >= len(self)):
+            raise IndexError(f"an index is out of range for {len(self)} objects")
+        return index
+
+    def __array__(self, dtype=None, copy=None):
+        data = self[:]
+        return data if dtype is None else data.astype(dtype)
+
+    def __iter__(self):
+        """One crop after another, each part read once."""
+        for k in range(len(self.paths)):
+            yield from np.asarray(self._part(k)[...])
+
+
+__all__ = ["extract", "open_objects", "ObjectStore", "LazyStack", "extract_field", "survey_field", "Plan",
+           "FieldReport", "read_attributes", "part_name"]
