@@ -1,4 +1,8 @@
-"""The Python entry points: ``run`` (a generator of events), ``fit`` (drains it) and ``predict``."""
+"""The Python entry points: ``fit``, ``run`` (the same as a generator of events), ``predict``, ``align_one``.
+
+Each validates its input, builds a :class:`~ticlust.execute.Job` and hands it to the execution seam
+(``execute.py``), which resolves the device, turns on deterministic kernels, runs the seeds and stamps
+the result."""
 from __future__ import annotations
 
 import math
@@ -8,11 +12,11 @@ from typing import Iterator
 
 import numpy as np
 
-from .device import describe, reproducible, resolve_device
 from .errors import InputError
-from .events import Done, Event, Progress, drain
+from .events import Done, Event, Progress
+from .execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, stream, versions, with_eta  # noqa: F401
 from .methods import get_method
-from .methods.base import Method, best_of, coerce, param_infos
+from .methods.base import Method, coerce, param_infos
 from .methods.invariances import OBJECTS
 from .result import ClusteringResult
 from .stack import Stack
@@ -51,8 +55,15 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
 
     ``k`` defaults to the method's own default. With ``runs`` > 1, trains with seeds seed, seed+1, ...
     and keeps the run with the lowest final loss (the papers' "minLoss"); every run's loss is kept in
-    ``result.run_losses``.
+    ``result.run_losses``. A generator over :func:`fit_job` (``execute.stream``).
     """
+    return (yield from stream(fit_job(data, method, k, device, seed, runs, **params)))
+
+
+def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
+            **params) -> Job:
+    """Training as a :class:`~ticlust.execute.Job`: the input validated and the config made now (errors
+    are raised here, before anything runs), the fit's config stamped on the result at the end."""
     spec = get_method(method)
     if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
         raise InputError(f"runs = {runs!r} must be a whole number of at least 1.")
@@ -60,66 +71,15 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     items = prepare(data, spec)
     k = check_k(spec.default_k if k is None else k, item_count(items))
     cfg = spec.make_config(k, **params)
-    dev = resolve_device(device)
-    start = time.perf_counter()
-    candidates = [lambda r=r: spec.run(items, cfg, dev, int(seed) + r) for r in range(runs)]
-    with reproducible(dev):
-        best, results = yield from with_eta(best_of(candidates, lambda i, n: f"run {i + 1}/{n}"))
-    best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
-    if isinstance(items, Stack):  # new items are later scaled like the training stack
-        best.config["input_range"] = [items.lo, items.hi]
-    best.run_losses = [r.final_loss for r in results]
-    best.timing = {**best.timing, "total_s": time.perf_counter() - start}
-    best.device = describe(dev)
-    best.versions = versions()
-    yield Done(best)
 
+    def finish(best: ClusteringResult, _results) -> ClusteringResult:
+        best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
+        if isinstance(items, Stack):  # new items are later scaled like the training stack
+            best.config["input_range"] = [items.lo, items.hi]
+        return best
 
-def with_eta(events):
-    """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace)."""
-    pace = StagePace()
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(event, Progress):
-            event.eta = pace.eta(event.stage, event.step, event.total - event.step)
-        yield event
-
-
-class StagePace:
-    """Seconds left, from the pace of the current stage only, or None ("estimating…") until that stage
-    has shown ETA_MIN_STEPS steps and ETA_MIN_SECONDS seconds.
-
-    Setup before the first step (k-means++ seeding, a network build) and earlier, faster or slower
-    stages (DTI adds a module, PSSC goes from scattering to PCA) no longer skew the estimate: the
-    first ETA of a 2 s K-means said 4 minutes because setup time was divided by one step of 300, and
-    DTI's said 2½ minutes from its fast identity stage. Stage names count as the same stage when they
-    differ only in numbers ("Lloyd iteration 3" and "Lloyd iteration 4"). The estimate assumes the
-    rest runs at this stage's pace: methods whose later stages are slower or stop early (DTI's
-    curriculum, a convergence test) can still finish later or sooner, so front ends say so.
-    """
-
-    def __init__(self):
-        self.key: str | None = None
-        self.t0 = 0.0
-        self.step0 = 0
-
-    def eta(self, stage: str, step: int, left: int, now: float | None = None) -> float | None:
-        now = time.perf_counter() if now is None else now
-        key = "".join(ch for ch in stage if not ch.isdigit())
-        if key != self.key or step < self.step0:
-            self.key, self.t0, self.step0 = key, now, step
-            return None
-        done, spent = step - self.step0, now - self.t0
-        if done < ETA_MIN_STEPS or spent < ETA_MIN_SECONDS:
-            return None
-        return spent / done * max(left, 0)
-
-
-ETA_MIN_STEPS = 3
-ETA_MIN_SECONDS = 2.0
+    return Job(lambda dev, s: spec.run(items, cfg, dev, s), device=device, seed=seed, runs=int(runs), label="run",
+               finish=finish)
 
 
 def format_eta(eta: float | None) -> str:
@@ -137,16 +97,8 @@ def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     terminal bar (default: when standard error is a terminal).
     """
     bar = TerminalProgress() if (progress if progress is not None else sys.stderr.isatty()) else None
-    events = run(data, method=method, k=k, device=device, seed=seed, runs=runs, **params)
-    if bar is None:
-        return drain(events)
-    for event in events:
-        if isinstance(event, Progress):
-            bar.update(event)
-        elif isinstance(event, Done):
-            bar.close()
-            return event.result
-    raise RuntimeError("the method finished without a result")  # a method must end with Done
+    job = fit_job(data, method=method, k=k, device=device, seed=seed, runs=runs, **params)
+    return execute(job, None if bar is None else bar.sink)
 
 
 def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None) -> ClusteringResult:
@@ -160,13 +112,7 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
         check_same_items(items, result.prototypes.shape[1:])
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
-    dev = resolve_device(device)
-    start = time.perf_counter()
-    out = spec.predict(result, items, dev, batch_size)
-    out.timing = {"total_s": time.perf_counter() - start}
-    out.device = describe(dev)
-    out.versions = versions()
-    return out
+    return execute(Job(lambda dev, _seed: spec.predict(result, items, dev, batch_size), device=device, losses=False))
 
 
 def fitted_scale(items, result: ClusteringResult):
@@ -190,24 +136,15 @@ def align_one(result: ClusteringResult, item, device: str = "auto", index: int |
     item = np.asarray(item)[None]
     lo, hi = result.config.get("input_range", (0.0, 1.0))
     stack = Stack(item, lo, hi)
-    dev = resolve_device(device)
-    if spec.align is not None and result.state is not None:   # an edited result's warps are stale until refined
-        return spec.align(result, stack, dev, index=None if index is None else int(index))
-    if index is not None:
-        return np.asarray(result.prototypes), np.asarray(result.scores[int(index)])
-    scores = spec.predict(result, stack, dev).scores[0]
-    return np.asarray(result.prototypes), scores
 
+    def work(dev, _seed):
+        if spec.align is not None and result.state is not None:   # an edited result's warps are stale until refined
+            return spec.align(result, stack, dev, index=None if index is None else int(index))
+        if index is not None:
+            return np.asarray(result.prototypes), np.asarray(result.scores[int(index)])
+        return np.asarray(result.prototypes), spec.predict(result, stack, dev).scores[0]
 
-def versions() -> dict[str, str]:
-    import scipy
-    import sklearn
-    import torch
-
-    from . import __version__
-
-    return {"ticlust": __version__, "python": sys.version.split()[0], "numpy": np.__version__,
-            "torch": torch.__version__, "scipy": scipy.__version__, "scikit-learn": sklearn.__version__}
+    return execute(Job(work, device=device))    # the fit's deterministic kernels replay its warps
 
 
 class TerminalProgress:
@@ -230,6 +167,13 @@ class TerminalProgress:
                 f"{loss}{format_eta(event.eta)}")
         self.stream.write(line.ljust(110))
         self.stream.flush()
+
+    def sink(self, event) -> None:
+        """The seam's sink: Progress moves the bar, Done closes it."""
+        if isinstance(event, Progress):
+            self.update(event)
+        elif isinstance(event, Done):
+            self.close()
 
     def close(self) -> None:
         self.stream.write(f"\r{'done':32s} [{'#' * self.width}]".ljust(110) + "\n")

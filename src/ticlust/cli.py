@@ -168,7 +168,7 @@ def _methods() -> int:
 
 
 def _fit(args) -> int:
-    from .api import fit, object_params
+    from .api import fit
     from .metrics import evaluate
 
     if (args.input is None) == (args.sample is None):
@@ -182,9 +182,15 @@ def _fit(args) -> int:
     else:
         data, labels = read_input(args.input, key=args.key, labels_key=args.labels_key)
         source = args.input
+    params = {}
+    for item in args.set:
+        if "=" not in item:
+            raise InputError(f"--set {item!r} must look like name=value.")
+        name, value = item.split("=", 1)
+        params[name.strip()] = value
     objects = None
     if args.labels is not None:
-        data, objects = _objects(args, data)
+        data, objects, params = _objects(args, data, params)
         source = f"{objects['label'].size} objects of {args.input}"
     elif args.keep_border or args.rescale or args.orient is not None or args.normalize is not None \
             or args.crop_size is not None or args.channel is not None:
@@ -201,14 +207,6 @@ def _fit(args) -> int:
         labels = None if labels is None else labels[index]
         objects = None if objects is None else {c: v[index] for c, v in objects.items()}
         names = None if names is None else [names[i] for i in index]
-    params = {}
-    for item in args.set:
-        if "=" not in item:
-            raise InputError(f"--set {item!r} must look like name=value.")
-        name, value = item.split("=", 1)
-        params[name.strip()] = value
-    if args.labels is not None:
-        params = object_params(args.method, params)
     k = get_method(args.method).default_k if args.k is None else args.k
     print(f"ticlust: {args.method}, K={k}, {data.shape[0]} items from {source}", file=sys.stderr)
     with warnings.catch_warnings():
@@ -229,24 +227,17 @@ def _fit(args) -> int:
     return 0
 
 
-def _objects(args, field):
-    """Cut the objects of --labels out of the field INPUT (or trace their contours for shape-kmeans)."""
-    from .objects import TABLE_COLUMNS, objects_from_labels, shapes_from_labels
+def _objects(args, field, params: dict):
+    """The objects of --labels cut out of the field INPUT (or their contours, for shape methods):
+    (items, object table, the method's parameters for objects), by the one objects route."""
+    from .object_route import objects_route
 
     if args.input is None:
         raise InputError("--labels needs the field image as INPUT (it does not apply to --sample).")
     mask, _ = read_input(args.labels)
-    if args.method == "shape-kmeans":
-        items, table = shapes_from_labels(mask, keep_border=args.keep_border)
-    else:
-        _route_defaults(args)
-        items, table = objects_from_labels(field, mask, size=args.crop_size, keep_border=args.keep_border,
-                                           channels=args.channel, rescale=args.rescale, orient=args.orient,
-                                           normalize=args.normalize)
-        if items.ndim == 4 and items.shape[-1] != 3:
-            raise InputError(f"The field has {items.shape[-1]} channels: choose one with --channel (ticlust clusters grey or RGB objects).")
-    unused = {name for name, used in (("scale", args.rescale), ("angle", args.orient)) if not used}
-    return items, {c: table[c] for c in TABLE_COLUMNS if c not in unused}
+    route = objects_route(field, mask, args.method, params, keep_border=args.keep_border, size=args.crop_size,
+                          channel=args.channel, rescale=args.rescale, orient=args.orient, normalize=args.normalize)
+    return route.items, route.table, route.params
 
 
 def _gui(sample_name: str) -> int:

@@ -15,10 +15,9 @@ import numpy as np
 import torch
 
 from .api import fit, fitted_scale, item_count, prepare
-from .device import resolve_device
+from .execute import Job, execute, stream
 from .errors import InputError
 from .methods import get_method
-from .events import Done, drain
 from .result import OUTLIER, ClusteringResult
 
 # The result fields that hold one entry per item (``params`` too: per-item method parameters).
@@ -155,29 +154,39 @@ def refine(data, result: ClusteringResult, device: str = "auto", keep_pinned: bo
     from its prototypes, with the user's moved items kept where they were put (unless ``keep_pinned``
     is False) and the outliers left out (they are then assigned to the new prototypes and stay
     outliers). Returns a new, fitted result that keeps the edit history."""
-    return drain(refine_events(data, result, device, keep_pinned))
+    return execute(refine_job(data, result, device, keep_pinned))
 
 
 def refine_events(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True):
     """:func:`refine` as events (Progress …, Done(result)), for the widget's worker and Cancel."""
+    return (yield from stream(refine_job(data, result, device, keep_pinned)))
+
+
+def refine_job(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True) -> Job:
+    """:func:`refine` as a job of the execution seam (deterministic kernels, ETA, the result stamped);
+    the data is checked against the result now, the randomness comes from the fit's seed."""
     spec = get_method(result.method)
     items = _fitted_items(data, result)
     cfg = dataclasses.replace(spec.config_of(result), k=result.k)
     pins = _pins(result)
     if not keep_pinned:
         pins[pins != OUTLIER] = -1
-    dev = resolve_device(device)
     kept, outliers = np.flatnonzero(pins != OUTLIER), np.flatnonzero(pins == OUTLIER)
-    if outliers.size == 0:
-        refined = yield from spec.refine(items, cfg, result, torch.from_numpy(pins), dev)
-    else:
-        if kept.size < result.k:
-            raise InputError(f"Only {kept.size} items are not outliers, fewer than K = {result.k}: "
-                             "mark fewer outliers or merge clusters first.")
+    if outliers.size and kept.size < result.k:
+        raise InputError(f"Only {kept.size} items are not outliers, fewer than K = {result.k}: "
+                         "mark fewer outliers or merge clusters first.")
+
+    def work(dev, _seed):
+        if outliers.size == 0:
+            return (yield from spec.refine(items, cfg, result, torch.from_numpy(pins), dev))
         refined = yield from spec.refine(_take(items, kept), cfg, _restricted(result, kept), torch.from_numpy(pins[kept]), dev)
-        refined = _joined(result.n, [(kept, refined), (outliers, spec.predict(refined, _take(items, outliers), dev))])
-    refined.config = {**result.config, "k": result.k}
-    refined.edits = [*result.edits, {"op": "refine", "keep_pinned": bool(keep_pinned)}]
-    refined.pinned = result.pinned if keep_pinned else (pins if outliers.size else None)
-    refined.device, refined.versions = result.device, result.versions
-    yield Done(refined)
+        return _joined(result.n, [(kept, refined), (outliers, spec.predict(refined, _take(items, outliers), dev))])
+
+    def finish(refined: ClusteringResult, _results) -> ClusteringResult:
+        refined.config = {**result.config, "k": result.k}
+        refined.edits = [*result.edits, {"op": "refine", "keep_pinned": bool(keep_pinned)}]
+        refined.pinned = result.pinned if keep_pinned else (pins if outliers.size else None)
+        return refined
+
+    return Job(work, device=device, seed=int(result.config.get("seed", 0)), label="refine", finish=finish,
+               losses=False)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import warnings
 from contextlib import contextmanager
 from typing import Callable, TypeVar
@@ -38,27 +39,39 @@ def resolve_device(requested: str | torch.device | None = "auto") -> torch.devic
     raise InputError(f"Unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
 
 
+_entered = 0                  # how many runs are inside ``reproducible`` now (threads: a Refine and the inspector)
+_before: tuple[bool, bool] = (False, False)
+_lock = threading.Lock()
+
+
 @contextmanager
 def reproducible(device: torch.device):
-    """Deterministic kernels while a run lasts (the previous setting is restored after), unless
-    TICLUST_DETERMINISTIC=0.
+    """Deterministic kernels while a run lasts (the previous setting is restored after the last run
+    inside leaves, so two runs in two threads do not undo each other), unless TICLUST_DETERMINISTIC=0.
 
     torch then picks deterministic index_add / index_put / scatter / convolution kernels on every device,
     and on CUDA cuBLAS a fixed workspace; bilinear warps use ticlust's own sampler (transforms.sampler).
     Where no deterministic kernel exists torch warns instead of stopping. MKL's reproducible mode is
     asked for once, at import (``request_reproducible_blas``). docs/reproducibility.md says what holds.
     """
+    global _entered, _before
     if not determinism_wanted():
         yield
         return
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
-    if device.type == "cuda":
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    with _lock:
+        if device.type == "cuda":
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        if _entered == 0:
+            _before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled())
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        _entered += 1
     try:
         yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        with _lock:
+            _entered -= 1
+            if _entered == 0:
+                torch.use_deterministic_algorithms(_before[0], warn_only=_before[1])
 
 
 def with_oom_retry(work: Callable[[int], T], batch_size: int, min_batch_size: int = 1) -> T:

@@ -6,13 +6,12 @@ import numpy as np
 import torch
 
 from .api import fit, predict, prepare
-from .device import resolve_device
+from .execute import Job, execute
 from .errors import InputError
 from .methods import get_method
-from .events import drain
 from .methods.nt import standardise
 from .methods.st_kmeans import LANDMARK_GRID, LR_GRID, AIKMeans
-from .validation import as_stack, check_k
+from .validation import as_stack, check_k, check_seed
 
 
 def select_model(data, method: str = "st-kmeans", k: int | None = None, device: str = "auto", seed: int = 0,
@@ -32,7 +31,15 @@ def select_model(data, method: str = "st-kmeans", k: int | None = None, device: 
     bad = [g for g in landmarks if not 3 <= int(g) <= 8] if tps else []
     if bad:
         raise InputError(f"Landmark grid side {bad[0]} is out of range: choose sides between 3 and 8.")
-    return drain(spec.sweep(stack, cfg, resolve_device(device), seed, landmarks, lrs))
+    rows: list[dict] = []
+
+    def work(dev, seed):
+        best, table = yield from spec.sweep(stack, cfg, dev, seed, landmarks, lrs)
+        rows.extend(table)
+        return best
+
+    best = execute(Job(work, device=device, seed=check_seed(seed), label="selection", losses=False))
+    return best, rows
 
 
 def knn_evaluate(train, train_labels, test, test_labels, k: int | None = None, n_neighbors: int = 1,

@@ -23,7 +23,8 @@ from ..device import DEVICE_CHOICES
 from ..events import Done, Progress, Snapshot
 from ..methods import available_methods, get_method
 from ..methods.base import param_infos
-from ..objects import ROUTE_OPTIONS, labels_fit, objects_from_labels, shapes_from_labels
+from ..object_route import objects_route
+from ..objects import ROUTE_OPTIONS, labels_fit
 from ..result import ClusteringResult, load_result
 from . import layers as L
 from .curation_panel import CurationPanel
@@ -237,18 +238,17 @@ class TiclustWidget(Container):
             show_error(str(exc))
             return None
         params = self.param_values()
-        if labels is not None:   # objects from a segmentation: auto invariances keep their shape
-            params = api.object_params(self.method.value, params)
         job_args = dict(method=self.method.value, k=self.k.value, device=self.device.value, seed=self.seed.value,
-                        runs=self.runs.value, **params)
-        cut = self._extraction_job(layer, labels, contours) if labels is not None else None
+                        runs=self.runs.value)
+        cut = self._extraction_job(layer, labels, params) if labels is not None else None
 
         def events():
-            stack = data
-            if cut is not None:
-                stack, table = cut()
-                yield Objects(stack, table)
-            yield from api.run(stack, **job_args)
+            stack, run_params = data, params
+            if cut is not None:     # objects from a segmentation: the objects route, in the worker
+                route = cut()
+                stack, run_params = route.items, route.params
+                yield Objects(route.items, route.table)
+            yield from api.run(stack, **job_args, **run_params)
 
         self.objects = (layer, labels, None) if labels is not None else None
         self.result_layer_name = layer.name
@@ -281,16 +281,14 @@ class TiclustWidget(Container):
             self.status.value = "Cancelling…"
             self.worker.quit()
 
-    def _extraction_job(self, field, labels, contours: bool):
-        """What the worker calls to cut the objects out (or trace their contours): the layers' data
-        are read there, never changed."""
+    def _extraction_job(self, field, labels, params: dict):
+        """What the worker calls to cut the objects out (or trace their contours): the one objects route
+        (``object_route.objects_route``, as the CLI's ``--labels``); the layers' data are read there, never changed."""
         options = {w.name: w.value for w in self.extraction}
-        image, mask = field.data, labels.data
-        if contours:
-            return lambda: shapes_from_labels(mask, keep_border=options["keep_border"])
-        return lambda: objects_from_labels(image, mask, size=options["size"] or None, keep_border=options["keep_border"],
-                                           orient=options["orient"], rescale=options["rescale"],
-                                           normalize=options["normalize"])
+        image, mask, method = field.data, labels.data, self.method.value
+        return lambda: objects_route(image, mask, method, params, keep_border=options["keep_border"],
+                                     size=options["size"] or None, orient=options["orient"], rescale=options["rescale"],
+                                     normalize=options["normalize"])
 
     def _layer_data(self, layer):
         if isinstance(layer, Points):

@@ -20,7 +20,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..events import Done, Event, Progress
+from ..events import Done, Event
+from ..execute import best_of  # noqa: F401  (the minLoss loop lives in the execution seam)
 from ..result import STATE_TYPES, ClusteringResult, FittedState
 
 
@@ -136,7 +137,7 @@ class Method(abc.ABC):
     from an edited result) and ``predict`` (new items → a result), and ``align`` if it aligns prototypes
     onto images. The base owns the rest:
     the registered name, the config ⇄ result round trip, the typed fitted state, result assembly,
-    draining a generator and keeping the best of several runs.
+    and draining a generator (keeping the best of several runs is the execution seam's ``best_of``).
     """
 
     name: str = ""
@@ -198,31 +199,6 @@ class Method(abc.ABC):
         """Re-fit from an edited result (``ticlust.curation``): a generator like ``train``, warm started from
         ``start``'s labels or prototypes (its fitted state was dropped by the edit), keeping every item with
         ``pinned`` ≥ 0 in that cluster; randomness from the fit's seed (``start.config``), so it repeats."""
-
-
-def best_of(candidates, label: Callable[[int, int], str]):
-    """Train several candidate runs one after another and return the lowest final loss.
-
-    ``candidates`` is a list of zero-argument callables each making a run's event generator (ending in
-    Done). Their Progress events are rescaled onto one overall bar and their stage prefixed with
-    ``label(i, n)``; Snapshots pass through. Returns (best result, every run's result in order).
-    """
-    n = len(candidates)
-    results: list[ClusteringResult] = []
-    for i, make in enumerate(candidates):
-        for event in make():
-            if isinstance(event, Done):
-                results.append(event.result)
-            elif isinstance(event, Progress) and n > 1:
-                yield Progress(i * event.total + event.step, n * event.total, event.loss,
-                               f"{label(i, n)}: {event.stage}")
-            else:
-                yield event
-    best = results[0]
-    for result in results[1:]:
-        if result.final_loss < best.final_loss:
-            best = result
-    return best, results
 
 
 _REGISTRY: dict[str, Method] = {}

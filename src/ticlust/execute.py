@@ -1,0 +1,209 @@
+"""The one execution seam: every fit, refine, model selection and prediction runs through :func:`execute`.
+
+It owns what every route used to do on its own (or forget): the device is resolved once, deterministic
+kernels are on while the work lasts (``device.reproducible``), the runs' seeds are handed out and the
+lowest final loss kept (:func:`best_of`, the papers' "minLoss"), Progress events get their ETA
+(:class:`StagePace`), and the result is stamped (device, versions, total time, every run's loss).
+
+The work itself is a plain function of (device, seed): a method's ``train`` / ``refine`` / ``sweep`` /
+``predict`` with everything else bound. It returns a result, or a generator of events that returns (or
+ends with ``Done``) one. The seam reports events to a *sink*, a plain callable that receives small,
+picklable records (``events.Progress``, ``Snapshot``, ``Done``): nothing in the seam needs the caller to
+hold a generator, so a sink may as well forward the records across a process boundary. :func:`stream`
+is the same as a generator (what the sink would receive, in order) for the napari worker, whose Cancel
+takes effect at the next event.
+
+Per-block work (one pure function applied to chunks) goes through a :class:`Backend`; this module knows
+no method (it imports only ``device`` and ``events``), so a method and a remote worker can call into it.
+"""
+from __future__ import annotations
+
+import abc
+import inspect
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from .device import describe, reproducible, resolve_device
+from .events import Done, Event, Progress
+
+Sink = Callable[[Event], None]
+
+
+# ---- where per-block work runs -------------------------------------------------------------------
+class Backend(abc.ABC):
+    """Runs one pure function over many tasks. ``map(fn, tasks)`` returns ``[fn(t) for t in tasks]`` in
+    task order. ``fn`` must be a pure, picklable function of its task (a chunk's store path(s) and
+    parameters in, rows or arrays out, no globals changed) so that the in-process loop and a cluster call
+    the very same function; large arrays travel as store paths, not as task arguments. A backend reports
+    no progress of its own: the caller turns finished tasks into Progress records for the sink.
+
+    :class:`LocalBackend` is the in-process loop; a dask.distributed backend (a LocalCluster or a
+    scheduler address) implements the same one method."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list:
+        """``fn`` applied to every task, the values in task order."""
+
+
+class LocalBackend(Backend):
+    """The default: a loop in this process, on the device the seam resolved."""
+
+    name = "local"
+
+    def map(self, fn, tasks):
+        return [fn(task) for task in tasks]
+
+
+LOCAL = LocalBackend()
+
+
+# ---- what to run ---------------------------------------------------------------------------------
+@dataclass
+class Job:
+    """One call of the seam.
+
+    ``work(device, seed)`` returns a result or a generator of events returning (or ending with
+    ``Done``) one. With ``runs`` > 1 it is called with seeds seed, seed+1, …; the lowest final loss is
+    kept and the stages are prefixed "``label`` i/n". ``finish(best, every run's result)`` adds the
+    route's own stamp (a fit's config, a refine's edit history) and returns what the job returns."""
+
+    work: Callable[[torch.device, int], Any]
+    device: str | torch.device | None = "auto"
+    seed: int = 0
+    runs: int = 1
+    label: str = "run"
+    finish: Callable[[Any, list], Any] | None = None
+    losses: bool = True          # record every run's final loss in ``run_losses`` (not for a prediction)
+    backend: Backend = LOCAL
+
+
+def execute(job: Job, sink: Sink | None = None):
+    """Run ``job``, handing every event record to ``sink`` (the last one is ``Done(result)``); returns the result."""
+    events = stream(job)
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value
+        if sink is not None:
+            sink(event)
+
+
+def stream(job: Job) -> Iterator[Event]:
+    """:func:`execute` as a generator: yields what the sink would receive, returns the result."""
+    device = resolve_device(job.device)
+    seed = int(job.seed)
+    start = time.perf_counter()
+    candidates = [lambda r=r: job.work(device, seed + r) for r in range(int(job.runs))]
+    with reproducible(device):
+        best, results = yield from with_eta(best_of(candidates, lambda i, n: f"{job.label} {i + 1}/{n}"))
+    if hasattr(best, "timing"):      # a ClusteringResult: stamped with where, how long and with what
+        if job.losses:
+            best.run_losses = [r.final_loss for r in results]
+        best.timing = {**best.timing, "total_s": time.perf_counter() - start}
+        best.device = describe(device)
+        best.versions = versions()
+    out = job.finish(best, results) if job.finish is not None else best
+    yield Done(out)
+    return out
+
+
+def best_of(candidates, label: Callable[[int, int], str]):
+    """Run candidates one after another and return the lowest final loss (the first of equals).
+
+    ``candidates`` are zero-argument callables each making a run: a result, or a generator of events that
+    returns (or ends with Done) it. Their Progress events are rescaled onto one overall bar and their
+    stage prefixed with ``label(i, n)``; Snapshots pass through, Done is kept back. Returns (best
+    result, every run's result in order). Model selection's sweep (st_kmeans) runs its grid with it.
+    """
+    n = len(candidates)
+    results: list = []
+    for i, make in enumerate(candidates):
+        events = make()
+        result = done = None
+        if not inspect.isgenerator(events):
+            result = events
+        while result is None:
+            try:
+                event = next(events)
+            except StopIteration as stop:
+                result = stop.value if stop.value is not None else done
+                break
+            if isinstance(event, Done):
+                done = event.result
+            elif isinstance(event, Progress) and n > 1:
+                yield Progress(i * event.total + event.step, n * event.total, event.loss,
+                               f"{label(i, n)}: {event.stage}")
+            else:
+                yield event
+        results.append(result)
+    best = results[0]
+    for result in results[1:]:
+        if result.final_loss < best.final_loss:
+            best = result
+    return best, results
+
+
+# ---- progress ------------------------------------------------------------------------------------
+def with_eta(events):
+    """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace)."""
+    pace = StagePace()
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(event, Progress):
+            event.eta = pace.eta(event.stage, event.step, event.total - event.step)
+        yield event
+
+
+class StagePace:
+    """Seconds left, from the pace of the current stage only, or None ("estimating…") until that stage
+    has shown ETA_MIN_STEPS steps and ETA_MIN_SECONDS seconds.
+
+    Setup before the first step (k-means++ seeding, a network build) and earlier, faster or slower
+    stages (DTI adds a module, PSSC goes from scattering to PCA) no longer skew the estimate: the
+    first ETA of a 2 s K-means said 4 minutes because setup time was divided by one step of 300, and
+    DTI's said 2½ minutes from its fast identity stage. Stage names count as the same stage when they
+    differ only in numbers ("Lloyd iteration 3" and "Lloyd iteration 4"). The estimate assumes the
+    rest runs at this stage's pace: methods whose later stages are slower or stop early (DTI's
+    curriculum, a convergence test) can still finish later or sooner, so front ends say so.
+    """
+
+    def __init__(self):
+        self.key: str | None = None
+        self.t0 = 0.0
+        self.step0 = 0
+
+    def eta(self, stage: str, step: int, left: int, now: float | None = None) -> float | None:
+        now = time.perf_counter() if now is None else now
+        key = "".join(ch for ch in stage if not ch.isdigit())
+        if key != self.key or step < self.step0:
+            self.key, self.t0, self.step0 = key, now, step
+            return None
+        done, spent = step - self.step0, now - self.t0
+        if done < ETA_MIN_STEPS or spent < ETA_MIN_SECONDS:
+            return None
+        return spent / done * max(left, 0)
+
+
+ETA_MIN_STEPS = 3
+ETA_MIN_SECONDS = 2.0
+
+
+def versions() -> dict[str, str]:
+    import scipy
+    import sklearn
+
+    from . import __version__
+
+    return {"ticlust": __version__, "python": sys.version.split()[0], "numpy": np.__version__,
+            "torch": torch.__version__, "scipy": scipy.__version__, "scikit-learn": sklearn.__version__}
