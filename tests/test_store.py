@@ -41,7 +41,7 @@ def plate(tmp_path_factory):
     folder = tmp_path_factory.mktemp("plate")
     manifest = write_nuclei_plate(folder / "plate", fields=6, n=40, shape=(256, 256), seed=3)
     before = files(manifest.parent)
-    store = ticlust.extract(manifest.parent, folder / "ref.zarr", workers=1)
+    store = ticlust.extract(manifest.parent, folder / "ref.zarr")
     return manifest, store, before
 
 
@@ -80,7 +80,7 @@ def test_manifest_columns_reach_every_row(plate, tmp_path):
     listing["condition"] = ["dmso", "drug"] * 3
     csv = manifest.parent / "conditions.csv"
     listing.to_csv(csv, index=False)
-    store = ticlust.extract(csv, tmp_path / "m.zarr", workers=1)
+    store = ticlust.extract(csv, tmp_path / "m.zarr")
     table = store.table
     assert list(table.columns[:6]) == ["field_index", "image", "labels", "well", "site", "condition"]
     for _, row in listing.iterrows():
@@ -112,7 +112,7 @@ def test_folder_pairs_masks_by_all_three_names(tmp_path):
     np.save(folder / "e.npy", small_field(5)[0])
     tifffile.imwrite(folder / "e_masks.tif", np.zeros((96, 96), np.int32))              # a field without objects
     with pytest.warns(UserWarning, match=r"1 of 5 fields were left out .*d\.tif: No mask for d\.tif"):
-        store = ticlust.extract(folder, tmp_path / "s.zarr", workers=1)
+        store = ticlust.extract(folder, tmp_path / "s.zarr")
     assert list(store.fields["image"]) == ["a.tif", "b.tif", "c.tif", "d.tif", "e.npy"]
     assert list(store.fields["labels"])[:3] == ["a_cp_masks.png", "b_masks.npy", "c.labels.tif"]
     assert list(store.failed["image"]) == ["d.tif"] and "d_cp_masks.tif" in store.failed["error"][0]
@@ -142,12 +142,12 @@ def test_ome_zarr_image_with_labels(tmp_path):
     write_image(both, root, axes="cyx")
     write_labels(labels, root, name="nuclei", axes="yx")
     write_labels(np.where(labels > 0, labels + 100, 0).astype(np.int32), root, name="cells", axes="yx")
-    store = ticlust.extract(tmp_path / "field.ome.zarr", tmp_path / "s.zarr", workers=1)
+    store = ticlust.extract(tmp_path / "field.ome.zarr", tmp_path / "s.zarr")
     assert store.table["labels"].iloc[0] == "nuclei" and store.crops.shape[1:] == (store.size, store.size, 2)
     crops, _ = objects_from_labels(np.moveaxis(both, 0, -1), labels, size=store.size, orient=True, normalize=True)
     assert np.array_equal(store.crops[:], crops)
     one = ticlust.extract(tmp_path / "field.ome.zarr", tmp_path / "one.zarr", labels="cells", channel=1,
-                          crop_size=24, orient=False, workers=1)
+                          crop_size=24, orient=False)
     crops, rows = objects_from_labels(image // 3, labels, size=24, normalize=True)
     assert one.crops.shape[1:] == (24, 24) and np.array_equal(one.crops[:], crops)
     assert np.array_equal(one.table["label"], rows["label"] + 100)
@@ -164,14 +164,14 @@ def test_ome_zarr_v04_time_series(tmp_path):
     root = zarr.open_group(tmp_path / "movie.zarr", mode="w", zarr_format=2)      # NGFF 0.4 on Zarr v2, t z y x
     write_image(np.stack([a, b])[:, None], root, axes="tzyx", fmt=FormatV04())
     write_labels(np.stack([la, lb])[:, None], root, name="nuclei", axes="tzyx", fmt=FormatV04())
-    store = ticlust.extract(tmp_path / "movie.zarr", tmp_path / "s.zarr", workers=1)
+    store = ticlust.extract(tmp_path / "movie.zarr", tmp_path / "s.zarr")
     crops, rows = objects_from_labels(np.stack([a, b]), np.stack([la, lb]), size=store.size, orient=True, normalize=True)
     assert np.array_equal(store.crops[:], crops) and np.array_equal(store.table["frame"], rows["frame"])
     root3 = zarr.open_group(tmp_path / "stack.zarr", mode="w")
     write_image(np.stack([a, b])[None], root3, axes="czyx")
     write_labels(np.stack([la, lb])[None], root3, name="nuclei", axes="czyx")
     with pytest.raises(InputError, match="has 2 planes along z: ticlust cuts 2-D objects"):
-        ticlust.extract(tmp_path / "stack.zarr", tmp_path / "t.zarr", workers=1)
+        ticlust.extract(tmp_path / "stack.zarr", tmp_path / "t.zarr")
 
 
 def test_one_field_with_labels_and_a_time_series(tmp_path):
@@ -221,7 +221,7 @@ def test_a_bad_field_is_listed_and_the_run_goes_on(plate, tmp_path):
     pd.DataFrame(rows).to_csv(tmp_path / "bad.csv", index=False)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        store = ticlust.extract(tmp_path / "bad.csv", tmp_path / "s.zarr", workers=1)
+        store = ticlust.extract(tmp_path / "bad.csv", tmp_path / "s.zarr")
     assert len(caught) == 1 and "\n" not in str(caught[0].message) and "3 of 5 fields were left out" in str(caught[0].message)
     failed = store.failed
     assert list(failed["well"]) == ["Z01", "Z02", "Z03"]
@@ -231,7 +231,7 @@ def test_a_bad_field_is_listed_and_the_run_goes_on(plate, tmp_path):
     assert set(store.table["well"]) == {"A01"} and len(store) > 0
     tifffile.imwrite(tmp_path / "missing_mask.tif", tifffile.imread(folder / "A01_s0_cp_masks.tif"))
     with pytest.warns(UserWarning, match="2 of 5 fields were left out"):
-        store = ticlust.extract(tmp_path / "bad.csv", tmp_path / "s.zarr", workers=1)   # the next run tries them again
+        store = ticlust.extract(tmp_path / "bad.csv", tmp_path / "s.zarr")   # the next run tries them again
     assert list(store.failed["well"]) == ["Z02", "Z03"] and "Z01" in set(store.table["well"])
 
 
@@ -251,12 +251,12 @@ def test_a_full_disk_stops_with_one_sentence_and_the_next_run_finishes(plate, tm
     monkeypatch.setattr(pq, "write_table", fills_up)
     store = tmp_path / "ref.zarr"
     with pytest.raises(InputError, match=r"failed \(No space left on device\) with 2 of 6 fields done: free space"):
-        ticlust.extract(manifest.parent, store, workers=1)
+        ticlust.extract(manifest.parent, store)
     assert sorted(os.listdir(store / "fields")) == ["00000", "00001", "zarr.json"] and os.listdir(store / "tmp") == []
     with pytest.raises(InputError, match="is not finished"):
         ticlust.open_objects(store)
     monkeypatch.setattr(pq, "write_table", write)
-    ticlust.extract(manifest.parent, store, workers=1)
+    ticlust.extract(manifest.parent, store)
     assert files(store) == files(ref.path)                            # byte for byte an uninterrupted run
 
 
@@ -265,14 +265,14 @@ def test_a_killed_run_resumes_to_the_same_store(plate, tmp_path):
     store = tmp_path / "ref.zarr"                                     # same name: the stores compare byte for byte
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.Popen([sys.executable, "-m", "ticlust.cli", "extract", str(manifest.parent), "-o", str(store),
-                            "--workers", "1", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
     while not (store / "fields" / "00000").exists() and run.poll() is None and time.monotonic() < deadline:
         time.sleep(0.002)
     run.send_signal(signal.SIGKILL)
     run.wait()
     assert not read_attributes(store)["complete"] and len(os.listdir(store / "fields")) < 7   # stopped part-way
-    out = cli("extract", manifest.parent, "-o", store, "--workers", "1", "--quiet")
+    out = cli("extract", manifest.parent, "-o", store, "--quiet")
     assert out.returncode == 0, out.stderr
     assert f"{len(ref)} objects (32×32 float32 crops) from 6 of 6 fields" in out.stdout
     assert files(store) == files(ref.path)
@@ -311,7 +311,7 @@ def test_lazy_crops_index_like_an_array(plate):
 
 def test_cli_extract_and_its_errors(plate, tmp_path):
     manifest, ref, _ = plate
-    out = cli("extract", manifest, "-o", tmp_path / "s.zarr", "--crop-size", "40", "--no-orient", "--workers", "1",
+    out = cli("extract", manifest, "-o", tmp_path / "s.zarr", "--crop-size", "40", "--no-orient",
               "--quiet")
     assert out.returncode == 0, out.stderr
     store = ticlust.open_objects(tmp_path / "s.zarr")

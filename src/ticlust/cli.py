@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
                          help="the object store to write, or to finish when a run stopped (a folder, e.g. plate.zarr)")
     extract.add_argument("--labels", help="the mask of a single field image, or which label image of an OME-Zarr")
     crop_options(extract, "")
-    extract.add_argument("--workers", type=int, help="worker processes (default: the CPUs, at most 4; 1: this process)")
+    cluster_options(extract, "cut the fields")
     extract.add_argument("--quiet", action="store_true", help="no progress bar")
 
     export = sub.add_parser("export", parents=[common], help="pictures of a saved result: per-cluster galleries and the prototype montage")
@@ -108,6 +108,15 @@ def crop_options(parser, note: str) -> None:
                         help=f"{note}divide every object by its mean brightness (default: on)")
 
 
+def cluster_options(parser, what: str) -> None:
+    """Where the per-field / per-chunk steps run (docs/cluster.md): this process, a local dask cluster, a running one."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, metavar="N", help=f"{what} on a local dask cluster of N worker processes "
+                       "started for this run (default: in this process)")
+    where.add_argument("--scheduler", metavar="ADDRESS", help=f"{what} on a running dask cluster, e.g. "
+                       "tcp://HOST:8786 (its workers must see the same paths)")
+
+
 def _route_defaults(args) -> None:
     """The objects route's defaults where no --(no-)orient / --(no-)normalize was given."""
     from .objects import ROUTE_OPTIONS
@@ -126,7 +135,8 @@ def _extract(args) -> int:
         warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
         store = extract(args.input, args.output, labels=args.labels, crop_size=args.crop_size,
                         keep_border=args.keep_border, channel=args.channel, orient=args.orient,
-                        normalize=args.normalize, rescale=args.rescale, workers=args.workers, progress=not args.quiet)
+                        normalize=args.normalize, rescale=args.rescale, workers=args.workers,
+                        scheduler=args.scheduler, progress=not args.quiet)
     fields = store.attributes["input"]["fields"]
     item = f"{store.size}×{store.size}" + (f"×{store.channels}" if store.channels else "")
     print(f"{store.path}: {len(store)} objects ({item} {store.dtype} crops) from {fields - len(store.failed)} of "

@@ -13,12 +13,12 @@ hold a generator, so a sink may as well forward the records across a process bou
 is the same as a generator (what the sink would receive, in order) for the napari worker, whose Cancel
 takes effect at the next event.
 
-Per-block work (one pure function applied to chunks) goes through a :class:`Backend`; this module knows
-no method (it imports only ``device`` and ``events``), so a method and a remote worker can call into it.
+Per-block work (one pure function applied to chunks) goes through a :class:`Backend` (in
+:mod:`ticlust.cluster`: in-process, or a dask.distributed cluster); this module knows no method (it
+imports only ``device``, ``events`` and ``cluster``), so a method and a remote worker can call into it.
 """
 from __future__ import annotations
 
-import abc
 import inspect
 import sys
 import time
@@ -35,33 +35,10 @@ Sink = Callable[[Event], None]
 
 
 # ---- where per-block work runs -------------------------------------------------------------------
-class Backend(abc.ABC):
-    """Runs one pure function over many tasks. ``map(fn, tasks)`` returns ``[fn(t) for t in tasks]`` in
-    task order. ``fn`` must be a pure, picklable function of its task (a chunk's store path(s) and
-    parameters in, rows or arrays out, no globals changed) so that the in-process loop and a cluster call
-    the very same function; large arrays travel as store paths, not as task arguments. A backend reports
-    no progress of its own: the caller turns finished tasks into Progress records for the sink.
-
-    :class:`LocalBackend` is the in-process loop; a dask.distributed backend (a LocalCluster or a
-    scheduler address) implements the same one method."""
-
-    name: str = ""
-
-    @abc.abstractmethod
-    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list:
-        """``fn`` applied to every task, the values in task order."""
-
-
-class LocalBackend(Backend):
-    """The default: a loop in this process, on the device the seam resolved."""
-
-    name = "local"
-
-    def map(self, fn, tasks):
-        return [fn(task) for task in tasks]
-
-
-LOCAL = LocalBackend()
+# Backend (map/imap of one pure function over small tasks), the in-process LocalBackend and the
+# dask.distributed DaskBackend live in ticlust.cluster (no torch there, so the store's extraction uses
+# them too); backend_for(workers=, scheduler=, client=) picks one.
+from .cluster import LOCAL, Backend, DaskBackend, LocalBackend, backend_for  # noqa: E402,F401
 
 
 # ---- what to run ---------------------------------------------------------------------------------

@@ -2,10 +2,11 @@
 
 ``extract(INPUT, STORE)`` lists the fields (:mod:`ticlust.plate`), fixes the crop size, dtype and
 channels for the whole store (from a first pass over the masks and file headers), then cuts field
-after field with :func:`ticlust.objects.field_objects`, in worker processes. Each field's step,
-:func:`extract_field`, is one pure function — a field's paths and the plan in, its part written into
-the store by path, a small :class:`FieldReport` out — so a local loop, a process pool or a cluster
-can all call it. A field's part (Zarr v3 arrays ``crops`` and ``masks``, chunked along the object
+after field with :func:`ticlust.objects.field_objects`: in this process, or on a dask.distributed
+cluster (``workers=N``, ``scheduler=ADDRESS`` or ``client=``; :mod:`ticlust.cluster`). Each field's
+step, :func:`extract_field`, is one pure function — a field's paths and the plan in, its part written
+into the store by path, a small :class:`FieldReport` out — so the local loop and a cluster's workers
+call the same function, and a task that a lost worker had begun is simply run again. A field's part (Zarr v3 arrays ``crops`` and ``masks``, chunked along the object
 axis, and its rows in Parquet) is written in ``tmp/`` and committed by one rename: a field is there
 whole or not at all. The last step writes ``table.parquet`` (all rows, fields in input order, then
 label) and marks the store complete. A run that is killed, or stops on a full disk, is finished by
@@ -25,16 +26,14 @@ import shutil
 import sys
 import uuid
 import warnings
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from functools import cached_property
-from multiprocessing import get_context
 from pathlib import Path
 
 import numpy as np
 
+from .cluster import Backend, backend_for, stderr_notice
 from .errors import InputError
 from .objects import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
 from .plate import FieldSpec, list_fields, open_field
@@ -116,6 +115,16 @@ def extract_field(spec: FieldSpec, plan: Plan, store: str) -> FieldReport:
     return FieldReport(spec.index, len(crops))
 
 
+def _survey(task: tuple) -> Survey:
+    """:func:`survey_field` on one task (spec, options): the function a backend maps."""
+    return survey_field(*task)
+
+
+def _extract(task: tuple) -> FieldReport:
+    """:func:`extract_field` on one task (spec, plan, store path): the function a backend maps."""
+    return extract_field(*task)
+
+
 def _cut(spec: FieldSpec, plan: Plan):
     """The field's crops in the store's dtype, masks and table rows; InputError when they do not fit the store."""
     image, labels, caxis = open_field(spec, plan.channel)
@@ -177,7 +186,7 @@ def part_name(index: int) -> str:
 def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False,
             channel: int | None = None, orient: bool = ROUTE_OPTIONS["orient"],
             normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False, workers: int | None = None,
-            progress=None) -> ObjectStore:
+            scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
     """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``).
 
     ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels`` columns,
@@ -186,8 +195,12 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     route (``ticlust fit --labels``; :func:`ticlust.objects.objects_from_labels`), with its defaults
     (``orient``, ``normalize`` on); ``crop_size`` None: the smallest multiple of 4 that holds every kept
     object of the plate (the median object with ``rescale``), at most 128, from a first pass over the masks.
-    ``workers``: processes (default min(CPUs, 4); 1 cuts in this process). ``progress``: True for a bar on
-    standard error, or a callable that takes :class:`ticlust.methods.base.Progress` events.
+    Where the fields are cut (docs/cluster.md): in this process by default; ``workers=N`` starts a
+    local dask cluster of N worker processes (at most one per field) for the run; ``scheduler`` (an
+    address, ``tcp://HOST:PORT``) or ``client`` (a ``distributed.Client``) uses a running cluster, whose
+    workers must see the input and the store at the same paths. The store is the same, byte for byte,
+    wherever it was cut. ``progress``: True for a bar on standard error (and a line with the cluster's
+    dashboard address), or a callable that takes :class:`ticlust.methods.base.Progress` events.
 
     Run it again on the same store to finish an interrupted run; a store made with other options or
     from another input is refused. Fields that cannot be read or cut are left out, named in one warning
@@ -195,10 +208,12 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     """
     options = _options(crop_size, keep_border, channel, orient, normalize, rescale)
     specs, listing = list_fields(input, labels)
-    workers = _workers(workers, len(specs))
     root = Path(store)
+    # a scheduler that cannot be reached fails here, before the store is touched
+    backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
+                          tasks=len(specs))
     report = _Reporter(progress)
-    steps = _Steps(workers, report)
+    steps = _Steps(backend, report)
     finished = False
     try:
         with _locked(root):
@@ -206,11 +221,13 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
                 attrs = _resume(root, options, listing) or _create(root, input, specs, listing, options, steps)
                 failed = _extract_fields(root, specs, _plan_of(attrs), steps)
             finally:
-                steps.close()
+                backend.close()        # a local cluster ends before the lock is let go
+            _clear_tmp(root)           # what workers lost mid-commit left behind
             if not read_attributes(root)["complete"]:
                 _finish(root, listing, failed)
         finished = True
     finally:
+        backend.close()
         report.close(finished)
     result = ObjectStore(root)
     if failed:
@@ -231,15 +248,6 @@ def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dic
     return {"crop_size": None if crop_size is None else int(crop_size), "keep_border": bool(keep_border),
             "channel": None if channel is None else int(channel), "orient": bool(orient), "normalize": bool(normalize),
             "rescale": bool(rescale)}
-
-
-def _workers(workers, n_fields: int) -> int:
-    """How many processes to run (default min(CPUs, 4)), never more than there are fields."""
-    if workers is None:
-        workers = min(os.cpu_count() or 1, 4)
-    if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 1:
-        raise InputError(f"workers={workers!r} must be a whole number of processes, at least 1.")
-    return max(1, min(int(workers), n_fields))
 
 
 @contextmanager
@@ -298,15 +306,20 @@ def _resume(root: Path, options: dict, listing) -> dict | None:
     if attrs["input"]["digest"] != _digest(listing):
         raise InputError(f"{root} was made from another input ({attrs['input']['fields']} fields of "
                          f"{attrs['input']['path']}): give that input to finish it, or choose a new store path.")
-    shutil.rmtree(root / "tmp", ignore_errors=True)        # parts of killed runs that never got committed
-    (root / "tmp").mkdir(exist_ok=True)
+    _clear_tmp(root)                                       # parts of killed runs that never got committed
     return attrs
+
+
+def _clear_tmp(root: Path) -> None:
+    """Empty tmp/: parts begun by killed runs or lost workers, never committed."""
+    shutil.rmtree(root / "tmp", ignore_errors=True)
+    (root / "tmp").mkdir(exist_ok=True)
 
 
 def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> dict:
     """A new store: the first pass over the masks fixes crop size, dtype and channels, then the listing,
     the fields group and the attributes (last: from then on the folder is a store)."""
-    with closing(steps.map(survey_field, [(s, options) for s in specs], "measuring masks")) as results:
+    with closing(steps.map(_survey, [(s, options) for s in specs], "measuring masks")) as results:
         surveys = sorted(results, key=lambda s: s.field)
     crop = _crop_of(surveys, options, listing)
     _write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
@@ -355,7 +368,7 @@ def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldR
     if todo and attrs["complete"]:
         _write_attributes(root, {**attrs, "complete": False})
     failed = []
-    with closing(steps.map(extract_field, [(s, plan, str(root)) for s in todo], "cutting fields")) as results:
+    with closing(steps.map(_extract, [(s, plan, str(root)) for s in todo], "cutting fields")) as results:
         for r in results:
             if r.fatal:
                 done = sum((root / "fields" / part_name(s.index)).exists() for s in specs)
@@ -411,60 +424,21 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
 
 # ---- running the steps -----------------------------------------------------------------------------
 class _Steps:
-    """Runs per-field steps in this process (one worker) or in a pool of worker processes, started on
-    first need and kept for the run's later steps (starting a process costs seconds: it imports ticlust)."""
+    """Runs per-field steps through a :class:`~ticlust.cluster.Backend` (this process, or a dask
+    cluster's workers), turning every finished step into a Progress record."""
 
-    def __init__(self, workers: int, report):
-        self.workers = workers
+    def __init__(self, backend: Backend, report):
+        self.backend = backend
         self.report = report
-        self.pool = None
-        self.futures = []
 
-    def map(self, fn, jobs: list[tuple], stage: str):
-        """``fn(*job)`` for every job; results as they come, progress reported; the jobs not yet started
-        are dropped when the caller stops reading (a failed write)."""
-        total = len(jobs)
-        if self.workers <= 1 or total <= 1:
-            for step, job in enumerate(jobs, 1):
-                result = fn(*job)
+    def map(self, fn, tasks: list[tuple], stage: str):
+        """``fn(task)`` for every task; results as they come, progress reported; the tasks not yet started
+        are dropped (and those under way waited for) when the caller stops reading (a failed write)."""
+        total = len(tasks)
+        with closing(self.backend.imap(fn, tasks)) as results:
+            for step, (_, result) in enumerate(results, 1):
                 self.report(stage, step, total)
                 yield result
-            return
-        if self.pool is None:
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=get_context("spawn"), initializer=_worker_start,
-                                            initargs=(os.getpid(),))
-        futures = self.futures = [self.pool.submit(fn, *job) for job in jobs]
-        try:
-            for step, future in enumerate(as_completed(futures), 1):
-                self.report(stage, step, total)
-                try:
-                    result = future.result()
-                except BrokenProcessPool:
-                    raise InputError("A worker process died (killed, or out of memory) while "
-                                     f"{stage}: run the same command again to finish (with fewer --workers if memory "
-                                     "is short).") from None
-                yield result
-        finally:
-            for future in futures:
-                future.cancel()
-
-    def close(self) -> None:
-        """End the worker processes; after a stop, first wait for the steps under way (they may still
-        commit parts, and must be done before the lock is let go: a next run clears tmp/)."""
-        if self.pool is not None:
-            self.pool.shutdown(wait=not all(f.done() for f in self.futures), cancel_futures=True)
-            self.pool = None
-
-
-def _worker_start(parent: int) -> None:
-    """A worker dies with the run that started it (Linux), so no orphan writes into a store being resumed."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-        import signal
-
-        ctypes.CDLL(None).prctl(1, signal.SIGKILL)          # PR_SET_PDEATHSIG
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 class _Reporter:

@@ -1,0 +1,257 @@
+"""Where per-block work runs: in this process, or on a dask.distributed cluster (docs/cluster.md).
+
+A :class:`Backend` runs one pure function over many small tasks. The function is the same wherever it
+runs (a chunk's store path(s) and parameters in, a small record out; arrays travel as store paths), so
+the in-process loop and a cluster give the same result. :func:`backend_for` picks the backend from the
+arguments every entry point shares:
+
+- nothing: :data:`LOCAL`, a loop in this process (no cluster is started);
+- ``workers=N``: a ``distributed.LocalCluster`` of N worker processes on 127.0.0.1, started on first
+  need and closed when the run ends;
+- ``scheduler="tcp://host:8786"``: a running cluster (e.g. dask-jobqueue on SLURM), connected to at
+  once — an address that cannot be reached is one sentence (:class:`~ticlust.errors.InputError`)
+  before anything is written;
+- ``client=``: a ``distributed.Client`` the caller made (and closes).
+
+A worker lost mid-run (killed, out of memory, its node gone) is dask's to handle: the scheduler runs
+its tasks again on another worker, so every task must be idempotent (a store part is committed by one
+rename; a second commit of the same part finds it there). This module imports neither torch nor
+distributed until a cluster is used.
+"""
+from __future__ import annotations
+
+import abc
+import sys
+import time
+from typing import Any, Callable, Iterator, Sequence
+
+from .errors import InputError
+
+#: Seconds to wait for a scheduler at ``scheduler=ADDRESS`` before giving up.
+CONNECT_TIMEOUT = 10.0
+#: Seconds a stopped run waits for the tasks its workers are still running (they may be committing parts).
+DRAIN_TIMEOUT = 60.0
+
+
+class Backend(abc.ABC):
+    """Runs one pure function over many tasks. ``map(fn, tasks)`` returns ``[fn(t) for t in tasks]`` in
+    task order. ``fn`` must be a pure, picklable function of its task (a chunk's store path(s) and
+    parameters in, rows or arrays out, no globals changed) so that the in-process loop and a cluster
+    call the very same function; large arrays travel as store paths, not as task arguments. A backend
+    reports no progress of its own: :meth:`imap` hands back each task as it finishes, and the caller
+    turns those into Progress records for its sink.
+
+    :class:`LocalBackend` is the in-process loop; :class:`DaskBackend` (a LocalCluster or a scheduler
+    address) implements the same methods."""
+
+    name: str = ""
+
+    @abc.abstractmethod
+    def map(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> list:
+        """``fn`` applied to every task, the values in task order."""
+
+    def imap(self, fn: Callable[[Any], Any], tasks: Sequence[Any]) -> Iterator[tuple[int, Any]]:
+        """``(i, fn(tasks[i]))`` for every task, as each finishes (in any order). Closing the iterator
+        early (the caller stops on an error) drops the tasks not yet started."""
+        yield from enumerate(self.map(fn, tasks))
+
+    def close(self) -> None:
+        """Let go of what the backend started (a local cluster); the caller's own things stay."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class LocalBackend(Backend):
+    """The default: a loop in this process, on the device the seam resolved."""
+
+    name = "local"
+
+    def map(self, fn, tasks):
+        return [fn(task) for task in tasks]
+
+    def imap(self, fn, tasks):
+        for i, task in enumerate(tasks):
+            yield i, fn(task)
+
+
+LOCAL = LocalBackend()
+
+
+class DaskBackend(Backend):
+    """Tasks as ``distributed`` futures: submitted at once, collected with ``as_completed``.
+
+    ``DaskBackend(client)`` uses a Client the caller made (and closes, unless ``own_client``). ``DaskBackend(workers=N)``
+    starts a LocalCluster of N single-threaded worker processes on 127.0.0.1 at the first
+    :meth:`map` that has tasks, and :meth:`close` ends it. ``notice`` (a callable taking one line) is
+    told the scheduler's and the dashboard's addresses when the cluster is first used."""
+
+    name = "dask"
+
+    def __init__(self, client=None, *, workers: int | None = None, notice: Callable[[str], None] | None = None,
+                 own_client: bool = False):
+        if (client is None) == (workers is None):
+            raise ValueError("give a client or a number of workers")
+        self.client, self.workers, self.notice, self.own_client = client, workers, notice, own_client
+        self.cluster = None
+        self.told = False
+
+    def __repr__(self):
+        return f"DaskBackend({self.client!r})" if self.cluster is None and self.workers is None else \
+            f"DaskBackend(LocalCluster of {self.workers} worker processes)"
+
+    # -- the cluster -------------------------------------------------------------------------------
+    def _client(self):
+        if self.client is None:
+            from distributed import Client, LocalCluster
+
+            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
+                                        host="127.0.0.1", dashboard_address="127.0.0.1:0")
+            self.client = Client(self.cluster)
+        if not self.told and self.notice is not None:
+            self.notice(describe_client(self.client))
+        self.told = True
+        return self.client
+
+    def close(self) -> None:
+        if self.cluster is not None:
+            self.client.close()
+            self.cluster.close()
+            self.client = self.cluster = None
+        elif self.own_client and self.client is not None:
+            self.client.close()
+            self.client = None
+
+    # -- tasks -------------------------------------------------------------------------------------
+    def map(self, fn, tasks):
+        out = [None] * len(tasks)
+        for i, value in self.imap(fn, tasks):
+            out[i] = value
+        return out
+
+    def imap(self, fn, tasks):
+        if not len(tasks):
+            return
+        from distributed import as_completed
+        from distributed.scheduler import KilledWorker
+
+        client = self._client()
+        futures = client.map(fn, list(tasks), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        finished = False
+        try:
+            for future in as_completed(futures):
+                try:
+                    value = future.result()
+                except KilledWorker:
+                    raise InputError(f"A task of {_name(fn)} ended {_allowed_failures(client)} workers in a row (each "
+                                     "killed, or out of memory): give the workers more memory, then run the same "
+                                     "command again to finish.") from None
+                yield index[future.key], value
+                future.release()
+            finished = True
+        finally:
+            if not finished:
+                pending = [f for f in futures if not f.done()]
+                client.cancel(pending)
+                _drain(client, [f.key for f in pending])
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__).strip("_")
+
+
+def _allowed_failures(client) -> int:
+    import dask
+
+    return int(dask.config.get("distributed.scheduler.allowed-failures")) + 1
+
+
+def _running(keys, dask_worker=None) -> list:
+    """The keys of ``keys`` this worker is still running (cancelled tasks run on until they end)."""
+    keys = set(keys)
+    return [k for k, ts in dask_worker.state.tasks.items()
+            if k in keys and ts.state in ("executing", "long-running", "cancelled", "resumed")]
+
+
+def _drain(client, keys) -> None:
+    """After a stop, wait (at most DRAIN_TIMEOUT) until no worker still runs one of our cancelled tasks:
+    one may be committing a part, and the run must not let go of the store before it has."""
+    if not keys or client.status != "running":
+        return
+    deadline = time.monotonic() + DRAIN_TIMEOUT
+    while time.monotonic() < deadline:
+        try:
+            busy = client.run(_running, keys)
+        except Exception:              # the cluster is going away: nothing more to wait for
+            return
+        if not any(busy.values()):
+            return
+        time.sleep(0.1)
+
+
+def describe_client(client) -> str:
+    """One line: how many workers, the scheduler's address and the dashboard's (or how to get one)."""
+    info = client.scheduler_info()
+    workers = info.get("workers", {})
+    threads = sum(w.get("nthreads", 1) for w in workers.values())
+    where = info.get("address", "?")
+    try:
+        import bokeh  # noqa: F401 - the dashboard is served only with bokeh installed
+
+        board = f"dashboard {client.dashboard_link}"
+    except ImportError:
+        board = "no dashboard (pip install 'bokeh>=3.1' to serve one)"
+    return f"dask cluster: {len(workers)} workers ({threads} threads), scheduler {where}, {board}"
+
+
+def backend_for(workers: int | None = None, scheduler: str | None = None, client=None, *,
+                notice: Callable[[str], None] | None = None, tasks: int | None = None) -> Backend:
+    """The backend for a run: :data:`LOCAL` (nothing given), a LocalCluster of ``workers`` processes
+    (at most ``tasks`` when given), a running cluster at ``scheduler``, or the caller's ``client``.
+    Use it as a context manager: a cluster this call starts is closed when the run ends."""
+    given = [name for name, v in (("workers", workers), ("scheduler", scheduler), ("client", client)) if v is not None]
+    if len(given) > 1:
+        raise InputError(f"Give one of {' and '.join(given)}, not both: workers starts a local cluster, scheduler or "
+                         "client uses a running one.")
+    if client is not None:
+        if not hasattr(client, "map") or not hasattr(client, "scheduler_info"):
+            raise InputError(f"client={client!r} is not a distributed.Client: pass one, or workers=N.")
+        return DaskBackend(client, notice=notice)
+    if scheduler is not None:
+        return DaskBackend(connect(scheduler), notice=notice, own_client=True)
+    if workers is None:
+        return LOCAL
+    if isinstance(workers, bool) or not hasattr(workers, "__index__") or workers < 1:
+        raise InputError(f"workers={workers!r} must be a whole number of worker processes, at least 1 (or None: in "
+                         "this process).")
+    workers = int(workers)
+    if tasks is not None:
+        workers = max(1, min(workers, int(tasks)))
+    return DaskBackend(workers=workers, notice=notice)
+
+
+def connect(address: str):
+    """A Client on the running scheduler at ``address``; InputError in one sentence when it cannot be
+    reached within CONNECT_TIMEOUT seconds."""
+    from distributed import Client
+
+    address = str(address).strip()
+    try:
+        return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as exc:
+        why = str(exc).split("\n")[0].strip() or type(exc).__name__
+        raise InputError(f"Cannot reach the dask scheduler at {address} within {CONNECT_TIMEOUT:g} s ({why}): start "
+                         "it (dask scheduler) or give its address as tcp://HOST:PORT; nothing was written.") from None
+
+
+def stderr_notice(line: str) -> None:
+    """Print a notice line on standard error, as the command line prints its notes."""
+    print(f"ticlust: {line}", file=sys.stderr, flush=True)
+
+
+__all__ = ["Backend", "LocalBackend", "DaskBackend", "LOCAL", "backend_for", "connect", "describe_client",
+           "CONNECT_TIMEOUT"]
