@@ -200,7 +200,7 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     address, ``tcp://HOST:PORT``) or ``client`` (a ``distributed.Client``) uses a running cluster, whose
     workers must see the input and the store at the same paths. The store is the same, byte for byte,
     wherever it was cut. ``progress``: True for a bar on standard error (and a line with the cluster's
-    dashboard address), or a callable that takes :class:`ticlust.methods.base.Progress` events.
+    dashboard address), or a callable that takes :class:`ticlust.events.Progress` events.
 
     Run it again on the same store to finish an interrupted run; a store made with other options or
     from another input is refused. Fields that cannot be read or cut are left out, named in one warning
@@ -459,7 +459,7 @@ class _Reporter:
         if self.sink is None:
             return
         from .api import StagePace
-        from .methods.base import Progress
+        from .events import Progress
 
         self.pace = self.pace or StagePace()
         self.used = True

@@ -1,0 +1,180 @@
+"""The same runs on a dask.distributed cluster (issue "Beyond one machine"): ticlust.cluster's backends,
+and extraction on a real local cluster of two worker processes (loopback only, no dashboard) — the same
+store as in-process, a worker killed mid-run, an unreachable scheduler, a run killed from outside."""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import cloudpickle
+import psutil
+import pytest
+
+import ticlust
+from ticlust import cluster
+from ticlust.cluster import LOCAL, DaskBackend, backend_for
+from ticlust.errors import InputError
+from ticlust.nuclei import write_nuclei_plate
+from ticlust.store import _Steps, extract_field, read_attributes
+
+from test_store import cli, files
+
+distributed = pytest.importorskip("distributed")
+cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers need not import this file
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real cluster: two single-threaded worker processes on 127.0.0.1, dashboard off."""
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
+                                  dashboard_address=None) as local, distributed.Client(local) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def plate(tmp_path_factory):
+    """A generated plate of 8 fields and its store, extracted in this process (the reference)."""
+    folder = tmp_path_factory.mktemp("plate")
+    manifest = write_nuclei_plate(folder / "plate", fields=8, n=40, shape=(256, 256), seed=5)
+    store = ticlust.extract(manifest, folder / "ref.zarr")
+    return manifest, store
+
+
+def _square(x):
+    return x * x
+
+
+def test_backend_for_picks_where_the_run_goes(client):
+    assert backend_for() is LOCAL and list(LOCAL.imap(_square, [3, 1])) == [(0, 9), (1, 1)]
+    with pytest.raises(InputError, match="Give one of workers and scheduler, not both"):
+        backend_for(workers=2, scheduler="tcp://127.0.0.1:1")
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match="must be a whole number of worker processes"):
+            backend_for(workers=bad)
+    own = backend_for(workers=4, tasks=3)
+    assert isinstance(own, DaskBackend) and own.workers == 3 and own.cluster is None   # started on first need
+    with backend_for(client=client) as backend:
+        assert backend.map(_square, list(range(20))) == [i * i for i in range(20)]
+        assert sorted(backend.imap(_square, [5, 6, 7])) == [(0, 25), (1, 36), (2, 49)]
+        assert backend.map(_square, []) == []
+    assert client.status == "running"                                   # the caller's client is left open
+
+
+def test_a_task_error_is_raised_as_in_process(client):
+    with pytest.raises(ZeroDivisionError):
+        DaskBackend(client).map(lambda x: 1 / x, [1, 0, 2])
+
+
+def test_extraction_on_a_cluster_writes_the_same_store(plate, client, tmp_path):
+    manifest, ref = plate
+    store = ticlust.extract(manifest, tmp_path / "ref.zarr", client=client)   # same name: compare byte for byte
+    assert files(store.path) == files(ref.path) and len(store) == len(ref) > 200
+
+
+def _die_once(task):
+    """extract_field, except that the first call (a marker file says which) kills its own worker process."""
+    spec, plan, root, marker = task
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return extract_field(spec, plan, root)
+    os.close(fd)
+    os._exit(1)
+
+
+def test_a_task_whose_worker_dies_runs_again_elsewhere(plate, client, tmp_path):
+    manifest, ref = plate
+    store = ticlust.extract(manifest, tmp_path / "ref.zarr", client=client)
+    for part in (store.path / "fields").glob("0000[0-7]"):
+        os.rename(part, tmp_path / part.name)                          # parts to cut again
+    from ticlust.plate import list_fields
+    from ticlust.store import _plan_of
+
+    specs, _ = list_fields(manifest)
+    plan = _plan_of(read_attributes(store.path))
+    tasks = [(s, plan, str(store.path), str(tmp_path / "died")) for s in specs]
+    before = set(client.scheduler_info()["workers"])
+    reports = DaskBackend(client).map(_die_once, tasks)
+    assert (tmp_path / "died").exists() and before != set(client.scheduler_info()["workers"])   # a worker was lost
+    assert [r.objects for r in reports] == [int((ref.table["field_index"] == i).sum()) for i in range(len(specs))]
+    assert all(r.error is None and r.fatal is None for r in reports)
+    assert files(store.path / "fields") == files(ref.path / "fields")
+
+
+async def _exit_now():
+    os._exit(1)
+
+
+def test_a_worker_killed_mid_extraction_and_the_store_is_the_same(plate, client, tmp_path):
+    manifest, ref = plate
+    killed = []
+
+    def progress(event):                                               # after the first field: kill a busy worker
+        if event.stage == "cutting fields" and not killed:
+            busy = [w for w, keys in client.processing().items() if keys]
+            killed.append(busy[0] if busy else None)
+            if busy:
+                client.run(_exit_now, workers=busy[:1], wait=False)
+
+    store = ticlust.extract(manifest, tmp_path / "ref.zarr", client=client, progress=progress)
+    assert killed and killed[0] is not None
+    assert files(store.path) == files(ref.path) and os.listdir(store.path / "tmp") == []
+    deadline = time.monotonic() + 60
+    while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:   # the nanny restarts it
+        time.sleep(0.2)
+
+
+def test_an_unreachable_scheduler_is_one_sentence_and_nothing_is_written(plate, tmp_path, monkeypatch):
+    manifest, _ = plate
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 2.0)
+    with socket.socket() as s:                                          # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    start = time.monotonic()
+    with pytest.raises(InputError) as err:
+        ticlust.extract(manifest, tmp_path / "s.zarr", scheduler=f"tcp://127.0.0.1:{port}")
+    assert time.monotonic() - start < 20
+    message = str(err.value)
+    assert message.startswith(f"Cannot reach the dask scheduler at tcp://127.0.0.1:{port} within 2 s")
+    assert message.endswith("nothing was written.") and "\n" not in message
+    assert not (tmp_path / "s.zarr").exists()
+
+
+def test_steps_stopped_early_cancel_what_has_not_started(client):
+    steps = _Steps(DaskBackend(client), lambda *a: None)
+    results = steps.map(_slow_square, [(i,) for i in range(12)], "squares")
+    first = next(results)
+    results.close()                                                    # as a failed write stops the run
+    assert first in {i * i for i in range(12)}
+    time.sleep(0.5)
+    assert not any(client.processing().values())                       # nothing left running for us
+
+
+def _slow_square(task):
+    time.sleep(0.3)
+    return task[0] * task[0]
+
+
+def test_a_killed_cluster_run_leaves_no_worker_and_resumes_to_the_same_store(plate, tmp_path):
+    """SIGKILL of `ticlust extract --workers 2` mid-run: its worker processes die with it, and the next run
+    (on a local cluster, printing its address) finishes the store byte for byte as an uninterrupted run."""
+    manifest, ref = plate
+    store = tmp_path / "ref.zarr"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    run = subprocess.Popen([sys.executable, "-m", "ticlust.cli", "extract", str(manifest), "-o", str(store),
+                            "--workers", "2", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    while not (store / "fields" / "00000").exists() and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.002)
+    children = psutil.Process(run.pid).children(recursive=True)
+    run.send_signal(signal.SIGKILL)
+    run.wait()
+    gone, alive = psutil.wait_procs(children, timeout=30)
+    assert not alive, alive                                             # no orphan writes into the store
+    assert not read_attributes(store)["complete"] and len(os.listdir(store / "fields")) < 9
+    out = cli("extract", manifest, "-o", store, "--workers", "2")
+    assert out.returncode == 0, out.stderr
+    assert "ticlust: dask cluster: 2 workers (2 threads), scheduler tcp://127.0.0.1:" in out.stderr
+    assert files(store) == files(ref.path)
