@@ -178,3 +178,26 @@ def test_a_killed_cluster_run_leaves_no_worker_and_resumes_to_the_same_store(pla
     assert out.returncode == 0, out.stderr
     assert "ticlust: dask cluster: 2 workers (2 threads), scheduler tcp://127.0.0.1:" in out.stderr
     assert files(store) == files(ref.path)
+
+
+def test_a_distributed_lloyd_iteration_is_the_in_process_one(plate, client):
+    """kmeans' E-step per chunk of store crops (sums and counts per cluster), reduced in the M-step: the
+    same iterations as ticlust.kernels.lloyd on the same rows, in-process and on the 2-process cluster."""
+    import numpy as np
+    import torch
+
+    from ticlust.chunk_lloyd import lloyd_store
+    from ticlust.kernels import kmeans_plus_plus, lloyd
+
+    _, store = plate
+    x = torch.from_numpy(np.asarray(store.crops).reshape(len(store), -1).astype(np.float32))
+    init = kmeans_plus_plus(x, 5, np.random.default_rng(0))
+    ref = list(lloyd(x, init.clone(), max_iter=50))
+    assert len(ref) > 2
+    for backend in (LOCAL, DaskBackend(client)):
+        got = list(lloyd_store(store.path, init.numpy(), backend=backend, max_iter=50, chunk=40))   # 7 chunks
+        assert len(got) == len(ref)
+        for (it, inertia, centers, labels), (it2, inertia2, centers2, labels2) in zip(ref, got):
+            assert it == it2 and np.array_equal(labels.numpy(), labels2)
+            np.testing.assert_allclose(centers2, centers.numpy(), rtol=1e-5, atol=1e-5)
+            assert inertia2 == pytest.approx(inertia, rel=1e-5)
