@@ -6,9 +6,9 @@ after field with :func:`ticlust.objects.field_objects`: in this process, or on a
 cluster (``workers=N``, ``scheduler=ADDRESS`` or ``client=``; :mod:`ticlust.cluster`). Each field's
 step, :func:`extract_field`, is one pure function — a field's paths and the plan in, its part written
 into the store by path, a small :class:`FieldReport` out — so the local loop and a cluster's workers
-call the same function, and a task that a lost worker had begun is simply run again. A field's part (Zarr v3 arrays ``crops`` and ``masks``, chunked along the object
-axis, and its rows in Parquet) is written in ``tmp/`` and committed by one rename: a field is there
-whole or not at all. The last step writes ``table.parquet`` (all rows, fields in input order, then
+call the same function, and a task that a lost worker had begun is simply run again. A field's part
+(Zarr v3 arrays ``crops`` and ``masks``, chunked along the object axis, and its rows in Parquet) is
+written in ``tmp/`` and committed by one rename: a field is there whole or not at all. The last step writes ``table.parquet`` (all rows, fields in input order, then
 label) and marks the store complete. A run that is killed, or stops on a full disk, is finished by
 running it again: only fields without a part are cut, and the store ends byte for byte as an
 uninterrupted run leaves it. A field that cannot be read or cut is left out, listed in ``failed``,
@@ -23,7 +23,6 @@ import hashlib
 import json
 import os
 import shutil
-import sys
 import uuid
 import warnings
 from contextlib import closing, contextmanager
