@@ -108,3 +108,21 @@ def test_rigid_kmeans_flip_option(one_thread):
     # the inspector's view: the item carried onto each prototype at its best pose, flip included
     warped, scores = align_one(with_flip, x[0], device="cpu")
     assert warped.shape == (3, H, W) and int(np.argmin(scores)) == with_flip.labels[0]
+
+
+def test_inner_nuclei_kinds_differ_only_inside(one_thread):
+    from ticlust.inner_nuclei import INNER_KINDS, inner_nuclei_field
+    from ticlust.objects import objects_from_labels
+
+    f = inner_nuclei_field(n=80, shape=(400, 400), seed=1)
+    assert np.bincount(f.kinds[1:]).tolist() == [20] * 4 and f.kind_names == INNER_KINDS
+    x, table = objects_from_labels(f.image, f.labels, normalize=True, rescale=True)
+    y = f.kind_of(table["label"])
+    areas = [table["area"][y == k].mean() for k in range(4)]
+    assert max(areas) < 1.15 * min(areas)                     # not told apart by size ...
+    raw, _ = objects_from_labels(f.image, f.labels)
+    sums = [raw[y == k].astype(float).sum((1, 2)).mean() for k in range(4)]
+    assert max(sums) < 1.4 * min(sums)                        # ... nor by total brightness (log-normal per nucleus, 20 of each)
+    r = ticlust.fit(x, "rigid-kmeans", k=4, device="cpu", seed=0, runs=3, angles=24, max_iter=6, flip=True)   # Lloyd has local minima: best of 3
+    assert ticlust.evaluate(y, r.labels)["acc"] >= 0.85
+    assert ticlust.sample("inner-nuclei")[0].shape[1:] == (32, 32)
