@@ -126,3 +126,14 @@ def test_inner_nuclei_kinds_differ_only_inside(one_thread):
     r = ticlust.fit(x, "rigid-kmeans", k=4, device="cpu", seed=0, runs=3, angles=24, max_iter=6, flip=True)   # Lloyd has local minima: best of 3
     assert ticlust.evaluate(y, r.labels)["acc"] >= 0.85
     assert ticlust.sample("inner-nuclei")[0].shape[1:] == (32, 32)
+
+
+def test_rigid_pssc_clusters_turned_patterns_and_predicts(one_thread):
+    x, y = _rotated_set(n_per=15, flip=True, seed=2)
+    r = ticlust.fit(x, "rigid-pssc", k=3, device="cpu", seed=0, flip=True, rigid_angles=24, rigid_iter=5, pca_dim=20,
+                    poc=0, clustering="kmeans")   # POC drops the leading directions: on 3 tiny clusters those are the kinds
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.state.rigid_centers.shape == (3, 1, H, W) and r.state.rigid_frames.shape == (3, 6)
+    assert r.aligned.shape == x.shape
+    p = ticlust.predict(r, x[:6], device="cpu")
+    assert np.array_equal(p.labels, r.labels[:6])

@@ -10,3 +10,4 @@ from . import nt  # noqa: F401,E402
 from . import pssc  # noqa: F401,E402
 from . import dti  # noqa: F401,E402
 from . import rigid_kmeans  # noqa: F401,E402
+from . import rigid_pssc  # noqa: F401,E402

@@ -211,3 +211,37 @@ def aligned_items(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
     from .core import affine_grid
 
     return warp(x, affine_grid(theta, tuple(x.shape[-2:])), padding_mode="zeros")
+
+
+def compose(first: torch.Tensor, then: torch.Tensor) -> torch.Tensor:
+    """Affine parameters (..., 6) of q ↦ first(then(q)): the grid of ``then`` read through ``first``.
+    With x(first q) ≈ mu(q) and mu(then q') ≈ ref(q'), x(compose(first, then) q') ≈ ref(q')."""
+    eye = torch.eye(3, device=first.device, dtype=first.dtype)
+    a = eye.expand(*first.shape[:-1], 3, 3).clone()
+    b = eye.expand(*then.shape[:-1], 3, 3).clone()
+    a[..., :2, :] += first.reshape(*first.shape[:-1], 2, 3)
+    b[..., :2, :] += then.reshape(*then.shape[:-1], 2, 3)
+    return ((a @ b)[..., :2, :] - torch.eye(2, 3, device=first.device, dtype=first.dtype)).flatten(-2)
+
+
+def common_frame(mu: torch.Tensor, n_angles: int | None = None, flip: bool = False, max_shift: int | None = None) -> torch.Tensor:
+    """Poses (K, 6) that carry K prototypes (K, C, H, W) into one shared frame: a spanning tree grown from
+    prototype 0 (Prim's order), each prototype posed by the rigid search onto its nearest prototype already
+    placed (as placed). Items posed onto their own prototype (theta_i) then share the frame through
+    ``compose(theta_i, frame[label_i])``: similar prototypes (the same kind split in two, or two kinds
+    that look alike) end up turned alike, whatever angle each Lloyd run left them at."""
+    k = mu.shape[0]
+    frames = torch.zeros(k, 6, device=mu.device)
+    placed = [0]
+    canon = {0: mu[0]}
+    while len(placed) < k:
+        rest = [c for c in range(k) if c not in canon]
+        ref = torch.stack([canon[p] for p in placed])
+        match = rigid_search(mu[rest], ref, n_angles=n_angles, flip=flip, max_shift=max_shift)
+        flat = int(match.score.argmin())
+        i, j = divmod(flat, len(placed))
+        c = rest[i]
+        frames[c] = match.theta[i, j]                      # onto the placed one as placed: already the shared frame
+        canon[c] = aligned_items(mu[c:c + 1], frames[c:c + 1])[0]
+        placed.append(c)
+    return frames
