@@ -137,3 +137,24 @@ def test_rigid_pssc_clusters_turned_patterns_and_predicts(one_thread):
     assert r.aligned.shape == x.shape
     p = ticlust.predict(r, x[:6], device="cpu")
     assert np.array_equal(p.labels, r.labels[:6])
+
+
+def test_invariant_scattering_ignores_quarter_turns(one_thread):
+    from ticlust.invariant_scattering import invariant_features
+    from ticlust.scattering import FastScattering2D
+
+    op = FastScattering2D((32, 32), 2, 8, 2)
+    img = _pattern(5, 32)[0, 0]
+    other = _pattern(6, 32)[0, 0]
+    s = op(torch.stack([img, torch.rot90(img, 1), other]))
+    f = invariant_features(s, 2, 8, 2, 4)
+    s_raw = s.flatten(1)
+    # a quarter turn is 4 orientation steps: the features barely move (subsampling grids are not turned exactly),
+    # far less than the raw coefficients do, and far less than another pattern's differ
+    turned = float((f[1] - f[0]).norm() / f[0].norm())
+    assert turned < 0.15 and turned < 0.5 * float((s_raw[1] - s_raw[0]).norm() / s_raw[0].norm())
+    assert turned < 0.5 * float((f[2] - f[0]).norm() / f[0].norm())
+    x, y = _rotated_set(n_per=10, seed=3)
+    r = ticlust.fit(x, "pssc", k=3, device="cpu", seed=0, rotation_invariant=True, pad_to=24, scales=2, pca_dim=20, poc=0,
+                    clustering="kmeans")
+    assert r.labels.shape == (30,)
