@@ -29,7 +29,8 @@ from .rigid_kmeans import RIGID_KMEANS, RigidKMeansConfig, _window
 
 @dataclass
 class RigidPSSCConfig(PSSCConfig):
-    flip: bool = param(False, "Mirror images count as the same (cells in 2-D have no handedness unless you say so)", essential=True)
+    # not "essential": PSSC's three essentials fill the form's front (at most three, tests/test_napari.py)
+    flip: bool = param(False, "Mirror images count as the same (cells in 2-D have no handedness unless you say so)")
     frames: int = param(0, "Prototypes of the rigid stage (0: K); each item is posed onto its own, the prototypes onto one another", low=0)
     rigid_angles: int = param(0, "Angles the rigid stage tries over 360° (0: from the crop size)", low=0)
     rigid_iter: int = param(20, "Most Lloyd iterations of the rigid stage", low=1)
