@@ -5,6 +5,7 @@ import numpy as np
 
 from .errors import InputError
 from .landmarks import sample_landmarks
+from .inner_nuclei import inner_nuclei_sample
 from .nuclei import nuclei_sample
 
 
@@ -13,6 +14,8 @@ SAMPLES = {
     "glyphs": "600 synthetic glyphs of 4 kinds under random affine and elastic warps, 32×32, with labels",
     "shapes": "100 landmark shapes (8 landmarks) from two mean shapes, rotated, shifted and noisy, with labels",
     "nuclei": "~290 nuclei (round, elongated, dividing) cut out of a generated 1024×1024 uint16 field, 32×32, with kinds",
+    "inner-nuclei": "~285 nuclei of one outline distribution that differ inside (uniform, rim, foci, pole) at random angles, "
+                    "cut out of a generated 1024×1024 uint16 field, 32×32, with kinds",
 }
 
 
@@ -26,6 +29,8 @@ def sample(name: str, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         return sample_landmarks(seed=seed)
     if name == "nuclei":
         return nuclei_sample(seed=seed)
+    if name == "inner-nuclei":
+        return inner_nuclei_sample(seed=seed)
     raise InputError(f"Unknown sample {name!r}: choose one of {', '.join(SAMPLES)}.")
 
 

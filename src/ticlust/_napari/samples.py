@@ -33,3 +33,14 @@ def nuclei():
     return [(field.image, {"name": "nuclei", "colormap": "gray"}, "image"),
             (field.labels, {"name": "nuclei labels", "metadata": {"kinds": field.kinds, "kind_names": field.kind_names},
                             "opacity": 0.3}, "labels")]
+
+
+def inner_nuclei():
+    """A generated field of nuclei that differ inside (uniform, rim, foci, pole; one outline distribution, random
+    angles) and its segmentation; the labels' metadata keep every id's true kind."""
+    from ..inner_nuclei import inner_nuclei_field
+
+    field = inner_nuclei_field(n=60, shape=(320, 320), seed=0)
+    return [(field.image, {"name": "inner nuclei", "colormap": "gray"}, "image"),
+            (field.labels, {"name": "inner nuclei labels", "metadata": {"kinds": field.kinds, "kind_names": field.kind_names},
+                            "opacity": 0.3}, "labels")]

@@ -9,3 +9,5 @@ from . import st_kmeans  # noqa: F401,E402
 from . import nt  # noqa: F401,E402
 from . import pssc  # noqa: F401,E402
 from . import dti  # noqa: F401,E402
+from . import rigid_kmeans  # noqa: F401,E402
+from . import rigid_pssc  # noqa: F401,E402

@@ -28,6 +28,7 @@ import torch
 from ..errors import InputError
 from ..stack import Stack
 from ..result import ClusteringResult, FittedState
+from ..invariant_scattering import invariant_features, ring_weights
 from ..scattering import FastScattering2D, kymatio_scattering, n_paths
 from ..events import Progress, Snapshot, drain
 from ..kernels import keep_pinned, kmeans_plus_plus, lloyd, partition_means, random_init, squared_distances
@@ -66,6 +67,8 @@ class PSSCConfig:
     predict_batch_size: int = param(256, "Images per batch when assigning new images", low=1, gui=False)
     cache_dir: str = param("", "Folder for a disk cache of the scattering features, reused by later runs on the same "
                            "images (empty: no cache)", gui=False)
+    rotation_invariant: bool = param(False, "Scattering combined over orientations and rings about the centre "
+                                     "(invariant to turns; measured worse than rigid-pssc on turned digits, benchmarks/results/rotation.md)")
 
 
 # ---- stage 1: features ---------------------------------------------------------------------------
@@ -91,6 +94,10 @@ class Scatterer:
             self.op = FastScattering2D((self.hp, self.wp), cfg.scales, cfg.angles, cfg.order, device)
         self.paths = n_paths(cfg.scales, cfg.angles, cfg.order)
         self.spatial = (self.hp // 2 ** cfg.scales) * (self.wp // 2 ** cfg.scales)
+        self.spatial_side = min(self.hp, self.wp) // 2 ** cfg.scales
+        self.invariant = (cfg.scales, cfg.angles, cfg.order, max(1, self.spatial_side // 2)) if cfg.rotation_invariant else None
+        if self.invariant:                                 # rotation-invariant: paths × rings (invariant_scattering.py)
+            self.spatial = ring_weights(self.hp // 2 ** cfg.scales, self.wp // 2 ** cfg.scales, self.invariant[-1]).shape[0]
         self.dim = self.channels * self.paths * self.spatial
 
     @torch.no_grad()
@@ -101,6 +108,8 @@ class Scatterer:
         padded = torch.zeros((x.shape[0], self.hp, self.wp), dtype=x.dtype, device=x.device)
         padded[:, self.top:self.top + self.h, self.left:self.left + self.w] = x
         s = self.op(padded)
+        if self.invariant:
+            s = invariant_features(s, *self.invariant)
         return s.reshape(batch.shape[0], self.dim)
 
 
@@ -108,6 +117,8 @@ def feature_key(stack: Stack, cfg: PSSCConfig, batch_size: int = 4096) -> str:
     """Content hash of the normalised input and every parameter the scattering features depend on."""
     h = hashlib.blake2b(digest_size=20)
     h.update(repr((CACHE_VERSION, stack.item_shape, cfg.scales, cfg.angles, cfg.order, cfg.pad_to)).encode())
+    if cfg.rotation_invariant:
+        h.update(b"rotation-invariant")
     for _, b in stack.batches(batch_size):
         h.update(np.ascontiguousarray(b, dtype=np.float32).tobytes())
     return h.hexdigest()

@@ -1,0 +1,148 @@
+"""Orientation-free clustering (issue: kinds that differ inside the cell, at any angle).
+
+Sets (``--sets``, default all):
+  rotated    MNIST-test (the first ``--n`` images; 10,000 = all), every digit turned by a uniform random
+             angle (bilinear, about the image centre, seed 0). 6 and 9 become one kind: ceiling ≈ 0.90.
+  mirrored   the same, and every other digit (at random) mirrored left-right as well.
+  inner      the inner-pattern nuclei sample (ticlust.inner_nuclei: uniform, rim, foci, pole inside one outline
+             distribution, random angles), cut out three ways: plain crops; the objects route's options
+             (orient + normalize, ROUTE_OPTIONS); normalize + rescale (each object zoomed to fill its crop).
+  unrotated  MNIST-test (first ``--n``), the glyphs and the nuclei samples as they are: nothing may get worse.
+
+Methods (``--methods``): any registered method with its defaults (K = the number of classes), plus
+``regionprops``: k-means on standardised per-object measurements (skimage regionprops of each crop's
+thresholded mask: area, eccentricity, solidity, extent, axis lengths, perimeter, mean/max/min intensity,
+weighted Hu moments, which are rotation invariant) — what one would do without this library.
+Every row: ACC (Hungarian), NMI, wall time, the machine's load. Rows are appended to
+benchmarks/results/rotation.jsonl; ``--report`` rebuilds benchmarks/results/rotation.md from it.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import json  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _data import data_dir, load_average  # noqa: E402
+
+import ticlust  # noqa: E402
+from ticlust.metrics import hungarian_accuracy, nmi  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def rotated_mnist(n: int, mirror: bool = False, seed: int = 0, data: str | None = None):
+    from scipy import ndimage
+
+    d = np.load(data_dir(data) / "mnist.npz")
+    x, y = d["x_test"][:n].astype(np.float32) / 255.0, d["y_test"][:n].astype(np.int64)
+    rng = np.random.default_rng(seed)
+    angles = rng.uniform(0, 360, len(x))
+    flips = rng.random(len(x)) < 0.5 if mirror else np.zeros(len(x), bool)
+    out = np.stack([ndimage.rotate(im[:, ::-1] if f else im, a, reshape=False, order=1) for im, a, f in zip(x, angles, flips)])
+    return np.clip(out, 0, 1).astype(np.float32), y
+
+
+def inner_sets(seed: int = 0):
+    from ticlust.inner_nuclei import inner_nuclei_field
+    from ticlust.objects import ROUTE_OPTIONS, objects_from_labels
+
+    f = inner_nuclei_field(seed=seed)
+    out = {}
+    for name, opts in (("plain", {}), ("route", dict(ROUTE_OPTIONS)), ("normalize+rescale", {"normalize": True, "rescale": True})):
+        x, table = objects_from_labels(f.image, f.labels, **opts)
+        out[f"inner ({name})"] = (x, f.kind_of(table["label"]))
+    return out
+
+
+def regionprops_labels(x: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """k-means on standardised regionprops of each crop (its largest bright component)."""
+    from skimage import measure
+    from sklearn.cluster import KMeans
+
+    rows = []
+    for im in x.astype(np.float32):
+        im = im / max(float(im.max()), 1e-9)
+        lab = measure.label(im > 0.3)
+        props = measure.regionprops(lab, intensity_image=im)
+        p = max(props, key=lambda q: q.area) if props else None
+        if p is None:
+            rows.append(np.zeros(16))
+            continue
+        rows.append(np.r_[p.area, p.eccentricity, p.solidity, p.extent, p.axis_major_length, p.axis_minor_length,
+                          p.perimeter, p.intensity_mean, p.intensity_max, p.intensity_min, p.moments_weighted_hu[:6]])
+    f = np.nan_to_num(np.asarray(rows, np.float64))
+    f = (f - f.mean(0)) / np.where(f.std(0) > 0, f.std(0), 1)
+    return KMeans(k, n_init=10, random_state=seed).fit_predict(f)
+
+
+def run_one(set_name: str, x: np.ndarray, y: np.ndarray, method: str, seed: int, params: dict) -> dict:
+    k = int(len(np.unique(y)))
+    start = time.perf_counter()
+    if method == "regionprops":
+        labels = regionprops_labels(x, k, seed)
+    else:
+        labels = ticlust.fit(x, method, k=k, device="cpu", seed=seed, progress=False, **params).labels
+    wall = time.perf_counter() - start
+    return {"set": set_name, "n": int(len(y)), "method": method, "params": params, "seed": seed,
+            "acc": float(hungarian_accuracy(y, labels)), "nmi": float(nmi(y, labels)), "wall_s": round(wall, 1),
+            "load": load_average()}
+
+
+def report(path: Path = RESULTS / "rotation.jsonl") -> str:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = ["# Orientation-free clustering: measured (benchmarks/rotation.py)", "",
+             "Rows in the order measured; CPU only, 2 cores shared with other jobs (load = 1/5/15-min averages).", "",
+             "| set | n | method | params | seed | ACC | NMI | wall s | load |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "defaults"
+        lines.append(f"| {r['set']} | {r['n']} | {r['method']} | {params} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | "
+                     f"{r['wall_s']} | {r['load']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sets", default="rotated,mirrored,inner,unrotated")
+    ap.add_argument("--methods", default="kmeans,regionprops,rigid-kmeans")
+    ap.add_argument("--params", default="{}", help="JSON parameters for the ticlust methods, e.g. '{\"flip\": true}'")
+    ap.add_argument("--n", type=int, default=2000, help="MNIST-test images (10000 = all)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--data-dir")
+    ap.add_argument("--report", action="store_true", help="only rebuild results/rotation.md from results/rotation.jsonl")
+    args = ap.parse_args(argv)
+    if not args.report:
+        sets: dict = {}
+        for name in args.sets.split(","):
+            if name == "rotated":
+                sets["rotated MNIST-test"] = rotated_mnist(args.n, data=args.data_dir)
+            elif name == "mirrored":
+                sets["rotated+mirrored MNIST-test"] = rotated_mnist(args.n, mirror=True, data=args.data_dir)
+            elif name == "inner":
+                sets.update(inner_sets())
+            elif name == "unrotated":
+                d = np.load(data_dir(args.data_dir) / "mnist.npz")
+                sets["MNIST-test"] = (d["x_test"][:args.n].astype(np.float32) / 255.0, d["y_test"][:args.n].astype(np.int64))
+                sets["glyphs"] = ticlust.sample("glyphs")
+                sets["nuclei"] = ticlust.sample("nuclei")
+        params = json.loads(args.params)
+        RESULTS.mkdir(exist_ok=True)
+        for set_name, (x, y) in sets.items():
+            for method in args.methods.split(","):
+                row = run_one(set_name, x, y, method, args.seed, params if method != "regionprops" else {})
+                print(json.dumps(row), flush=True)
+                with open(RESULTS / "rotation.jsonl", "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+    (RESULTS / "rotation.md").write_text(report())
+
+
+if __name__ == "__main__":
+    main()

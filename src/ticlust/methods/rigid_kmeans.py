@@ -1,0 +1,196 @@
+"""Rigid-invariant K-means: Lloyd iterations whose distance is the best of every in-plane rotation (and
+optionally mirror flip) and every shift, searched exhaustively (``transforms.rigid``), as in cryo-EM 2D
+classification (RELION, cryoSPARC, ISAC).
+
+d(x, μ) = min over angles a, flips f, integer shifts s of ||x − μ turned by (a, f) and shifted by s||².
+Each iteration searches every (item, centroid) pair's pose on the angle grid (its step from the crop
+size), assigns each item to its nearest centroid, and moves every centroid to the mean of its members
+carried onto its frame (the inverse of their pose, bilinear). The first centroids are chosen by
+k-means++ under the same rigid distance, so two copies of one pattern at different angles are not
+taken for two seeds. Unlike the gradient alignments of ai/st-kmeans this finds a pattern at any angle,
+not only near the identity.
+
+``refine`` hands the result to AI K-means (affine) or ST K-means (affine + TPS) as their start: every
+pair's affine map starts at the rigid pose found here, so their Adam refines a pose instead of searching it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..events import Progress, Snapshot
+from ..result import ClusteringResult, FittedState
+from ..stack import Stack, from_nchw, to_nchw
+from ..validation import check_same_size
+from ..kernels import keep_pinned
+from ..transforms.align import Aligner, Alignments
+from ..transforms.rigid import RigidMatch, aligned_items, angle_count, rigid_search
+from .base import Method, param, register, seed_everything
+
+
+@dataclass
+class RigidKMeansConfig:
+    k: int = 10
+    flip: bool = param(False, "Mirror images count as the same (cells in 2-D have no handedness unless you say so)", essential=True)
+    angles: int = param(0, "Angles tried over 360°; 0: from the crop size (a point on the inscribed circle moves ≤ 2 px per step)", low=0)
+    max_shift: float = param(0.15, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
+    max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
+    refine: str = param("none", "Then refine from the rigid poses: none, affine (AI K-means) or deformable (ST K-means, TPS)",
+                        choices=("none", "affine", "deformable"), essential=True)
+    refine_iter: int = param(5, "Lloyd iterations of the refinement", low=1)
+    batch_size: int = param(512, "Items searched at once (memory vs speed)", low=1, gui=False)
+
+
+@dataclass
+class RigidState(FittedState):
+    centers: np.ndarray   # (K, C, H, W) centroids
+
+
+def _window(cfg: RigidKMeansConfig, size) -> int:
+    return int(round(cfg.max_shift * min(size) / 2))
+
+
+def _search(x: torch.Tensor, mu: torch.Tensor, cfg: RigidKMeansConfig) -> RigidMatch:
+    return rigid_search(x, mu, n_angles=cfg.angles or None, flip=cfg.flip, max_shift=_window(cfg, x.shape[-2:]),
+                        block=cfg.batch_size)
+
+
+def rigid_kmeans_plus_plus(x: torch.Tensor, cfg: RigidKMeansConfig, rng: np.random.Generator) -> torch.Tensor:
+    """k-means++ seeds under the rigid distance (each new seed drawn ∝ its distance to the nearest seed)."""
+    n = x.shape[0]
+    chosen = [int(rng.integers(n))]
+    d2 = _search(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double()
+    for _ in range(1, cfg.k):
+        p = d2.clamp_min(0).cpu().numpy()
+        p = p / p.sum() if p.sum() > 0 else np.full(n, 1.0 / n)
+        chosen.append(int(rng.choice(n, p=p)))
+        d2 = torch.minimum(d2, _search(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double())
+    return x[chosen].clone()
+
+
+def _assigned(match: RigidMatch, labels: torch.Tensor) -> dict:
+    pick = lambda t: t.gather(1, labels.view(-1, *([1] * (t.ndim - 1))).expand(-1, 1, *t.shape[2:]))[:, 0]   # noqa: E731
+    return {"angle": pick(match.angle), "flip": pick(match.flip), "shift": pick(match.shift), "theta": pick(match.theta)}
+
+
+def _centroids(x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Each centroid the mean of its members carried onto its frame; an emptied one restarts on the worst-fitted item."""
+    k = mu.shape[0]
+    sums = torch.zeros_like(mu)
+    for s in range(0, x.shape[0], 2048):
+        sums.index_add_(0, labels[s:s + 2048], aligned_items(x[s:s + 2048], theta[s:s + 2048]))
+    counts = torch.bincount(labels, minlength=k)
+    new = sums / counts.clamp_min(1).to(mu.dtype).view(-1, 1, 1, 1)
+    empty = torch.nonzero(counts == 0).flatten()
+    if len(empty):
+        worst = torch.argsort(scores, descending=True)[: len(empty)]
+        new[empty] = x[worst]
+    return new
+
+
+class RigidKMeans(Method):
+    name, title = "rigid-kmeans", "Rigid-invariant K-means (exhaustive rotation × shift search)"
+    config, state, inputs = RigidKMeansConfig, RigidState, ("images",)
+    paper = "exhaustive in-plane search as in cryo-EM 2D classification (RELION, cryoSPARC)"
+    caution = "Only rotations, flips and shifts are undone: a stretched or bent member costs its full distance (refine: affine/deformable)"
+
+    def _items(self, stack: Stack, images: torch.Tensor) -> np.ndarray:
+        return from_nchw(images, stack.channels > 1).cpu().numpy()
+
+    def train(self, stack: Stack, cfg: RigidKMeansConfig, device: torch.device, seed: int):
+        from .st_kmeans import _check_images
+        _check_images(stack, self.name)
+        start = time.perf_counter()
+        rng = seed_everything(seed)
+        x = to_nchw(stack.tensor(device))
+        yield Progress(0, cfg.max_iter, stage="rigid k-means++ seeds")
+        mu = rigid_kmeans_plus_plus(x, cfg, rng)
+        result = yield from self._lloyd(stack, cfg, x, mu, device)
+        result.timing = {**result.timing, "fit_s": time.perf_counter() - start}
+        if cfg.refine != "none":
+            result = yield from self._refined(stack, cfg, x, result, device, seed, start)
+        return result
+
+    def refine(self, stack: Stack, cfg: RigidKMeansConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
+        t0 = time.perf_counter()
+        x = to_nchw(stack.tensor(device))
+        mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
+        result = yield from self._lloyd(stack, cfg, x, mu, device, pinned.to(device))
+        result.timing = {**result.timing, "fit_s": time.perf_counter() - t0}
+        return result
+
+    def _lloyd(self, stack, cfg, x, mu, device, pinned=None):
+        history, prev, it = [], None, 0
+        for it in range(1, cfg.max_iter + 1):
+            match = _search(x, mu, cfg)
+            labels = keep_pinned(match.score.argmin(1), pinned)
+            own = match.score.gather(1, labels[:, None])[:, 0]
+            history.append(float(own.sum()) / x.shape[0])
+            yield Progress(it, cfg.max_iter, history[-1], f"Lloyd iteration {it}")
+            if prev is not None and torch.equal(prev, labels):
+                break
+            mu = _centroids(x, mu, _assigned(match, labels)["theta"], labels, own)
+            prev = labels
+            yield Snapshot(self._items(stack, mu))
+        return self.result(cfg, RigidState(mu.cpu().numpy()), prototypes=self._items(stack, mu), history=history,
+                           timing={"iterations": it}, **self._outputs(stack, x, match, labels))
+
+    def _outputs(self, stack: Stack, x: torch.Tensor, match: RigidMatch, labels: torch.Tensor) -> dict:
+        own = _assigned(match, labels)
+        aligner = Aligner(tuple(x.shape[-2:]), None, x.device)
+        aligned = torch.cat([aligned_items(x[s:s + 2048], own["theta"][s:s + 2048]) for s in range(0, x.shape[0], 2048)])
+        params = {"angle": own["angle"].cpu().numpy(), "flip": own["flip"].cpu().numpy(), "shift": own["shift"].cpu().numpy(),
+                  "affine": (own["theta"].reshape(-1, 2, 3) + torch.eye(2, 3, device=x.device)).cpu().numpy(),
+                  "pair_theta": match.theta.cpu().numpy()}
+        return dict(labels=labels.cpu().numpy(), scores=match.score.cpu().numpy(), aligned=self._items(stack, aligned),
+                    aligned_kind="item-on-prototype", grids=aligner.display_grids(Alignments(own["theta"])).cpu().numpy(),
+                    params=params)
+
+    def _refined(self, stack, cfg, x, rigid: ClusteringResult, device, seed, start):
+        """AI or ST K-means Lloyd iterations from the rigid centroids, every pair's affine map starting at its rigid pose."""
+        from .st_kmeans import AI_KMEANS, ST_KMEANS, AIKMeansConfig, STKMeansConfig, STState
+
+        method, sub_cfg = ((AI_KMEANS, AIKMeansConfig(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter))
+                           if cfg.refine == "affine" else
+                           (ST_KMEANS, STKMeansConfig(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False)))
+        seed_everything(seed)
+        run = method._start(stack, sub_cfg, x, device)
+        mu = torch.from_numpy(rigid.state.centers).to(device)
+        pairs = run.aligner.zeros(stack.n, cfg.k)
+        pairs.theta.copy_(torch.from_numpy(rigid.params["pair_theta"]).to(device))
+        from .st_kmeans import _lloyd
+        mu, pairs, labels, history, iters = yield from _lloyd(run, mu, None, pairs)
+        out = run.outputs(pairs, labels)
+        out["params"].update({k: rigid.params[k] for k in ("angle", "flip", "shift")})
+        timing = {"fit_s": time.perf_counter() - start, "rigid_s": rigid.timing["fit_s"], "iterations": rigid.timing["iterations"] + iters}
+        return self.result(cfg, RigidState(mu.cpu().numpy()), prototypes=run.items(mu), history=rigid.history + history,
+                           timing=timing, **out)
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """New images assigned to the fixed centroids by the same exhaustive search."""
+        start = time.perf_counter()
+        cfg = self.config_of(result)
+        if batch_size:
+            cfg = dataclasses.replace(cfg, batch_size=int(batch_size))
+        mu = torch.from_numpy(np.asarray(result.state.centers, np.float32)).to(device)
+        check_same_size(stack, int(np.prod(mu.shape[1:])))
+        x = to_nchw(stack.tensor(device))
+        match = _search(x, mu, cfg)
+        out = self._outputs(stack, x, match, match.score.argmin(1))
+        return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, **out)
+
+    def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
+        """For the alignment inspector: the image carried onto every centroid at its best pose (flip included), and its scores."""
+        cfg = self.config_of(result)
+        mu = torch.from_numpy(np.asarray(result.state.centers, np.float32)).to(device)
+        x = to_nchw(stack.tensor(device))[:1]
+        match = _search(x, mu, cfg)
+        warped = aligned_items(x.expand(mu.shape[0], -1, -1, -1), match.theta[0])
+        return self._items(stack, warped), match.score[0].cpu().numpy()
+
+
+RIGID_KMEANS = register(RigidKMeans())

@@ -1,0 +1,160 @@
+"""Global rigid alignment (transforms/rigid.py) and rigid-invariant K-means: exact recoveries on small synthetic data."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import ticlust
+from ticlust.api import align_one
+from ticlust.transforms.core import affine_grid, affine_inverse, warp
+from ticlust.transforms.rigid import aligned_items, angle_count, pose_theta, rigid_search
+
+H = W = 24
+
+
+def _pattern(seed: int = 0, size: int = H) -> torch.Tensor:
+    """An asymmetric blob pattern (no rotational or mirror symmetry), (1, 1, size, size)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
+    c = (size - 1) / 2
+    img = np.exp(-((yy - c) ** 2 + (xx - c) ** 2) / (2 * (size / 6) ** 2))
+    for _ in range(3):
+        cy, cx = c + rng.uniform(-size / 4, size / 4, 2)
+        img += rng.uniform(0.5, 1.0) * np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * rng.uniform(1.0, 2.0) ** 2))
+    return torch.from_numpy(img.astype(np.float32))[None, None]
+
+
+def _posed(mu: torch.Tensor, angle, flip, shift) -> torch.Tensor:
+    """Items x(p) = mu(T⁻¹ p) for the poses T = (angle, flip, shift): (B, 1, H, W)."""
+    theta = pose_theta(torch.as_tensor(angle, dtype=torch.float32), torch.as_tensor(flip),
+                       torch.as_tensor(shift, dtype=torch.float32), tuple(mu.shape[-2:]))
+    return warp(mu.expand(len(theta), -1, -1, -1), affine_grid(affine_inverse(theta), tuple(mu.shape[-2:])), padding_mode="zeros")
+
+
+def test_angle_count_from_crop_size():
+    assert angle_count((28, 28)) == 44 and angle_count((32, 32)) == 52 and angle_count((8, 8)) % 4 == 0
+
+
+@pytest.mark.parametrize("engine", ["fft", "gemm", "direct"])
+def test_recovers_known_angle_flip_and_shift(engine, one_thread):
+    n = 32
+    mu = _pattern()
+    steps = torch.tensor([3, 11, 20, 29])
+    flips = torch.tensor([False, True, False, True])
+    shifts = torch.tensor([[2.0, -1.0], [0.0, 3.0], [-3.0, -2.0], [1.0, 1.0]])
+    x = _posed(mu, steps * 2 * math.pi / n, flips, shifts)
+    r = rigid_search(x, mu, n_angles=n, flip=True, max_shift=4, engine=engine)
+    assert torch.equal(torch.round(r.angle[:, 0] / (2 * math.pi / n)).long(), steps)
+    assert torch.equal(r.flip[:, 0], flips)
+    assert torch.equal(r.shift[:, 0], shifts)
+    # carried back onto the prototype's frame, every item matches it (interpolation error only)
+    back = aligned_items(x, r.theta[:, 0])
+    assert float(((back - mu) ** 2).sum((1, 2, 3)).max()) < 0.02 * float((mu ** 2).sum())
+
+
+def test_off_grid_angle_within_one_step_and_no_flip_without_flip(one_thread):
+    n = 24
+    mu = _pattern(1)
+    true = torch.tensor([0.37, 2.9, 5.1])
+    x = _posed(mu, true, torch.zeros(3, dtype=torch.bool), torch.zeros(3, 2))
+    r = rigid_search(x, mu, n_angles=n, max_shift=2)
+    err = torch.remainder(r.angle[:, 0] - true + math.pi, 2 * math.pi) - math.pi
+    assert float(err.abs().max()) <= 2 * math.pi / n / 2 + 1e-6      # nearest grid angle
+    assert not bool(r.flip.any()) and float(r.shift.abs().max()) <= 1.0
+
+
+def test_engines_and_batches_agree(one_thread):
+    torch.manual_seed(0)
+    mu = torch.rand(3, 2, 16, 16)                    # two channels: correlations summed over them
+    x = torch.rand(7, 2, 16, 16)
+    whole = rigid_search(x, mu, n_angles=8, flip=True, max_shift=3, engine="fft", block=7)
+    ones = [rigid_search(x[i:i + 1], mu, n_angles=8, flip=True, max_shift=3, engine="gemm", block=1) for i in range(7)]
+    for field in ("angle", "flip", "shift"):
+        assert torch.equal(getattr(whole, field), torch.cat([getattr(o, field) for o in ones]))
+    assert torch.allclose(whole.score, torch.cat([o.score for o in ones]), rtol=1e-4, atol=1e-3)
+
+
+def _rotated_set(n_per: int = 12, flip: bool = False, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    protos = [_pattern(s) for s in (2, 3, 4)]
+    xs, ys = [], []
+    for label, mu in enumerate(protos):
+        angles = rng.uniform(0, 2 * math.pi, n_per)
+        flips = rng.random(n_per) < 0.5 if flip else np.zeros(n_per, bool)
+        xs.append(_posed(mu, angles, flips, rng.integers(-1, 2, (n_per, 2)).astype(np.float32))[:, 0].numpy())
+        ys += [label] * n_per
+    order = rng.permutation(len(ys))
+    return np.concatenate(xs)[order], np.asarray(ys)[order]
+
+
+def test_rigid_kmeans_finds_patterns_at_any_angle(one_thread):
+    x, y = _rotated_set()
+    r = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5)
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.scores.shape == (36, 3) and r.aligned.shape == x.shape and r.grids.shape[0] == 36
+    assert r.params["angle"].shape == (36,) and not r.params["flip"].any()
+    # (the distortion is not monotone: poses on a grid, and a mean of bilinear copies is blurrier than the seed item)
+    assert r.prototypes.shape == (3, H, W) and len(r.history) >= 1
+    p = ticlust.predict(r, x[:5], device="cpu")
+    assert np.array_equal(p.labels, r.labels[:5])
+
+
+def test_rigid_kmeans_flip_option(one_thread):
+    x, y = _rotated_set(flip=True, seed=1)
+    with_flip = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5, flip=True)
+    assert ticlust.evaluate(y, with_flip.labels)["acc"] == 1.0
+    assert with_flip.params["flip"].any() and not with_flip.params["flip"].all()
+    # the inspector's view: the item carried onto each prototype at its best pose, flip included
+    warped, scores = align_one(with_flip, x[0], device="cpu")
+    assert warped.shape == (3, H, W) and int(np.argmin(scores)) == with_flip.labels[0]
+
+
+def test_inner_nuclei_kinds_differ_only_inside(one_thread):
+    from ticlust.inner_nuclei import INNER_KINDS, inner_nuclei_field
+    from ticlust.objects import objects_from_labels
+
+    f = inner_nuclei_field(n=80, shape=(400, 400), seed=1)
+    assert np.bincount(f.kinds[1:]).tolist() == [20] * 4 and f.kind_names == INNER_KINDS
+    x, table = objects_from_labels(f.image, f.labels, normalize=True, rescale=True)
+    y = f.kind_of(table["label"])
+    areas = [table["area"][y == k].mean() for k in range(4)]
+    assert max(areas) < 1.15 * min(areas)                     # not told apart by size ...
+    raw, _ = objects_from_labels(f.image, f.labels)
+    sums = [raw[y == k].astype(float).sum((1, 2)).mean() for k in range(4)]
+    assert max(sums) < 1.4 * min(sums)                        # ... nor by total brightness (log-normal per nucleus, 20 of each)
+    r = ticlust.fit(x, "rigid-kmeans", k=4, device="cpu", seed=0, runs=3, angles=24, max_iter=6, flip=True)   # Lloyd has local minima: best of 3
+    assert ticlust.evaluate(y, r.labels)["acc"] >= 0.85
+    assert ticlust.sample("inner-nuclei")[0].shape[1:] == (32, 32)
+
+
+def test_rigid_pssc_clusters_turned_patterns_and_predicts(one_thread):
+    x, y = _rotated_set(n_per=15, flip=True, seed=2)
+    r = ticlust.fit(x, "rigid-pssc", k=3, device="cpu", seed=0, flip=True, rigid_angles=24, rigid_iter=5, pca_dim=20,
+                    poc=0, clustering="kmeans")   # POC drops the leading directions: on 3 tiny clusters those are the kinds
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.state.rigid_centers.shape == (3, 1, H, W) and r.state.rigid_frames.shape == (3, 6)
+    assert r.aligned.shape == x.shape
+    p = ticlust.predict(r, x[:6], device="cpu")
+    assert np.array_equal(p.labels, r.labels[:6])
+
+
+def test_invariant_scattering_ignores_quarter_turns(one_thread):
+    from ticlust.invariant_scattering import invariant_features
+    from ticlust.scattering import FastScattering2D
+
+    op = FastScattering2D((32, 32), 2, 8, 2)
+    img = _pattern(5, 32)[0, 0]
+    other = _pattern(6, 32)[0, 0]
+    s = op(torch.stack([img, torch.rot90(img, 1), other]))
+    f = invariant_features(s, 2, 8, 2, 4)
+    s_raw = s.flatten(1)
+    # a quarter turn is 4 orientation steps: the features barely move (subsampling grids are not turned exactly),
+    # far less than the raw coefficients do, and far less than another pattern's differ
+    turned = float((f[1] - f[0]).norm() / f[0].norm())
+    assert turned < 0.15 and turned < 0.5 * float((s_raw[1] - s_raw[0]).norm() / s_raw[0].norm())
+    assert turned < 0.5 * float((f[2] - f[0]).norm() / f[0].norm())
+    x, y = _rotated_set(n_per=10, seed=3)
+    r = ticlust.fit(x, "pssc", k=3, device="cpu", seed=0, rotation_invariant=True, pad_to=24, scales=2, pca_dim=20, poc=0,
+                    clustering="kmeans")
+    assert r.labels.shape == (30,)
