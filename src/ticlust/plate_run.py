@@ -420,7 +420,8 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
         sink = progress
     total, done = int(np.sum(counts)), 0
     pace = StagePace()
-    per_round = max(1, int(getattr(backend, "workers", 1) or 1) * 2)
+    workers = getattr(backend, "workers", None)            # a pool: two parts per worker per round
+    per_round = max(1, 2 * int(workers)) if workers else 1
     reports = []
     for s in range(0, len(tasks), per_round):
         batch = tasks[s:s + per_round]
