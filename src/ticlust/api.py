@@ -6,7 +6,6 @@ the result."""
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from typing import Iterator
@@ -102,19 +101,8 @@ def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
     return execute(job, None if bar is None else bar.sink)
 
 
-def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None, progress=None):
-    """Assign new items with a fitted result's prototypes (and transforms).
-
-    ``data`` an object store (its path, or an ``ObjectStore``: every object assigned part by part into the
-    store, resumable; returns a :class:`ticlust.plate_run.StorePrediction` whose ``table`` is the store's
-    table with cluster, score and runner-up; see docs/store.md), or items as for :func:`fit` (returns a
-    ClusteringResult). ``progress``: for a store, True for a bar or a callable taking Progress events."""
-    from .store import ObjectStore, read_attributes
-
-    if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and read_attributes(data) is not None):
-        from .plate_run import predict_store
-
-        return predict_store(result, data, device=device, batch_size=batch_size, progress=progress)
+def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None) -> ClusteringResult:
+    """Assign new items with a fitted result's prototypes (and transforms)."""
     spec = get_method(result.method)
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "

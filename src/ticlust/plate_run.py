@@ -374,10 +374,8 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
     for flag, target in (("--csv", csv), ("--parquet", parquet)):
-        if target is not None:
-            from .cli import check_writable
-
-            check_writable(flag, Path(target))
+        if target is not None and not Path(target).parent.is_dir():
+            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
     temp = None
     if isinstance(result, ClusteringResult):
         obj = result                                  # the per-part steps read a file: one in the store's tmp/
@@ -549,10 +547,21 @@ def predict_stream(result, items, *, device: str = "auto", batch_size: int | Non
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
+def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None):
+    """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
+    (:func:`predict_store`; returns a :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict`
+    (returns a ClusteringResult)."""
+    from .api import predict as predict_items_of
+
+    if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
+        return predict_store(result, data, device=device, batch_size=batch_size, progress=progress)
+    return predict_items_of(result, data, device=device, batch_size=batch_size)
+
+
 def is_store(path) -> bool:
     """Whether ``path`` is an object store (written by ticlust extract)."""
     return read_attributes(path) is not None
 
 
-__all__ = ["fit_store", "predict_store", "predict_part", "predict_stream", "sample_objects", "sample_quotas",
+__all__ = ["predict", "fit_store", "predict_store", "predict_part", "predict_stream", "sample_objects", "sample_quotas",
            "StorePrediction", "PartTask", "PartReport", "result_digest", "is_store", "PREDICTIONS"]
