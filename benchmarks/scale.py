@@ -1,202 +1,189 @@
-"""Beyond one machine (issue "the same runs on a dask.distributed cluster", item 5): `python benchmarks/scale.py
---workers` — extraction in-process and on local dask clusters of 1 and 2 worker processes, the stores compared
-byte for byte; the task length and the per-task scheduler overhead; a projection for 100 and 1,000 workers.
+"""A plate at scale (issue "Plates and a million objects", items 3 and 7): extract, fit on a sample, predict every
+object, on a generated plate with known kinds (ticlust.nuclei.write_nuclei_plate: fields of 250 nuclei, 1024×1024
+uint16, Cellpose-style masks, kinds.csv).
 
-  extraction  a generated plate (--fields, default 20, × 250 nuclei, 1024×1024 uint16; the route's defaults) cut
-              in this process and through `ticlust.extract(client=...)` on a LocalCluster of 1 and of 2 worker
-              processes (cluster start-up timed apart); wall time, CPU seconds of the workers, the task stream's
-              per-field task lengths, and whether every file of the store equals the in-process one.
-  overhead    --noop tasks (default 2,000) of a function that returns at once, through DaskBackend.map on the
-              2-worker cluster: wall / tasks is the per-task cost of scheduling, shipping and collecting one task.
-  projection  T(N) = serial + max(tasks × task / N, tasks × overhead): the wall time of a plate of 1,000 and
-              4,000 fields on N = 1, 2, 100 and 1,000 workers, from the measured figures (a model, not a run).
+  python benchmarks/scale.py --objects 10000 100000 --methods kmeans ai-kmeans pssc dti-kmeans --fit-sample 2000
 
-Results go to benchmarks/results/scale.md with the machine's load average beside every timing (the 2 cores
-are shared with other jobs: a speed-up measured under load says little about free cores; CPU seconds do).
+Per plate size: `ticlust extract` (--workers 1), then per method `ticlust fit STORE --fit-sample N` and `ticlust
+predict RESULT STORE --parquet`, each step a fresh process: wall time, objects/s, peak resident memory (the child's
+ru_maxrss), the store's size after the step, ACC (Hungarian) of every interior object's predicted cluster against
+kinds.csv, and how many of the fit sample's objects predict put into another cluster than the fit did.
+--objects is rounded up to whole fields (250 nuclei each; about 240 of them are interior). Results go to
+benchmarks/results/scale.md (and scale.json), with the machine and its load beside every line.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
+import math
 import os
+import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-import ticlust  # noqa: E402
-from ticlust import store as store_module  # noqa: E402
-from ticlust.cluster import DaskBackend  # noqa: E402
-from ticlust.nuclei import write_nuclei_plate  # noqa: E402
-from _data import load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from _data import load_average  # noqa: E402
 
 RESULTS = HERE / "results"
+PER_FIELD = 250
+
+#: Short settings of the slower methods (the defaults are for a full fit; noted in the report).
+SETTINGS = {
+    "kmeans": ["--k", "3"],
+    "pssc": ["--k", "3"],
+    "ai-kmeans": ["--k", "3", "--set", "steps=10", "--set", "affine_steps=10", "--set", "max_iter=5",
+                  "--set", "predict_steps=30"],
+    "dti-kmeans": ["--k", "3", "--set", "max_epochs=20"],
+    "shape-kmeans": ["--k", "3"],
+}
+
+#: Runs the CLI in a child and prints its peak RSS (KiB) and the seconds of the command itself.
+PROBE = """
+import resource, sys, time
+from ticlust.cli import main
+start = time.perf_counter()
+code = main(sys.argv[1:])
+done = time.perf_counter()
+print("PROBE", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss,
+      round(done - start, 2), code, file=sys.stderr)
+"""
 
 
-def files(root: Path) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file()}
-
-
-def _noop(task):
-    return task
-
-
-def _cpu_seconds(dask_worker=None) -> float:
-    times = os.times()
-    return times.user + times.system
-
-
-class Serial:
-    """Times the parent's serial step (table.parquet from every part) by wrapping store._finish."""
-
-    def __init__(self):
-        self.seconds = 0.0
-        self.inner = store_module._finish
-
-    def __call__(self, *args):
-        start = time.perf_counter()
-        try:
-            return self.inner(*args)
-        finally:
-            self.seconds += time.perf_counter() - start
-
-
-def in_process(plate: Path, work: Path) -> dict:
-    serial = store_module._finish = Serial()
-    cpu0, start = _cpu_seconds(), time.perf_counter()
-    store = ticlust.extract(plate, work / "local" / "plate.zarr")
-    wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu0
-    store_module._finish = serial.inner
-    return {"where": "in-process", "workers": 0, "objects": len(store), "start_s": 0.0, "wall_s": round(wall, 2),
-            "cpu_s": round(cpu, 2), "serial_s": round(serial.seconds, 2), "load": load_average(), "path": store.path}
-
-
-def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int) -> dict:
-    from distributed import Client, LocalCluster, get_task_stream
-
+def run(args: list[str], timeout: float | None = None) -> dict:
+    """One `ticlust ...` in a fresh process: wall time (whole process, imports included), the command's own
+    seconds, peak RSS (MiB) of it and of any worker, its stdout."""
     start = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=None)
-    client = Client(cluster)
-    client.run(lambda: __import__("ticlust.store"))                   # workers import ticlust before the clock starts
-    started = time.perf_counter() - start
+    out = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, timeout=timeout,
+                         env={**os.environ, "PYTHONPATH": str(HERE.parent / "src")})
+    wall = time.perf_counter() - start
+    probe = [line for line in out.stderr.splitlines() if line.startswith("PROBE")]
+    if not probe or probe[0].split()[4] != "0":
+        raise SystemExit(f"ticlust {' '.join(args)} failed:\n{out.stderr[-3000:]}")
+    _, rss, kids, seconds, _ = probe[0].split()
+    return {"wall_s": round(wall, 1), "run_s": float(seconds), "peak_mib": round(int(rss) / 1024),
+            "worker_mib": round(int(kids) / 1024), "stdout": out.stdout, "load": load_average()}
+
+
+def size_mib(path: Path) -> float:
+    return round(sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) / 2 ** 20, 1)
+
+
+def accuracy(store: Path, plate: Path) -> float:
+    import pandas as pd
+
+    from ticlust.metrics import evaluate
+    from ticlust.nuclei import KINDS
+
+    table = pd.read_parquet(store / "predictions.parquet", columns=["image", "label", "cluster"])
+    kinds = pd.read_csv(plate / "kinds.csv")
+    joined = table.merge(kinds, on=["image", "label"], how="left", validate="one_to_one")
+    assert joined["kind"].notna().all(), "a predicted row names no nucleus of the plate"
+    truth = joined["kind"].map({k: i for i, k in enumerate(KINDS)}).to_numpy()
+    return round(float(evaluate(truth, joined["cluster"].to_numpy())["acc"]), 4)
+
+
+def plate_size(work: Path, objects: int, args) -> list[dict]:
+    from ticlust.nuclei import write_nuclei_plate
+
+    fields = math.ceil(objects / PER_FIELD)
+    plate, store = work / f"plate{fields}", work / f"plate{fields}.zarr"
+    if not (plate / "kinds.csv").exists():
+        t = time.perf_counter()
+        write_nuclei_plate(plate, fields=fields, n=PER_FIELD)
+        print(f"  wrote plate of {fields} fields in {time.perf_counter() - t:.0f} s", flush=True)
+    shutil.rmtree(store, ignore_errors=True)
+    step = run(["extract", str(plate / "plate.csv"), "-o", str(store), "--workers", str(args.workers), "--quiet"])
+    n = int(step["stdout"].split(": ", 1)[1].split()[0])
+    rows = [{"objects": n, "fields": fields, "step": "extract", "method": "", "objects_per_s": round(n / step["run_s"]),
+             "store_mib": size_mib(store), **{k: v for k, v in step.items() if k != "stdout"}}]
+    print("  ", rows[-1], flush=True)
+    for method in args.methods:
+        result = work / f"{method}-{fields}.npz"
+        step = run(["fit", str(store), "--fit-sample", str(args.fit_sample), "--method", method, "-o", str(result),
+                    "--quiet", *SETTINGS.get(method, [])])
+        rows.append({"objects": n, "fields": fields, "step": "fit", "method": method,
+                     "objects_per_s": round(min(args.fit_sample, n) / step["run_s"]), "store_mib": size_mib(store),
+                     **{k: v for k, v in step.items() if k != "stdout"}})
+        print("  ", rows[-1], flush=True)
+        step = run(["predict", str(result), str(store), "--quiet"])
+        said = step["stdout"]
+        differ = int(said.split("(")[-1].split(" differ")[0]) if "differ)" in said else None
+        rows.append({"objects": n, "fields": fields, "step": "predict", "method": method,
+                     "objects_per_s": round(n / step["run_s"]), "store_mib": size_mib(store),
+                     "acc": accuracy(store, plate), "sample_differ": differ,
+                     **{k: v for k, v in step.items() if k != "stdout"}})
+        print("  ", rows[-1], flush=True)
+    if not args.keep:
+        shutil.rmtree(store, ignore_errors=True)
+    return rows
+
+
+def report(rows: list[dict], args, commit: str) -> str:
+    cpu = platform.processor() or platform.machine()
     try:
-        cpu0 = sum(client.run(_cpu_seconds).values())
-        with get_task_stream(client) as stream:
-            t0 = time.perf_counter()
-            store = ticlust.extract(plate, work / f"dask{workers}" / "plate.zarr", client=client)
-            wall = time.perf_counter() - t0
-        cpu = sum(client.run(_cpu_seconds).values()) - cpu0
-        def lengths(prefix):
-            return [sum(s["stop"] - s["start"] for s in t["startstops"] if s["action"] == "compute")
-                    for t in stream.data if t["key"].startswith(prefix)]
-
-        tasks, surveys = lengths("_extract"), lengths("_survey")
-        row = {"where": f"LocalCluster, {workers} worker process{'es' if workers > 1 else ''}", "workers": workers,
-               "objects": len(store), "start_s": round(started, 2), "wall_s": round(wall, 2), "cpu_s": round(cpu, 2),
-               "tasks": len(tasks), "task_mean_s": round(sum(tasks) / max(1, len(tasks)), 3),
-               "task_max_s": round(max(tasks, default=0), 3),
-               "survey_mean_s": round(sum(surveys) / max(1, len(surveys)), 3), "same": files(store.path) == files(reference),
-               "load": load_average()}
-        if noop:
-            backend = DaskBackend(client)
-            backend.map(_noop, list(range(50)))                           # warm
-            t0 = time.perf_counter()
-            backend.map(_noop, list(range(noop)))
-            row["overhead_ms"] = round((time.perf_counter() - t0) / noop * 1e3, 3)
-            row["noop_tasks"] = noop
-        return row
-    finally:
-        client.close()
-        cluster.close()
-
-
-def project(local: dict, task_s: float, overhead_s: float, fields_per_plate: int) -> dict:
-    """T(N) = serial + max(fields × task / N, 2 × fields × overhead) for a plate of ``fields_per_plate`` fields
-    (``task_s``: a field's two tasks, measuring and cutting; two tasks per field through the scheduler)."""
-    serial = local["serial_s"] / local["fields"] * fields_per_plate            # the table write grows with the plate
-    return {n: round(serial + max(fields_per_plate * task_s / n, 2 * fields_per_plate * overhead_s), 1)
-            for n in (1, 2, 100, 1000)}
-
-
-def report(results: dict) -> str:
-    local, rows = results["local"], results["clusters"]
-    one = next(r for r in rows if r["workers"] == 1)
-    two = next(r for r in rows if r["workers"] == 2)
-    lines = ["# Beyond one machine: extraction on a dask cluster (`python benchmarks/scale.py --workers`)", "",
-             f"ticlust {results['commit']}, Python {sys.version.split()[0]}, dask/distributed {results['dask']}; "
-             f"{results['cpus']} CPUs shared with other jobs (load average beside every line). A plate of "
-             f"{local['fields']} fields × 250 nuclei (1024×1024 uint16), the route's defaults. wall s: the "
-             "extraction alone (both passes and the table; a cluster's start-up apart); CPU s: this process "
-             "(in-process) or the workers' (cluster).", "",
-             "| where | objects | cluster start s | wall s | CPU s | task s: measuring (mean) / cutting (mean, max) | store = in-process | load |",
-             "|---|---|---|---|---|---|---|---|",
-             f"| in-process | {local['objects']} | – | {local['wall_s']} | {local['cpu_s']} | – | (reference) | {local['load']} |"]
-    lines += [f"| {r['where']} | {r['objects']} | {r['start_s']} | {r['wall_s']} | {r['cpu_s']} | "
-              f"{r['survey_mean_s']} / {r['task_mean_s']}, {r['task_max_s']} | {'yes, byte for byte' if r['same'] else 'NO'} | {r['load']} |"
-              for r in rows]
-    lines += ["", f"- Speed-up of 2 workers over 1: **{one['wall_s'] / two['wall_s']:.2f}×** (wall), on a machine whose "
-              f"load average was {two['load']} on {results['cpus']} cores.",
-              f"- Per-task overhead (schedule, ship, run, collect a task that returns at once; {two['noop_tasks']} "
-              f"tasks, 2 workers, everything on the same 2 loaded cores): **{two['overhead_ms']} ms**; a field's "
-              f"cutting task is {two['task_mean_s'] * 1e3:.0f} ms on average ({two['task_mean_s'] / (two['overhead_ms'] / 1e3):.0f}× "
-              "the overhead). Task lengths are wall times under this load (in-process, a field costs "
-              f"{local['cpu_s'] / local['fields'] * 1e3:.0f} ms of CPU for both passes).",
-              f"- Serial part in the parent (table.parquet from every part): {local['serial_s']} s for "
-              f"{local['fields']} fields.", "",
-              "## Projection (a model from the figures above, not a run)", "",
-              "T(N) = serial + max(fields × task / N, 2 × fields × overhead) (two tasks a field), with the serial table write growing "
-              "with the fields; start-up of the cluster and reading the input over a shared file system not "
-              "counted.", "", "| fields (objects) | 1 worker s | 2 s | 100 s | 1,000 s |", "|---|---|---|---|---|"]
-    for fields, times in results["projection"].items():
-        lines.append(f"| {fields} (~{int(fields) * 250:,}) | " + " | ".join(str(times.get(n, times.get(str(n)))) for n in (1, 2, 100, 1000)) + " |")
-    lines += ["", results["limits"], ""]
-    return "\n".join(lines)
+        cpu = next(l.split(":", 1)[1].strip() for l in Path("/proc/cpuinfo").read_text().splitlines()
+                   if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    lines = ["# A plate at scale: extract, fit on a sample, predict every object (`python benchmarks/scale.py`)", "",
+             f"ticlust {commit}; {cpu}, {os.cpu_count()} cores shared with other jobs (load average 1/5/15 min beside "
+             f"every line); Python {sys.version.split()[0]}. Generated plate: fields of {PER_FIELD} nuclei of three "
+             "kinds (1024×1024 uint16; the interior ones are the objects), extracted by `ticlust extract --workers "
+             f"{args.workers}` with the route's defaults; `ticlust fit STORE --fit-sample {args.fit_sample}` then "
+             "`ticlust predict RESULT STORE`, each a fresh process. wall s = the whole process (its imports, "
+             "about 3 s, included); run s = the command itself; objects/s = objects (the sample, for fit) / run s; "
+             "peak MiB = the process's peak resident memory; store MiB = the store after the step (predictions "
+             "included); ACC = Hungarian accuracy of every object's predicted cluster against kinds.csv; "
+             "sample differ = objects of the fit sample that predict put in another cluster than the fit.", "",
+             "Settings: " + "; ".join(f"{m}: {' '.join(SETTINGS.get(m, [])) or 'defaults'}" for m in args.methods), "",
+             "| objects | step | method | wall s | run s | objects/s | peak MiB | store MiB | ACC | sample differ | load |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['objects']:,} | {r['step']} | {r['method']} | {r['wall_s']} | {r['run_s']} | "
+                     f"{r['objects_per_s']:,} | {r['peak_mib']} | {r['store_mib']} | {r.get('acc', '')} | "
+                     f"{'' if r.get('sample_differ') is None else r['sample_differ']} | {r['load']} |")
+    sizes = sorted({r["objects"] for r in rows})
+    if len(sizes) >= 2:
+        lo, hi = sizes[0], sizes[-1]
+        lines += ["", f"## {lo:,} → {hi:,} objects ({hi / lo:.1f}×)", "",
+                  "| step | method | peak memory | wall time (run s) |", "|---|---|---|---|"]
+        for r in rows:
+            if r["objects"] != lo:
+                continue
+            big = next((b for b in rows if b["objects"] == hi and b["step"] == r["step"] and b["method"] == r["method"]),
+                       None)
+            if big is not None:
+                lines.append(f"| {r['step']} | {r['method']} | {big['peak_mib'] / r['peak_mib']:.2f}× | "
+                             f"{big['run_s'] / r['run_s']:.2f}× |")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", action="store_true", help="the worker section (the only one so far)")
-    parser.add_argument("--fields", type=int, default=20)
-    parser.add_argument("--noop", type=int, default=2000)
-    parser.add_argument("--work", help="folder for the plate and stores (default: a temporary one, removed after)")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--methods", nargs="+", default=["kmeans"])
+    parser.add_argument("--fit-sample", type=int, default=2000)
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--work", default="/tmp/ticlust-scale", help="where plates and stores are written")
+    parser.add_argument("--keep", action="store_true", help="keep the stores")
+    parser.add_argument("--out", default=str(RESULTS / "scale.md"))
     args = parser.parse_args()
-    import dask
-
-    work = Path(args.work or tempfile.mkdtemp(prefix="ticlust-scale-"))
-    try:
-        plate = work / "plate"
-        if not plate.exists():
-            write_nuclei_plate(plate, fields=args.fields, n=250)
-        local = {**in_process(plate, work), "fields": args.fields}
-        reference = local.pop("path")
-        rows = [on_cluster(plate, work, w, reference, args.noop if w == 2 else 0) for w in (1, 2)]
-        two = rows[1]
-        task, overhead = two["task_mean_s"] + two["survey_mean_s"], two["overhead_ms"] / 1e3
-        limits = (f"What limits it first: with {task * 1e3:.0f} ms of tasks per field and {overhead * 1e3:.2f} ms per task, the "
-                  f"scheduler (one process, tasks handed out one by one) caps the rate at ~{1 / overhead / 2:.0f} fields/s "
-                  f"(two tasks each), which {task / overhead / 2:.0f} workers already reach: beyond that, more workers only wait. Before "
-                  "that, the parent's serial table write and the shared file system (each part is ~10 files and a "
-                  "rename) bound a 1,000-worker run; fields are the unit of work, so a plate has no more parallel "
-                  "tasks than fields.")
-        results = {"commit": subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
-                                            text=True).stdout.strip(), "dask": dask.__version__, "cpus": os.cpu_count(),
-                   "local": local, "clusters": rows, "limits": limits,
-                   "projection": {str(f): project(local, task, overhead, f) for f in (1000, 4000)}}
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "scale.json").write_text(json.dumps(results, indent=2, default=str))
-        (RESULTS / "scale.md").write_text(report(results))
-        print(report(results))
-    finally:
-        if not args.work:
-            shutil.rmtree(work, ignore_errors=True)
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=HERE).stdout.strip() or "?"
+    rows = []
+    for n in args.objects:
+        print(f"{n} objects", flush=True)
+        rows += plate_size(work, n, args)
+        Path(args.out).with_suffix(".json").write_text(json.dumps(rows, indent=1))
+        Path(args.out).write_text(report(rows, args, commit))
+    print(Path(args.out).read_text())
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from .determinism import request_reproducible_blas  # noqa: E402  (no torch: kee
 request_reproducible_blas()      # before MKL's first call: the same seed gives the same result (docs/reproducibility.md)
 
 #: Each public name and the module that defines it.
-_EXPORTS = {"fit": "api", "run": "api", "predict": "api", "refine": "curation", "InputError": "errors",
+_EXPORTS = {"fit": "api", "run": "api", "predict": "plate_run", "refine": "curation", "InputError": "errors",
             "read_input": "readers", "sample": "samples", "available_methods": "methods", "get_method": "methods",
             "evaluate": "metrics", "nuclei_field": "nuclei", "objects_from_labels": "objects",
             "shapes_from_labels": "objects", "ClusteringResult": "result", "load_result": "result",

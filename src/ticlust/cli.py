@@ -1,4 +1,5 @@
-"""Command line: ``ticlust methods``, ``ticlust fit``, ``ticlust extract``, ``ticlust export``, ``ticlust gui``."""
+"""Command line: ``ticlust methods``, ``ticlust fit``, ``ticlust extract``, ``ticlust predict``, ``ticlust export``,
+``ticlust gui``."""
 from __future__ import annotations
 
 import argparse
@@ -45,6 +46,23 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--labels", help="label image of INPUT (.tif/.npy/.npz; 0 = background): cluster its objects "
                      "(cut out and masked; contours as landmarks for shape-kmeans), one CSV row per object")
     crop_options(fit, "with --labels: ")
+    fit.add_argument("--fit-sample", type=int, metavar="N", help="INPUT an object store (ticlust extract): fit on a "
+                     "seeded sample of N objects spread over its fields (default: all objects, up to "
+                     f"{STORE_FIT_ALL:,})")
+
+    predict = sub.add_parser("predict", parents=[common], help="assign every object of a store (or a stack, or a "
+                             "field with --labels) with a saved result, in chunks, resumable on a store")
+    predict.add_argument("result", help="a result file written by ticlust fit -o")
+    predict.add_argument("input", help="an object store (ticlust extract), a stack (.npz, .npy, .tif, a folder of "
+                         "images, landmarks), or a field image with --labels MASK")
+    predict.add_argument("--labels", help="label image of INPUT: assign its objects (cut as ticlust fit --labels does)")
+    predict.add_argument("--key", help="array name inside an .npz input (default: the first)")
+    predict.add_argument("--csv", help="write the table (one row per object or item, with cluster, score, runner_up) here")
+    predict.add_argument("--parquet", help="write the same table as Parquet here")
+    predict.add_argument("--batch-size", type=int, help=f"items assigned at once (default: {4096})")
+    predict.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    predict.add_argument("--quiet", action="store_true", help="no progress bar")
+    crop_options(predict, "with --labels: ")
 
     extract = sub.add_parser("extract", parents=[common], help="cut every object of a plate into an object store "
                              "(crops, masks and one table row per object), resumable")
@@ -78,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             return _export(args)
         if args.command == "extract":
             return _extract(args)
+        if args.command == "predict":
+            return _predict(args)
         return _gui(args.sample)
     except InputError as exc:
         print(f"ticlust: error: {exc}", file=sys.stderr)
@@ -183,6 +203,13 @@ def _fit(args) -> int:
 
     if (args.input is None) == (args.sample is None):
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
+    from .store import read_attributes
+
+    if args.input is not None and read_attributes(args.input) is not None:
+        return _fit_store(args)
+    if args.fit_sample is not None:
+        raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
+                         "--max-images N.")
     for flag, target in (("-o", args.output), ("--csv", args.csv)):
         if target is not None:
             check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
@@ -192,12 +219,7 @@ def _fit(args) -> int:
     else:
         data, labels = read_input(args.input, key=args.key, labels_key=args.labels_key)
         source = args.input
-    params = {}
-    for item in args.set:
-        if "=" not in item:
-            raise InputError(f"--set {item!r} must look like name=value.")
-        name, value = item.split("=", 1)
-        params[name.strip()] = value
+    params = _params(args)
     objects = None
     if args.labels is not None:
         data, objects, params = _objects(args, data, params)
@@ -234,6 +256,138 @@ def _fit(args) -> int:
         scores = evaluate(labels, result.labels)
         print("ACC {acc:.4f}  ACC(majority) {acc_majority:.4f}  NMI {nmi:.4f}  ARI {ari:.4f}".format(**scores))
     print(f"saved {out}")
+    return 0
+
+
+#: A store is fitted whole without --fit-sample up to this many objects.
+STORE_FIT_ALL = 50_000
+
+
+def _params(args) -> dict:
+    params = {}
+    for item in args.set:
+        if "=" not in item:
+            raise InputError(f"--set {item!r} must look like name=value.")
+        name, value = item.split("=", 1)
+        params[name.strip()] = value
+    return params
+
+
+def _fit_store(args) -> int:
+    """``ticlust fit STORE --fit-sample N``: fit on a seeded sample spread over the store's fields."""
+    from .plate_run import fit_store
+    from .store import open_objects
+
+    wrong = [flag for flag, value in (("--labels", args.labels), ("--max-images", args.max_images), ("--key", args.key),
+                                      ("--labels-key", args.labels_key), ("--crop-size", args.crop_size),
+                                      ("--channel", args.channel), ("--orient", args.orient),
+                                      ("--normalize", args.normalize))
+             if value is not None] + [flag for flag, on in (("--keep-border", args.keep_border),
+                                                            ("--rescale", args.rescale)) if on]
+    if wrong:
+        raise InputError(f"{', '.join(wrong)} do(es) not apply to an object store: its objects were cut by ticlust "
+                         "extract (extract again to change how).")
+    for flag, target in (("-o", args.output), ("--csv", args.csv)):
+        if target is not None:
+            check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
+    store = open_objects(args.input)
+    if args.fit_sample is None and len(store) > STORE_FIT_ALL:
+        raise InputError(f"{args.input} holds {len(store):,} objects: fit on a sample of them with --fit-sample N "
+                         f"(e.g. --fit-sample 20000), then assign them all with ticlust predict.")
+    k = get_method(args.method).default_k if args.k is None else args.k
+    n = len(store) if args.fit_sample is None else min(args.fit_sample, len(store))
+    print(f"ticlust: {args.method}, K={k}, a sample of {n} of the {len(store)} objects of {args.input}", file=sys.stderr)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
+        result, index = fit_store(store, method=args.method, k=k, sample=args.fit_sample, seed=args.seed,
+                                  device=args.device, runs=args.runs, progress=not args.quiet, **_params(args))
+    out = result.save(args.output)
+    if args.csv:                     # the sample's rows of the store's table, with their clusters
+        import pyarrow.parquet as pq
+
+        from .plate_run import assignment_columns
+
+        rows = pq.read_table(store.path / "table.parquet").take(index).to_pandas()
+        rows.insert(0, "object", index)
+        for name, values in assignment_columns(result.labels, result.scores).items():
+            rows[name] = values
+        rows.to_csv(args.csv, index=False)
+    print(f"device {result.device}; {result.timing['total_s']:.1f} s; final loss {result.final_loss:.6g}")
+    print(f"cluster sizes: {', '.join(str(s) for s in result.cluster_sizes())}")
+    print(f"saved {out}")
+    return 0
+
+
+def _predict(args) -> int:
+    """``ticlust predict RESULT INPUT``: a store (every object, into the store and --csv/--parquet), a stack
+    or a field with --labels (into --csv/--parquet), chunk by chunk with progress."""
+    from .plate_run import assignment_columns, is_store, predict_store, predict_stream  # noqa: F401
+    from .result import load_result
+
+    if args.batch_size is not None:
+        from .validation import check_batch_size
+
+        check_batch_size(args.batch_size)
+    crop_given = args.keep_border or args.rescale or args.orient is not None or args.normalize is not None \
+        or args.crop_size is not None or args.channel is not None
+    if is_store(args.input):
+        if args.labels is not None or crop_given or args.key is not None:
+            raise InputError("--labels, --key and the crop options do not apply to an object store: its objects were "
+                             "cut by ticlust extract.")
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
+            done = predict_store(args.result, args.input, device=args.device, batch_size=args.batch_size,
+                                 progress=not args.quiet, csv=args.csv, parquet=args.parquet)
+        kept = f" ({done.skipped} of {done.parts} parts were predicted by this result already)" if done.skipped else ""
+        print(f"{done.method}: {done.objects} objects of {done.parts} fields assigned in {done.seconds:.1f} s{kept}")
+        if done.sample_size is not None:
+            print(f"fit sample: {done.sample_size - done.sample_changed} of {done.sample_size} objects got the cluster "
+                  f"they had in the fit ({done.sample_changed} differ)")
+        for path in done.outputs:
+            print(f"wrote {path}")
+        return 0
+    if args.csv is None and args.parquet is None:
+        raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
+                         "object store keeps them itself).")
+    for flag, target in (("--csv", args.csv), ("--parquet", args.parquet)):
+        if target is not None:
+            check_writable(flag, Path(target))
+    result = load_result(args.result)
+    data, _ = read_input(args.input, key=args.key)
+    columns = {}
+    if args.labels is not None:
+        from .object_route import objects_route
+
+        mask, _ = read_input(args.labels)
+        _route_defaults(args)
+        shape = np.shape(result.prototypes)
+        size = args.crop_size if args.crop_size is not None else (None if get_method(result.method).inputs ==
+                                                                 ("landmarks",) else int(shape[1]))
+        route = objects_route(data, mask, result.method, {}, keep_border=args.keep_border, size=size,
+                              channel=args.channel, rescale=args.rescale, orient=args.orient, normalize=args.normalize)
+        data, columns = route.items, {c: np.asarray(v) for c, v in route.table.items()}
+    elif crop_given:
+        raise InputError("--keep-border, --crop-size, --channel, --rescale, --(no-)orient and --(no-)normalize only apply "
+                         "with --labels MASK.")
+    else:
+        names = [p.name for p in folder_images(args.input)] if Path(args.input).is_dir() else None
+        columns = {"item": np.asarray(names) if names is not None else np.arange(int(data.shape[0]))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
+        assigned = predict_stream(result, data, device=args.device, batch_size=args.batch_size, progress=not args.quiet)
+    import pandas as pd
+
+    table = pd.DataFrame({**columns, **assigned})
+    for target, write in ((args.csv, lambda p: table.to_csv(p, index=False)),
+                          (args.parquet, lambda p: table.to_parquet(p, index=False))):
+        if target is not None:
+            write(target)
+            print(f"wrote {target}")
+    sizes = np.bincount(assigned["cluster"], minlength=int(np.shape(result.scores)[1]))
+    print(f"{result.method}: {len(table)} items assigned; cluster sizes: {', '.join(map(str, sizes))}")
     return 0
 
 

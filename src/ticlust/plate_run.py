@@ -1,0 +1,567 @@
+"""Fit on a sample of an object store, assign every object (issue "Plates and a million objects", item 3).
+
+``fit_store(store, method, k, sample=N)`` fits on a seeded sample spread over the store's fields
+(:func:`sample_objects`: each field contributes in proportion to its objects, at most twice the even
+share) and records the sample in the result's config (``fit_sample``: store, size, seed, rule, the
+objects' indices) together with the store's options and crop (``store``), so a prediction can check
+both. ``predict_store(result, store)`` assigns every object: one pure per-part step,
+:func:`predict_part` (a result file, its digest, the store and a part in; the part's
+``predict.parquet`` written by temp file + rename; a small report out), mapped over the parts through
+an :class:`ticlust.execute.Backend`, then the joined table (the store's table + cluster, score,
+runner-up) written to the store's ``predictions.parquet`` and to ``--csv`` / ``--parquet``, streamed
+part by part. A part already predicted by the same result (its digest) is skipped, so a killed run
+resumes; a part predicted by another result is predicted again, so two results never mix.
+
+Memory: one part's crops (or a batch of them) at a time; the outputs per object are four numbers.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import time
+import uuid
+import warnings
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .store import ObjectStore, part_name, read_attributes
+
+#: Name of the joined predictions table at the store's root, and of each part's predictions.
+PREDICTIONS = "predictions.parquet"
+PART_PREDICTIONS = "predict.parquet"
+#: A field contributes at most this many times the even share (sample / fields) to a fit sample.
+SAMPLE_CAP = 2.0
+SAMPLE_RULE = (f"proportional to each field's objects, at most {SAMPLE_CAP:g}x the even share (sample/fields), "
+               "what the cap frees handed to the other fields in proportion; integer quotas by largest remainder; "
+               "then a uniform draw without replacement in each field, fields in order, from one "
+               "numpy.random.default_rng(seed)")
+#: Landmarks per contour for shape methods when the result does not say (objects.shapes_from_labels' default).
+N_POINTS = 64
+#: Objects predicted at once on a stack or within a part when no --batch-size is given.
+CHUNK = 4096
+#: The assignment columns added to every row.
+ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
+#: Options of the store that change the crops a result was fitted on (keep_border only selects objects).
+CROP_OPTIONS = ("orient", "normalize", "rescale", "channel")
+
+
+# ---- the fit sample ------------------------------------------------------------------------------
+def sample_quotas(counts, n: int, cap: float = SAMPLE_CAP) -> np.ndarray:
+    """How many objects each field gives to a sample of ``n`` (see SAMPLE_RULE)."""
+    counts = np.asarray(counts, np.int64)
+    total = int(counts.sum())
+    if n >= total:
+        return counts.copy()
+    nonempty = int((counts > 0).sum())
+    limit = np.minimum(counts, math.ceil(cap * n / nonempty)).astype(float)
+    q = np.zeros(len(counts))
+    for bound in (limit, counts.astype(float)):     # the cap, and without it where the cap cannot hold n
+        left = n - q.sum()
+        active = q < bound - 1e-9
+        while left > 1e-9 and active.any():
+            share = left * counts[active] / counts[active].sum()
+            add = np.minimum(share, bound[active] - q[active])
+            q[active] += add
+            left -= add.sum()
+            active &= q < bound - 1e-9
+        if n - q.sum() <= 1e-9:
+            break
+    quota = np.floor(q + 1e-9).astype(np.int64)
+    rest = int(n - quota.sum())
+    if rest > 0:
+        room = np.flatnonzero(quota < counts)
+        frac = (q - quota)[room]
+        quota[room[np.argsort(-frac, kind="stable")[:rest]]] += 1
+    return quota
+
+
+def sample_objects(field_index, n: int, seed: int = 0) -> np.ndarray:
+    """Sorted object indices (rows of a store's table) of a seeded sample of ``n`` spread over the fields.
+    ``field_index``: the table's field_index column (objects in table order)."""
+    field_index = np.asarray(field_index)
+    ids, starts, counts = np.unique(field_index, return_index=True, return_counts=True)
+    quota = sample_quotas(counts, int(n))
+    rng = np.random.default_rng(int(seed))
+    picks = [start + np.sort(rng.choice(count, q, replace=False)) for start, count, q in zip(starts, counts, quota) if q]
+    return np.sort(np.concatenate(picks)) if picks else np.zeros(0, np.int64)
+
+
+def store_digest(store: ObjectStore) -> str:
+    """What identifies a store's objects for a result: its input's listing, options, crop and object count."""
+    a = store.attributes
+    key = json.dumps({"input": a["input"]["digest"], "options": a["options"], "crop": a["crop"], "objects": a["objects"]},
+                     sort_keys=True)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def _field_index(store: ObjectStore) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    return pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
+
+
+def store_items(store: ObjectStore, index, landmarks: bool, n_points: int = N_POINTS) -> np.ndarray:
+    """The items of objects ``index`` as a method takes them: crops, or the outer contours of their masks
+    (``n_points`` landmarks, (x, y) crop pixels) for a shape method."""
+    if not landmarks:
+        return store.crops[np.asarray(index)]
+    return contours(store.masks[np.asarray(index)], n_points)
+
+
+def contours(masks: np.ndarray, n_points: int) -> np.ndarray:
+    """Each mask's outer contour as (n_points, 2) landmarks (objects.contour_landmarks)."""
+    from .objects import contour_landmarks
+
+    out = np.empty((len(masks), n_points, 2))
+    for i, mask in enumerate(masks):
+        out[i] = contour_landmarks(mask, n_points)
+    return out
+
+
+def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int | None = None, seed: int = 0,
+              device: str = "auto", runs: int = 1, progress: bool | None = None, **params):
+    """Fit ``method`` on a seeded sample of ``sample`` objects of an object store (all of them when None),
+    spread over its fields (:func:`sample_objects`), with the objects route's parameters
+    (``api.object_params``: similarity invariances for the aligning methods). Shape methods fit the
+    contours of the objects' masks. Returns the result, its config holding ``fit_sample`` and ``store``."""
+    from .api import fit, object_params
+    from .methods import get_method
+
+    store = store if isinstance(store, ObjectStore) else ObjectStore(store)
+    spec = get_method(method)
+    landmarks = spec.inputs == ("landmarks",)
+    fields = _field_index(store)
+    if sample is None:
+        index = np.arange(len(fields))
+    else:
+        if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 2:
+            raise InputError(f"--fit-sample {sample!r} must be a whole number of objects, at least 2.")
+        index = sample_objects(fields, int(sample), seed)
+    n_points = int(params.pop("n_points", N_POINTS)) if landmarks else N_POINTS
+    items = store_items(store, index, landmarks, n_points)
+    result = fit(items, method=method, k=k, device=device, seed=seed, runs=runs, progress=progress,
+                 **object_params(method, params))
+    result.config["store"] = {"path": str(store.path.resolve()), "digest": store_digest(store),
+                              "options": store.options, "crop": store.attributes["crop"], "objects": len(store)}
+    if landmarks:
+        result.config["store"]["n_points"] = n_points
+    result.config["fit_sample"] = {"size": int(len(index)), "requested": None if sample is None else int(sample),
+                                   "seed": int(seed), "rule": SAMPLE_RULE, "index": index.astype(int).tolist()}
+    return result, index
+
+
+# ---- the result a prediction uses ----------------------------------------------------------------
+def result_digest(path) -> str:
+    """A fingerprint of a result file's contents (every array's name, dtype, shape and bytes): the same
+    result saved twice gives the same digest (the zip's timestamps do not count)."""
+    h = hashlib.sha256()
+    with np.load(path, allow_pickle=False) as npz:
+        for key in sorted(npz.files):
+            a = npz[key]
+            h.update(f"{key}|{a.dtype.str}|{a.shape}|".encode())
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=2)
+def _loaded(path: str, digest: str):
+    """A result file, loaded once per process (a worker predicts many parts with it)."""
+    from .result import load_result
+
+    return load_result(path)
+
+
+def check_result_for_store(result, store: ObjectStore) -> None:
+    """Refuse, with one sentence, a result that cannot assign this store's objects."""
+    from .methods import get_method
+
+    if result.state is None:
+        raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
+                         "before assigning new items.")
+    spec = get_method(result.method)
+    fitted = result.config.get("store")
+    if fitted is not None:
+        theirs = fitted.get("options", {})
+        diff = [k for k in CROP_OPTIONS if k in theirs and theirs[k] != store.options.get(k)]
+        if diff:
+            raise InputError(f"The result was fitted on a store made with "
+                             f"{', '.join(f'{k}={theirs[k]!r}' for k in diff)} but {store.path} was made with "
+                             f"{', '.join(f'{k}={store.options.get(k)!r}' for k in diff)}: extract the plate with the "
+                             "fit's options (or fit on this store).")
+    if spec.inputs == ("landmarks",):
+        return
+    item = (store.size, store.size) + ((store.channels,) if store.channels else ())
+    shape = tuple(int(s) for s in np.shape(result.prototypes)[1:])
+    if shape != item:
+        what = lambda s: f"{s[0]}×{s[1]} crops" + (f" with {s[2]} channels" if len(s) > 2 else "")   # noqa: E731
+        raise InputError(f"The result was fitted on {what(shape)} but {store.path} holds {what(item)}: extract the "
+                         f"plate with --crop-size {shape[0]}{' and the same channels' if shape[2:] != item[2:] else ''}"
+                         ", or fit a result on this store.")
+
+
+def result_points(result) -> int:
+    """Landmarks per shape of a shape method's result."""
+    return int(result.config.get("store", {}).get("n_points") or np.shape(result.prototypes)[1])
+
+
+# ---- assignment columns --------------------------------------------------------------------------
+def assignment_columns(labels, scores) -> dict:
+    """cluster, score, runner_up, runner_up_score per item (runner-up -1 and NaN when K = 1)."""
+    scores = np.asarray(scores)
+    labels = np.asarray(labels, np.int64)
+    rows = np.arange(len(labels))
+    own = scores[rows, labels] if len(labels) else np.zeros(0)
+    if scores.shape[1] > 1:
+        masked = scores.astype(np.float64, copy=True)
+        masked[rows, labels] = np.inf
+        runner = masked.argmin(1)
+        runner_score = scores[rows, runner]
+    else:
+        runner, runner_score = np.full(len(labels), -1), np.full(len(labels), np.nan)
+    return {"cluster": labels.astype(np.int32), "score": own.astype(np.float32),
+            "runner_up": runner.astype(np.int32), "runner_up_score": runner_score.astype(np.float32)}
+
+
+def predict_items(result, items, device="auto", batch_size: int | None = None) -> dict:
+    """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling)."""
+    from .api import predict
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        out = predict(result, items, device=device, batch_size=batch_size)
+    cols = assignment_columns(out.labels, out.scores)
+    if out.rejected is not None:
+        cols["rejected"] = np.asarray(out.rejected, bool)
+    return cols
+
+
+# ---- the per-part step (pure: paths in, a part's predict.parquet written, a small report out) ------
+@dataclass(frozen=True)
+class PartTask:
+    """One part to predict: the result file and its digest, the store, the part's field index, options."""
+
+    result: str
+    digest: str
+    store: str
+    field: int
+    batch_size: int | None = None
+    device: str = "auto"
+
+
+@dataclass(frozen=True)
+class PartReport:
+    field: int
+    objects: int
+    skipped: bool
+    seconds: float
+
+
+def part_digest(path: Path) -> str | None:
+    """The result digest a part's predictions were made with (None: none, or unreadable)."""
+    import pyarrow.parquet as pq
+
+    try:
+        meta = pq.read_schema(path).metadata or {}
+        return meta.get(b"ticlust_result", b"").decode() or None
+    except Exception:
+        return None
+
+
+def predict_part(task: PartTask) -> PartReport:
+    """Assign every object of one part with the result and commit ``fields/NNNNN/predict.parquet`` (temp
+    file + rename: there whole or not at all). Skipped when the part holds predictions by the same result."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import zarr
+
+    from .methods import get_method
+
+    start = time.perf_counter()
+    part = Path(task.store) / "fields" / part_name(task.field)
+    out = part / PART_PREDICTIONS
+    n = int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
+    if out.exists() and part_digest(out) == task.digest:
+        return PartReport(task.field, n, True, 0.0)
+    result = _loaded(task.result, task.digest)
+    landmarks = get_method(result.method).inputs == ("landmarks",)
+    source = zarr.open_array(part / ("masks" if landmarks else "crops"), mode="r")
+    step = task.batch_size or CHUNK
+    chunks = []
+    for s in range(0, n, step):
+        block = np.asarray(source[s:min(s + step, n)])
+        items = contours(block, result_points(result)) if landmarks else block
+        chunks.append(predict_items(result, items, task.device, task.batch_size))
+    cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
+        {c: np.zeros(0, np.float32 if "score" in c else np.int32) for c in ASSIGN_COLUMNS}
+    table = pa.table(cols).replace_schema_metadata({"ticlust_result": task.digest, "method": result.method})
+    tmp = part / f"{PART_PREDICTIONS}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, out)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return PartReport(task.field, n, False, time.perf_counter() - start)
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+@dataclass
+class StorePrediction:
+    """What predicting a store did: where the joined table is, how many objects and parts (and how many
+    parts were already done), and, when the result was fitted on a sample of this store, how many of the
+    sample's objects got another cluster than in the fit (``sample_changed`` of ``sample_size``)."""
+
+    path: Path
+    objects: int
+    parts: int
+    skipped: int
+    seconds: float
+    method: str
+    digest: str
+    sample_size: int | None = None
+    sample_changed: int | None = None
+    outputs: list = field(default_factory=list)
+
+    @property
+    def table(self):
+        """The store's table with cluster, score, runner_up, runner_up_score (read now)."""
+        import pandas as pd
+
+        return pd.read_parquet(self.path)
+
+
+@contextmanager
+def _predict_lock(root: Path):
+    """Hold the store's lock while predicting (an extraction or another prediction is refused)."""
+    handle = open(root / ".lock", "a")
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:
+            pass
+        except OSError:
+            raise InputError(f"Another run is writing to {root} now: let it finish (or stop it), then predict "
+                             "again.") from None
+        yield
+    finally:
+        handle.close()
+
+
+def predict_store(result, store, *, device: str = "auto", batch_size: int | None = None, backend=None,
+                  progress=None, csv=None, parquet=None) -> StorePrediction:
+    """Assign every object of an object store with a fitted result (a ClusteringResult or its file).
+
+    Each part's predictions go to ``fields/NNNNN/predict.parquet`` (tagged with the result's digest), then
+    the joined table (the store's table + cluster, score, runner_up, runner_up_score) to the store's
+    ``predictions.parquet`` and, when given, to ``csv`` / ``parquet``. Run it again after a stop: parts
+    predicted by the same result are kept. ``backend``: where the per-part steps run (execute.LOCAL).
+    ``progress``: True for a bar on standard error, or a callable taking Progress events."""
+    from .execute import LOCAL
+    from .result import ClusteringResult, load_result
+    from .validation import check_batch_size
+
+    start = time.perf_counter()
+    store = store if isinstance(store, ObjectStore) else ObjectStore(store)
+    if batch_size is not None:
+        batch_size = check_batch_size(batch_size)
+    for flag, target in (("--csv", csv), ("--parquet", parquet)):
+        if target is not None and not Path(target).parent.is_dir():
+            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+    temp = None
+    if isinstance(result, ClusteringResult):
+        obj = result                                  # the per-part steps read a file: one in the store's tmp/
+        temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
+        temp.parent.mkdir(exist_ok=True)
+        path = obj.save(temp)
+    else:
+        path = Path(result)
+        obj = load_result(path)
+    try:
+        check_result_for_store(obj, store)
+        digest = result_digest(path)
+        with _predict_lock(store.path):
+            fields = _field_index(store)
+            ids, counts = np.unique(fields, return_counts=True)
+            tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device)
+                     for i in ids]
+            reports = _run_parts(tasks, counts, backend or LOCAL, progress)
+            changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
+    finally:
+        if temp is not None and temp.exists():
+            temp.unlink()
+    outputs = [store.path / PREDICTIONS] + [Path(p) for p in (csv, parquet) if p is not None]
+    return StorePrediction(store.path / PREDICTIONS, int(counts.sum()), len(ids), sum(r.skipped for r in reports),
+                           time.perf_counter() - start, obj.method, digest, size, changed, outputs)
+
+
+def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
+    """The parts through ``backend.map``, a round at a time so that progress (objects done, ETA) moves."""
+    from .execute import StagePace
+    from .events import Progress
+
+    sink, bar = None, None
+    if progress is True:
+        from .api import TerminalProgress
+
+        bar = TerminalProgress()
+        sink = bar.update
+    elif callable(progress):
+        sink = progress
+    total, done = int(np.sum(counts)), 0
+    pace = StagePace()
+    workers = getattr(backend, "workers", None)            # a pool: two parts per worker per round
+    per_round = max(1, 2 * int(workers)) if workers else 1
+    reports = []
+    for s in range(0, len(tasks), per_round):
+        batch = tasks[s:s + per_round]
+        got = backend.map(predict_part, batch)
+        reports += got
+        done += sum(r.objects for r in got)
+        fresh = sum(r.objects for r in reports if not r.skipped)
+        if sink is not None:     # the pace of the objects predicted in this run (skipped parts cost nothing)
+            sink(Progress(step=done, total=total, stage="predicting objects",
+                          eta=pace.eta("predicting objects", fresh, total - done)))
+    if bar is not None:
+        bar.close()
+    return reports
+
+
+def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
+    """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
+    by row group; every part checked to hold this result's predictions. Returns (sample objects whose
+    cluster differs from the fit's, sample size) when the result was fitted on a sample of this store."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    from .store import ROW_GROUP, _write_atomic
+
+    sample = result.config.get("fit_sample")
+    same_store = sample is not None and result.config.get("store", {}).get("digest") == store_digest(store)
+    index = np.asarray(sample["index"], np.int64) if same_store else None
+    fitted = np.asarray(result.labels)[:len(index)] if same_store else None
+    picked = np.full(0 if index is None else len(index), -1, np.int64)
+
+    def parts():
+        for i in ids:
+            path = store.path / "fields" / part_name(int(i)) / PART_PREDICTIONS
+            if part_digest(path) != digest:
+                raise InputError(f"{path} holds predictions of another result (a second prediction ran at the same "
+                                 "time?): predict again.")
+            yield pq.read_table(path).select(list(ASSIGN_COLUMNS))
+
+    source = pq.ParquetFile(store.path / "table.parquet")
+    meta = {b"ticlust_result": digest.encode(), b"method": result.method.encode()}
+    csv_tmp = parquet_tmp = None
+
+    def write(tmp):
+        nonlocal csv_tmp, parquet_tmp
+        it = parts()
+        pending, offset = None, 0
+        writers = []
+        for batch in source.iter_batches(batch_size=ROW_GROUP):
+            need, got = batch.num_rows, []
+            while need:
+                if pending is None or pending.num_rows == 0:
+                    pending = next(it)
+                    continue
+                take = pending.slice(0, need)
+                got.append(take)
+                pending = pending.slice(take.num_rows)
+                need -= take.num_rows
+            assign = pa.concat_tables(got).combine_chunks() if got else None
+            table = pa.Table.from_batches([batch])
+            for c in ASSIGN_COLUMNS:
+                table = table.append_column(c, assign.column(c))
+            if index is not None:
+                sel = (index >= offset) & (index < offset + batch.num_rows)
+                picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
+            offset += batch.num_rows
+            if not writers:
+                schema = table.schema.with_metadata(meta)
+                writers.append(pq.ParquetWriter(tmp, schema))
+                if parquet is not None:
+                    parquet_tmp = Path(f"{parquet}.partial")
+                    writers.append(pq.ParquetWriter(parquet_tmp, schema))
+                if csv is not None:
+                    csv_tmp = Path(f"{csv}.partial")
+                    writers.append(pcsv.CSVWriter(csv_tmp, table.schema))
+            table = table.replace_schema_metadata(meta)
+            for w in writers:
+                w.write_table(table) if isinstance(w, pq.ParquetWriter) else w.write_table(table.replace_schema_metadata(None))
+        for w in writers:
+            w.close()
+
+    try:
+        _write_atomic(store.path / PREDICTIONS, write)
+        for final, tmp in ((parquet, parquet_tmp), (csv, csv_tmp)):
+            if tmp is not None:
+                os.replace(tmp, final)
+    finally:
+        for tmp in (csv_tmp, parquet_tmp):
+            if tmp is not None and Path(tmp).exists():
+                Path(tmp).unlink()
+    if index is None:
+        return None, None
+    return int((picked != fitted).sum()), int(len(index))
+
+
+# ---- stacks and single fields, chunk by chunk ----------------------------------------------------
+def predict_stream(result, items, *, device: str = "auto", batch_size: int | None = None, progress=None) -> dict:
+    """Assign a stack (or landmark set), a chunk of ``batch_size`` (default CHUNK) items at a time, with
+    progress; the assignment columns for every item."""
+    from .execute import StagePace
+    from .events import Progress
+
+    if result.state is None:
+        raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
+                         "before assigning new items.")
+    sink, bar = None, None
+    if progress is True:
+        from .api import TerminalProgress
+
+        bar = TerminalProgress()
+        sink = bar.update
+    elif callable(progress):
+        sink = progress
+    n = int(items.shape[0])
+    step = batch_size or CHUNK
+    pace = StagePace()
+    chunks = []
+    for s in range(0, n, step):
+        chunks.append(predict_items(result, np.asarray(items[s:min(s + step, n)]), device, batch_size))
+        done = min(s + step, n)
+        if sink is not None:
+            sink(Progress(step=done, total=n, stage="predicting items", eta=pace.eta("predicting items", done, n - done)))
+    if bar is not None:
+        bar.close()
+    return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
+
+
+def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None):
+    """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
+    (:func:`predict_store`; returns a :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict`
+    (returns a ClusteringResult)."""
+    from .api import predict as predict_items_of
+
+    if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
+        return predict_store(result, data, device=device, batch_size=batch_size, progress=progress)
+    return predict_items_of(result, data, device=device, batch_size=batch_size)
+
+
+def is_store(path) -> bool:
+    """Whether ``path`` is an object store (written by ticlust extract)."""
+    return read_attributes(path) is not None
+
+
+__all__ = ["predict", "fit_store", "predict_store", "predict_part", "predict_stream", "sample_objects", "sample_quotas",
+           "StorePrediction", "PartTask", "PartReport", "result_digest", "is_store", "PREDICTIONS"]
