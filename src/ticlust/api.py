@@ -50,18 +50,20 @@ def item_count(items) -> int:
 
 
 def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
-        **params) -> Iterator[Event]:
+        aligned: bool | None = None, **params) -> Iterator[Event]:
     """Train ``method`` on ``data``, yielding Progress / Snapshot events and finally Done(result).
 
     ``k`` defaults to the method's own default. With ``runs`` > 1, trains with seeds seed, seed+1, ...
     and keeps the run with the lowest final loss (the papers' "minLoss"); every run's loss is kept in
     ``result.run_losses``. A generator over :func:`fit_job` (``execute.stream``).
+    ``aligned``: keep per-item pictures (``aligned``, ``grids``) for every item;
+    None: only while they are small (``stack.PICTURE_BYTES``), else ``align_one`` computes them on demand.
     """
-    return (yield from stream(fit_job(data, method, k, device, seed, runs, **params)))
+    return (yield from stream(fit_job(data, method, k, device, seed, runs, aligned=aligned, **params)))
 
 
 def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
-            **params) -> Job:
+            aligned: bool | None = None, **params) -> Job:
     """Training as a :class:`~ticlust.execute.Job`: the input validated and the config made now (errors
     are raised here, before anything runs), the fit's config stamped on the result at the end."""
     spec = get_method(method)
@@ -69,6 +71,8 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
         raise InputError(f"runs = {runs!r} must be a whole number of at least 1.")
     seed = check_seed(seed)
     items = prepare(data, spec)
+    if isinstance(items, Stack):
+        items.pictures = aligned
     k = check_k(spec.default_k if k is None else k, item_count(items))
     cfg = spec.make_config(k, **params)
 
@@ -88,21 +92,22 @@ def format_eta(eta: float | None) -> str:
 
 
 def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
-        progress: bool | None = None, **params) -> ClusteringResult:
+        progress: bool | None = None, aligned: bool | None = None, **params) -> ClusteringResult:
     """Cluster ``data`` and return a :class:`ClusteringResult`.
 
     ``data``: an N×H×W or N×H×W×3 image stack (NumPy, memory-mapped or dask), N×D vectors where the
     method allows, or (n, L, 2) landmarks for shape methods. ``k`` defaults to the method's default;
     ``params`` are the method's own parameters (``ticlust methods`` lists them). ``progress`` shows a
-    terminal bar (default: when standard error is a terminal).
+    terminal bar (default: when standard error is a terminal). ``aligned``: see :func:`run`.
     """
     bar = TerminalProgress() if (progress if progress is not None else sys.stderr.isatty()) else None
-    job = fit_job(data, method=method, k=k, device=device, seed=seed, runs=runs, **params)
+    job = fit_job(data, method=method, k=k, device=device, seed=seed, runs=runs, aligned=aligned, **params)
     return execute(job, None if bar is None else bar.sink)
 
 
-def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None) -> ClusteringResult:
-    """Assign new items with a fitted result's prototypes (and transforms)."""
+def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None,
+            aligned: bool | None = None) -> ClusteringResult:
+    """Assign new items with a fitted result's prototypes (and transforms); ``aligned``: see :func:`run`."""
     spec = get_method(result.method)
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
@@ -110,6 +115,7 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
     items = fitted_scale(prepare(data, spec, to_predict=True), result)
     if isinstance(items, Stack):
         check_same_items(items, result.prototypes.shape[1:])
+        items.pictures = aligned
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
     return execute(Job(lambda dev, _seed: spec.predict(result, items, dev, batch_size), device=device, losses=False))
@@ -118,7 +124,7 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
 def fitted_scale(items, result: ClusteringResult):
     """Scale new items with the training stack's range, so that predictions match the fit."""
     if isinstance(items, Stack) and "input_range" in result.config:
-        items = Stack(items.source, *result.config["input_range"])
+        items = Stack(items.source, *result.config["input_range"], items.pictures)
     return items
 
 

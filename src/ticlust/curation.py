@@ -18,10 +18,11 @@ from .api import fit, fitted_scale, item_count, prepare
 from .execute import Job, execute, stream
 from .errors import InputError
 from .methods import get_method
-from .result import OUTLIER, ClusteringResult
+from .result import ITEM_NAMES, OUTLIER, Assignments, ClusteringResult
 
-# The result fields that hold one entry per item (``params`` too: per-item method parameters).
-_PER_ITEM = ("labels", "scores", "responsibilities", "rejected", "aligned", "grids", "pinned")
+# The result fields that hold one entry per item, as declared in ``result.ITEM_FIELDS`` (``params`` too:
+# per-item method parameters, which ``Assignments`` carries as "params/<key>").
+_PER_ITEM = ITEM_NAMES
 
 
 def _cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
@@ -127,26 +128,25 @@ def _take(items, index: np.ndarray):
 
 
 def _restricted(result: ClusteringResult, index: np.ndarray) -> ClusteringResult:
-    """The result for the items at ``index`` only (per-item fields sliced)."""
-    fields = {f: np.asarray(getattr(result, f))[index] for f in _PER_ITEM if getattr(result, f) is not None}
-    return dataclasses.replace(result, params={k: np.asarray(v)[index] for k, v in result.params.items()}, **fields)
+    """The result for the items at ``index`` only (every per-item field sliced)."""
+    return dataclasses.replace(result, **result.assignments.result_fields(index))
 
 
 def _joined(n: int, parts: list[tuple[np.ndarray, ClusteringResult]]) -> ClusteringResult:
     """One result for N items from results for disjoint index sets (the first gives every other field);
     a per-item field that some part lacks is left out."""
-
-    def put(values):
-        out = np.empty((n, *np.shape(values[0])[1:]), np.result_type(*values))
-        for (index, _), v in zip(parts, values):
-            out[index] = v
-        return out
-
-    results = [r for _, r in parts]
-    fields = {f: None if any(getattr(r, f) is None for r in results) else put([getattr(r, f) for r in results])
-              for f in _PER_ITEM}
-    keys = [k for k in results[0].params if all(k in r.params for r in results)]
-    return dataclasses.replace(results[0], params={k: put([r.params[k] for r in results]) for k in keys}, **fields)
+    views = [r.assignments for _, r in parts]
+    common = [name for name in views[0].names if all(name in v.arrays for v in views)]
+    out = Assignments(n)
+    for (index, _), view in zip(parts, views):
+        for name, rows in view.read(common).items():
+            if name not in out.arrays:
+                dtype = np.result_type(*[v.arrays[name] for v in views])
+                out.arrays[name] = np.empty((n, *rows.shape[1:]), dtype)
+            out.arrays[name][index] = rows
+    fields = {name: None for name in _PER_ITEM}
+    fields.update(out.result_fields())
+    return dataclasses.replace(parts[0][1], **fields)
 
 
 def refine(data, result: ClusteringResult, device: str = "auto", keep_pinned: bool = True) -> ClusteringResult:

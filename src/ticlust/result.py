@@ -11,8 +11,37 @@ import numpy as np
 
 from .errors import InputError
 
-# Optional arrays stored under their own name in the .npz file.
-_OPTIONAL_ARRAYS = ("responsibilities", "rejected", "covariances", "aligned", "grids", "pinned")
+
+
+@dataclass(frozen=True)
+class ItemField:
+    """One per-item field of a result's assignments: N rows of ``shape`` (in words) each."""
+
+    name: str
+    dtype: str                 # the dtype it is usually held in (a store allocates with it)
+    shape: str                 # the shape of one item's entry: "" (a scalar), "K", "H,W[,C]", "gh,gw,2"
+    picture: bool = False      # an image-sized picture: kept for every item only on request (``Stack.pictures``),
+                               # else computed on demand for the items looked at (``api.align_one``)
+    doc: str = ""
+
+
+#: The per-item fields of every result, declared once: curation slices and joins them, save/load and the
+#: assignments table read them, a store writes them chunk by chunk. Besides these, each entry of
+#: ``params`` is per-item too (method parameters, N rows: "params/<key>" in :class:`Assignments`).
+ITEM_FIELDS = (
+    ItemField("labels", "int64", "", doc="cluster of each item"),
+    ItemField("scores", "float32", "K", doc="cost to every cluster, lower = closer"),
+    ItemField("responsibilities", "float32", "K", doc="mixtures: posterior of every cluster"),
+    ItemField("rejected", "bool", "", doc="flagged as an outlier by the method"),
+    ItemField("aligned", "float32", "H,W[,C]", picture=True, doc="the item aligned with its prototype"),
+    ItemField("grids", "float32", "gh,gw,2", picture=True, doc="the item's warp as a display lattice"),
+    ItemField("pinned", "int64", "", doc="cluster the user put the item in (-1: free, OUTLIER: none)"),
+)
+ITEM_NAMES = tuple(f.name for f in ITEM_FIELDS)
+PICTURES = tuple(f.name for f in ITEM_FIELDS if f.picture)
+PARAMS = "params/"      # prefix of the per-item ``params`` entries among an Assignments' fields
+# The model's optional arrays stored under their own name in the .npz file (the per-item ones: ITEM_FIELDS).
+_OPTIONAL_ARRAYS = ("covariances",)
 # Dictionaries of arrays stored as "<prefix>__<key>" entries.
 _ARRAY_DICTS = ("params", "extras")
 # ``pinned`` value of an item the user marked as an outlier (it belongs to no cluster; ticlust.curation)
@@ -59,6 +88,54 @@ class FittedState:
         return cls(**values)
 
 
+class Assignments:
+    """The per-item part of a result, held in memory: one array of N rows per field present (``ITEM_FIELDS``
+    by name, and ``params/<key>`` for per-item method parameters).
+
+    The interface a chunked store implements too: ``write(start, fields)`` puts B rows of some fields at
+    items ``start:start+B`` (a field is allocated on its first write, from the rows' shape and dtype),
+    ``read(names, index)`` gives rows back. Methods write their outputs batch by batch into one of these
+    instead of gathering blocks and concatenating them.
+    """
+
+    def __init__(self, n: int, arrays: dict[str, np.ndarray] | None = None):
+        self.n = int(n)
+        self.arrays: dict[str, np.ndarray] = {} if arrays is None else dict(arrays)
+
+    @classmethod
+    def of(cls, result: "ClusteringResult") -> "Assignments":
+        """A view (no copy) of a result's per-item fields."""
+        arrays = {name: getattr(result, name) for name in ITEM_NAMES if getattr(result, name) is not None}
+        arrays.update({PARAMS + key: v for key, v in result.params.items()})
+        return cls(result.n, arrays)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.arrays)
+
+    def write(self, start: int, fields: dict) -> None:
+        """Rows ``start:start+B`` of each given field (arrays or tensors of B rows; None: not written)."""
+        for name, rows in fields.items():
+            if rows is None:
+                continue
+            rows = rows.detach().cpu().numpy() if hasattr(rows, "detach") else np.asarray(rows)
+            if name not in self.arrays:
+                self.arrays[name] = np.empty((self.n, *rows.shape[1:]), rows.dtype)
+            self.arrays[name][start:start + len(rows)] = rows
+
+    def read(self, names=None, index=slice(None)) -> dict[str, np.ndarray]:
+        """The rows at ``index`` (a slice or item numbers) of the named fields (default: all present)."""
+        names = self.names if names is None else [n for n in names if n in self.arrays]
+        return {name: np.asarray(self.arrays[name])[index] for name in names}
+
+    def result_fields(self, index=slice(None)) -> dict:
+        """The rows at ``index`` as ClusteringResult keyword arguments (``params`` gathered in one dict)."""
+        rows = self.read(None, index)
+        fields = {name: rows.pop(name) for name in ITEM_NAMES if name in rows}
+        fields["params"] = {name[len(PARAMS):]: v for name, v in rows.items() if name.startswith(PARAMS)}
+        return fields
+
+
 @dataclass
 class ClusteringResult:
     """What a clustering run produced, for every method alike.
@@ -70,6 +147,12 @@ class ClusteringResult:
     method parameters (affine matrices, TPS displacements, ...), ``extras`` other outputs
     (embeddings, representatives, ...), and ``state`` the method's typed fitted state (what
     ``predict`` needs).
+
+    Two parts (``docs/architecture.md``): the model (method, config, prototypes, covariances, state,
+    history, extras, timing …), whose size does not grow with N, and the assignments: the per-item fields
+    declared in ``ITEM_FIELDS`` plus ``params``, seen together as :attr:`assignments`. ``aligned`` and
+    ``grids`` are kept for every item only when requested or small (``Stack.pictures``); otherwise they
+    are None and ``api.align_one`` computes them for the items looked at.
     """
 
     labels: np.ndarray
@@ -106,6 +189,11 @@ class ClusteringResult:
     def final_loss(self) -> float:
         return float(self.history[-1]) if len(self.history) else float("nan")
 
+    @property
+    def assignments(self) -> Assignments:
+        """The per-item fields (``ITEM_FIELDS`` and ``params``) as one :class:`Assignments` (a view)."""
+        return Assignments.of(self)
+
     def cluster_sizes(self) -> np.ndarray:
         return np.bincount(self.labels, minlength=self.k)
 
@@ -114,8 +202,6 @@ class ClusteringResult:
         """Write everything to one compressed .npz file (no pickled objects)."""
         path = npz_path(path)
         arrays: dict[str, Any] = {
-            "labels": np.asarray(self.labels),
-            "scores": np.asarray(self.scores),
             "prototypes": np.asarray(self.prototypes),
             "config_json": np.array(json.dumps(self.config, default=_json_default)),
             "meta_json": np.array(json.dumps({f: getattr(self, f) for f in _META_FIELDS}, default=_json_default)),
@@ -124,9 +210,10 @@ class ClusteringResult:
             value = getattr(self, name)
             if value is not None:
                 arrays[name] = np.asarray(value)
-        for prefix in _ARRAY_DICTS:
-            for key, value in getattr(self, prefix).items():
-                arrays[f"{prefix}__{key}"] = np.asarray(value)
+        for key, value in self.extras.items():
+            arrays[f"extras__{key}"] = np.asarray(value)
+        for name, value in self.assignments.read().items():   # the per-item part, under the names of old files
+            arrays[f"params__{name[len(PARAMS):]}" if name.startswith(PARAMS) else name] = value
         if self.state is not None:
             arrays.update(self.state.to_arrays())
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -197,7 +284,7 @@ def load_result(path: str | Path) -> ClusteringResult:
         "config": config,
         **meta,
     }
-    for name in _OPTIONAL_ARRAYS:
+    for name in (*_OPTIONAL_ARRAYS, *ITEM_NAMES):
         if name in contents:
             kwargs[name] = contents.pop(name)
     for prefix in _ARRAY_DICTS:

@@ -7,6 +7,10 @@ import numpy as np
 import torch
 
 SCAN_BATCH = 4096  # items read at once when scanning or loading a lazy stack
+#: Per-item pictures (a result's ``aligned`` and ``grids``, ST/AI's per-pair warps) are kept for every item
+#: by default only while N×H×W[×C] float32 fits in this (16,384 items of 32×32); above it, and whenever
+#: ``pictures`` is False, they are computed on demand for the items looked at.
+PICTURE_BYTES = 64 * 2**20
 
 
 class Stack:
@@ -17,10 +21,11 @@ class Stack:
     overflow. The source array is never modified and never loaded whole unless asked for.
     """
 
-    def __init__(self, source, lo: float, hi: float):
+    def __init__(self, source, lo: float, hi: float, pictures: bool | None = None):
         self.source = source
         self.lo = float(lo)
         self.hi = float(hi)
+        self.pictures = pictures    # keep per-item pictures for every item: True, False, or None (by PICTURE_BYTES)
         self._cache: np.ndarray | None = None
 
     @property
@@ -42,6 +47,25 @@ class Stack:
     @property
     def dim(self) -> int:
         return int(np.prod(self.item_shape))
+
+    def wants_pictures(self) -> bool:
+        """Whether a method keeps per-item pictures (aligned images, grids, pair warps) for all N items."""
+        return self.pictures if self.pictures is not None else self.n * self.dim * 4 <= PICTURE_BYTES
+
+    def like(self, source) -> "Stack":
+        """Another stack of items ``source`` with this one's normalisation and picture request."""
+        return Stack(source, self.lo, self.hi, self.pictures)
+
+    def blocks(self, size: int) -> Iterator[tuple[int, "Stack"]]:
+        """(start, stack of items start:start+size) covering every item in order: the batch interface that
+        methods read a stack through. A block is a view of the source, read when used; the whole stack
+        never is (a stack of at most ``size`` items is its own one block)."""
+        if self.n <= size:
+            yield 0, self
+            return
+        for start in range(0, self.n, size):
+            stop = min(start + size, self.n)
+            yield start, self.like(self.source[start:stop])
 
     def batch(self, start: int, stop: int) -> np.ndarray:
         """Items ``start:stop`` as normalised float32."""
@@ -66,7 +90,7 @@ class Stack:
 
     def subset(self, index) -> "Stack":
         """The items at ``index`` (read now), keeping this stack's normalisation."""
-        return Stack(np.asarray(self.source[np.asarray(index)]), self.lo, self.hi)
+        return self.like(np.asarray(self.source[np.asarray(index)]))
 
 
 def to_nchw(x: torch.Tensor) -> torch.Tensor:

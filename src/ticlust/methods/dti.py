@@ -23,7 +23,7 @@ from torch import nn
 from ..errors import InputError
 from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
-from ..result import ClusteringResult, FittedState
+from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
@@ -590,49 +590,46 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
 
 def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int, pinned=None):
     """Every item aligned by the model, with all its modules (generator: Progress per batch, so a long
-    pass can be cancelled): returns the result's fields (scores, labels, aligned prototypes, per-module
-    parameters, display grids; GMM: responsibilities, variances and mixing weights) and the mean loss.
-    ``pinned`` (N,): clusters the user fixed items to (-1: free); those are assigned and aligned there."""
+    pass can be cancelled): returns the result's fields (scores, labels, per-module parameters; with
+    ``stack.wants_pictures()`` the aligned prototypes and display grids; GMM: responsibilities, variances
+    and mixing weights) and the mean loss. The stack is read batch by batch and each batch's outputs are
+    written into the per-item arrays (``Assignments``). ``pinned`` (N,): clusters the user fixed items to
+    (-1: free); those are assigned and aligned there."""
     model.eval()
     modules, gmm = model.sequence.names, model.gmm
     active = len(modules)
     channels_last = _channels_last(stack)
     lattice = (cfg.grid_lattice, cfg.grid_lattice)
-    scores, labels_all, aligned, grids, loss_terms = [], [], [], [], []
-    per_module = {m: [] for m in modules}
-    resp = []
+    out, pictures = Assignments(stack.n), stack.wants_pictures()
+    spatial = any(mod.spatial for mod in model.sequence.modules[:active])
+    loss_terms = []    # (N,) per-item losses: their float32 mean is the run's final loss, as it always was
     n_batches = -(-stack.n // batch_size)
     for i, (s, batch) in enumerate(stack.batches(batch_size)):
         yield Progress(i, n_batches, float("nan"), "Aligning every image")
         xb = to_nchw(torch.from_numpy(batch).to(device))
         params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg)
         labels = keep_pinned(score.argmin(1), None if pinned is None else pinned[s:s + len(batch)])
-        scores.append(score)
-        labels_all.append(labels)
+        fields = {"scores": score, "labels": labels}
         if gmm:
-            resp.append(torch.softmax(-score, 1))
+            fields["responsibilities"] = torch.softmax(-score, 1)
             loss_terms.append(-torch.logsumexp(-score, 1) / xb[0].numel())
         else:
             loss_terms.append(score.gather(1, labels[:, None])[:, 0])
         rows = torch.arange(len(labels), device=labels.device)
-        aligned.append(from_nchw(recon[rows, labels], channels_last))
         chosen = [p[rows, labels] for p in params]
-        for m, mod, p in zip(modules, model.sequence.modules, chosen):
-            per_module[m].append(mod.shaped(p))
-        grids.append(model.sequence.display_grid([p.double() for p in chosen], lattice).float()
-                     if any(mod.spatial for mod in model.sequence.modules[:active])
-                     else model_lattice(model.size, lattice, len(labels), device))
-    scores = torch.cat(scores).cpu().numpy()
-    fields = dict(labels=torch.cat(labels_all).cpu().numpy(), scores=scores, aligned=torch.cat(aligned).cpu().numpy(),
-                  aligned_kind="prototype-on-item", grids=torch.cat(grids).cpu().numpy(),
-                  params={m: torch.cat(v).cpu().numpy() for m, v in per_module.items()}, extras={})
+        fields.update({f"params/{m}": mod.shaped(p) for m, mod, p in zip(modules, model.sequence.modules, chosen)})
+        if pictures:
+            fields["aligned"] = from_nchw(recon[rows, labels], channels_last)
+            fields["grids"] = (model.sequence.display_grid([p.double() for p in chosen], lattice).float() if spatial
+                               else model_lattice(model.size, lattice, len(labels), device))
+        out.write(s, fields)
+    result = dict(aligned_kind="prototype-on-item", extras={}, **out.result_fields())
     if gmm:
-        fields["responsibilities"] = torch.cat(resp).cpu().numpy()
         var = (model.variances.abs() + cfg.sigma_min ** 2).detach()
-        fields["extras"] = {"variances": from_nchw(var, channels_last).cpu().numpy(),
+        result["extras"] = {"variances": from_nchw(var, channels_last).cpu().numpy(),
                             "weights": torch.softmax(model.eta, 0).detach().cpu().numpy()}
     model.train()
-    return fields, float(torch.cat(loss_terms).mean())
+    return result, float(torch.cat(loss_terms).mean())
 
 
 def model_lattice(size, lattice, n, device):

@@ -27,7 +27,7 @@ import torch
 from ..errors import InputError
 from ..stack import SCAN_BATCH, Stack
 from ..validation import check_same_size
-from ..result import ClusteringResult, FittedState
+from ..result import Assignments, ClusteringResult, FittedState
 from ..events import Progress, Snapshot, drain
 from ..kernels import kmeans_plus_plus, lloyd
 from .base import Method, param, register, seed_everything
@@ -926,16 +926,15 @@ class NT(Method):
         if batch_size is not None:
             cfg.batch_size = batch_size
         mats = pair_mats(tau, nu, cfg.lam0)
-        outs = []
-        for _, b in stack.batches(SCAN_BATCH):
-            q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
-            outs.append(assign_all(q, tau, nu, cfg, mats))
-        c1, c2, y, scores = (torch.cat(t) for t in zip(*outs))
+        out = Assignments(stack.n)
         threshold = float(state.reject_threshold)
-        best = scores.gather(1, c1[:, None])[:, 0]
-        rejected = (best > threshold).cpu().numpy() if math.isfinite(threshold) else None
-        return self.predicted(result, labels=c1.cpu().numpy(), scores=scores.cpu().numpy(), rejected=rejected,
-                              params={"representation": y.cpu().numpy(), "similarity_index": c2.cpu().numpy()})
+        for s, b in stack.batches(SCAN_BATCH):
+            q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
+            c1, c2, y, scores = assign_all(q, tau, nu, cfg, mats)
+            best = scores.gather(1, c1[:, None])[:, 0]
+            out.write(s, {"labels": c1, "scores": scores, "params/representation": y, "params/similarity_index": c2,
+                          "rejected": best > threshold if math.isfinite(threshold) else None})
+        return self.predicted(result, **out.result_fields())
 
 
 register(NT())

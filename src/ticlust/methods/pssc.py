@@ -27,7 +27,7 @@ import torch
 
 from ..errors import InputError
 from ..stack import Stack
-from ..result import ClusteringResult, FittedState
+from ..result import Assignments, ClusteringResult, FittedState
 from ..invariant_scattering import invariant_features, ring_weights
 from ..scattering import FastScattering2D, kymatio_scattering, n_paths
 from ..events import Progress, Snapshot, drain
@@ -579,27 +579,27 @@ class PSSC(Method):
         mean, basis = torch.from_numpy(state.mean).to(device), torch.from_numpy(state.basis).to(device)
         op = Scatterer(stack.item_shape, cfg, device) if cfg.features == "scattering" else None
         scales = state.path_scales
-        zs = []
-        for _, b in stack.batches(batch_size or cfg.predict_batch_size):
+        centers = torch.from_numpy(state.centers).to(device)
+        uspec = cfg.clustering == "uspec"
+        if uspec:
+            reps, transfer = torch.from_numpy(state.representatives).to(device), torch.from_numpy(state.transfer).to(device)
+        out = Assignments(stack.n)     # every step is row by row: each batch's outputs are written as it is done
+        for s, b in stack.batches(batch_size or cfg.predict_batch_size):
             f = op(b) if op is not None else torch.as_tensor(b, device=device).reshape(len(b), -1)
             if scales is not None:
                 f = (f.reshape(len(b), len(scales), -1) / torch.from_numpy(scales).to(device)[None, :, None]).reshape(len(b), -1)
-            zs.append((f.to(device) - mean) @ basis)
-        z = torch.cat(zs)
-        centers = torch.from_numpy(state.centers).to(device)
-        extras, params = {}, {}
-        if cfg.clustering == "uspec":
-            reps = torch.from_numpy(state.representatives).to(device)
-            dist, idx = nearest_exact(z, reps, min(cfg.neighbours, len(reps)))
-            aff = affinities(dist, float(state.sigma))
-            space = extend_embedding(aff, idx, torch.from_numpy(state.transfer).to(device))
-            extras["embedding"] = space.cpu().numpy()
-            params.update(nearest_representatives=idx.cpu().numpy(), representative_affinities=aff.float().cpu().numpy())
-        else:
-            space = z
-        scores = torch.cdist(space, centers.to(space.dtype))
-        return self.predicted(result, labels=scores.argmin(1).cpu().numpy(), scores=scores.cpu().numpy(),
-                              params=params, extras=extras)
+            z = (f.to(device) - mean) @ basis
+            fields = {}
+            if uspec:
+                dist, idx = nearest_exact(z, reps, min(cfg.neighbours, len(reps)))
+                aff = affinities(dist, float(state.sigma))
+                z = extend_embedding(aff, idx, transfer)
+                fields.update({"embedding": z, "params/nearest_representatives": idx,
+                               "params/representative_affinities": aff.float()})
+            scores = torch.cdist(z, centers.to(z.dtype))
+            out.write(s, {"labels": scores.argmin(1), "scores": scores, **fields})
+        extras = {"embedding": out.arrays.pop("embedding")} if uspec else {}
+        return self.predicted(result, extras=extras, **out.result_fields())
 
 
 register(PSSC())

@@ -29,7 +29,7 @@ import torch
 from ..errors import InputError
 from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
-from ..result import ClusteringResult, FittedState
+from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..events import Progress, Snapshot, drain
@@ -98,21 +98,6 @@ def auto_chunk(stack: Stack, k: int, device: torch.device) -> int:
 PREDICT_BLOCK = 4096   # images read from a (lazy) stack at once when assigning new images
 
 
-def _joined(parts: list[dict]) -> dict:
-    """Result fields of consecutive blocks of items as one: arrays (and dicts of arrays) concatenated."""
-    if len(parts) == 1:
-        return parts[0]
-    out = {}
-    for key, value in parts[0].items():
-        if isinstance(value, np.ndarray):
-            out[key] = np.concatenate([p[key] for p in parts])
-        elif isinstance(value, dict):
-            out[key] = {k: np.concatenate([p[key][k] for p in parts]) for k in value}
-        else:
-            out[key] = value
-    return out
-
-
 def _chunks(n: int, size: int):
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
@@ -128,10 +113,14 @@ def _warp_assigned(aligner: Aligner, x: torch.Tensor, own: Alignments, chunk: in
 
 def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.Tensor,
                      chunk: int) -> torch.Tensor:
-    """Eq. 4: the mean of the warped members. An emptied cluster restarts on the worst-fitted item."""
+    """Eq. 4: the mean of the warped members, summed chunk by chunk (the warped items are never held
+    all at once). An emptied cluster restarts on the worst-fitted item."""
     k = mu.shape[0]
-    warped = _warp_assigned(aligner, x, pairs.assigned(labels), chunk)
-    sums = torch.zeros_like(mu).index_add_(0, labels, warped)
+    own = pairs.assigned(labels)
+    sums = torch.zeros_like(mu)
+    with torch.no_grad():
+        for s in _chunks(x.shape[0], chunk * 8):
+            sums.index_add_(0, labels[s], aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0])
     counts = torch.bincount(labels, minlength=k)
     new = sums / counts.clamp_min(1).to(mu.dtype).view(-1, 1, 1, 1)
     empty = torch.nonzero(counts == 0).flatten()
@@ -152,14 +141,26 @@ def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.T
     mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
 
 
-def _halves(warped: torch.Tensor, labels: torch.Tensor, k: int):
-    """Every cluster bisected on its warped members (N, P): SSE₁ and the split gain SSE₁ − SSE₂ (K,) each,
-    and per cluster with two or more members its two half means (2, P) and the members of the second half."""
+def _members_warped(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, c: int, chunk: int) -> torch.Tensor:
+    """The members of cluster c warped by their own warps, flat (n_c, P): one cluster's, never every item's."""
+    out = []
+    with torch.no_grad():
+        for s in _chunks(x.shape[0], chunk * 8):
+            mine = labels[s] == c
+            if bool(mine.any()):
+                out.append(aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0][mine].flatten(1))
+    return torch.cat(out)
+
+
+def _halves(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, k: int, chunk: int):
+    """Every cluster bisected on its warped members (n_c, P; one cluster at a time): SSE₁ and the split gain
+    SSE₁ − SSE₂ (K,) each, and per cluster with two or more members its two half means (2, P) and the
+    members of the second half."""
     sse1, gain, halves = torch.zeros(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64), {}
     for c in range(k):
         members = torch.nonzero(labels == c).flatten()
         if len(members) >= 2:
-            one, two, means, side = bisect(warped[members])
+            one, two, means, side = bisect(_members_warped(aligner, x, own, labels, c, chunk))
             sse1[c], gain[c], halves[c] = one, one - two, (means, members[side])
     return sse1, gain, halves
 
@@ -171,11 +172,17 @@ def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: tor
     _, cost, place = own_and_runner_up(pairs.losses.index_fill(1, torch.tensor([j], device=labels.device), math.inf), labels)
     if means is not None:
         onto_j = Alignments(pairs.theta[:, j], None if pairs.nu is None else pairs.nu[:, j])
-        w = _warp_assigned(aligner, x, onto_j, chunk).flatten(1)
-        half = ((w[:, None] - means[None]) ** 2).sum(-1).min(1)
-        better = half.values < cost
-        cost = torch.where(better, half.values, cost)
-        place = torch.where(better, torch.where(half.indices == 0, j, -1), place)
+        values, indices = [], []
+        with torch.no_grad():
+            for s in _chunks(x.shape[0], chunk * 8):   # chunk by chunk: the warped items are never held all at once
+                w = aligner.warp_pairs(x[s], onto_j.rows(s).as_pairs())[:, 0].flatten(1)
+                half = ((w[:, None] - means[None]) ** 2).sum(-1).min(1)
+                values.append(half.values)
+                indices.append(half.indices)
+        values, indices = torch.cat(values), torch.cat(indices)
+        better = values < cost
+        cost = torch.where(better, values, cost)
+        place = torch.where(better, torch.where(indices == 0, j, -1), place)
     return cost, place
 
 
@@ -189,7 +196,7 @@ def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.
     k, losses = pairs.losses.shape[1], pairs.losses
     if k < 2:
         return None
-    sse1, gain, halves = _halves(_warp_assigned(aligner, x, pairs.assigned(labels), chunk).flatten(1), labels, k)
+    sse1, gain, halves = _halves(aligner, x, pairs.assigned(labels), labels, k, chunk)
     drop, places = torch.full((k, k), math.inf, dtype=torch.float64), {}
     for j in range(k):
         cost, places[j] = _elsewhere(aligner, x, pairs, labels, j, halves.get(j, (None,))[0], chunk)
@@ -242,17 +249,28 @@ class _Run:
         for s in _chunks(self.stack.n, self.cfg.chunk):
             pairs[s] = yield from self.aligner.align(self.x.rows(s), mu, pairs.rows(s), schedule)
 
-    def outputs(self, pairs: Alignments, labels: torch.Tensor) -> dict:
-        """The result fields for these assignments: scores, aligned items, display grids, warp parameters."""
+    def outputs(self, pairs: Alignments, labels: torch.Tensor, pictures: bool) -> dict:
+        """The per-item fields of these items (an ``Assignments.write``): labels, scores and each item's own
+        warp parameters; with ``pictures`` also the aligned items, display grids and every (item, centroid)
+        warp (``pair_theta``/``pair_nu``: the inspector replays them for fitted items)."""
         own = pairs.assigned(labels)
-        params = {"affine": affine_matrix(own.theta).cpu().numpy(), "pair_theta": pairs.theta.cpu().numpy()}
+        fields = {"labels": labels, "scores": pairs.losses, "params/affine": affine_matrix(own.theta)}
         if own.nu is not None:
-            params["displacements"] = own.nu.cpu().numpy()
-            params["landmarks"] = self.aligner.target_landmarks(own).cpu().numpy()
-            params["pair_nu"] = pairs.nu.cpu().numpy()   # every (item, centroid) warp: the inspector replays them
-        return dict(labels=labels.cpu().numpy(), scores=pairs.losses.cpu().numpy(),
-                    aligned=self.items(_warp_assigned(self.aligner, self.x.full, own, self.cfg.chunk)),
-                    aligned_kind="item-on-prototype", grids=self.aligner.display_grids(own).cpu().numpy(), params=params)
+            fields["params/displacements"] = own.nu
+            fields["params/landmarks"] = self.aligner.target_landmarks(own)
+        if pictures:
+            fields["aligned"] = self.items(_warp_assigned(self.aligner, self.x.full, own, self.cfg.chunk))
+            fields["grids"] = self.aligner.display_grids(own)
+            fields["params/pair_theta"] = pairs.theta
+            if own.nu is not None:
+                fields["params/pair_nu"] = pairs.nu
+        return fields
+
+    def result_fields(self, pairs: Alignments, labels: torch.Tensor) -> dict:
+        """The fit's per-item result fields (every item of the run's stack)."""
+        out = Assignments(self.stack.n)
+        out.write(0, self.outputs(pairs, labels, self.stack.wants_pictures()))
+        return dict(aligned_kind="item-on-prototype", **out.result_fields())
 
 
 # ---- training ------------------------------------------------------------------------------------
@@ -397,7 +415,7 @@ class AIKMeans(Method):
         extras = {"initial_prototypes": run.items(init), "repairs": np.asarray(run.repairs, np.int64).reshape(-1, 3)}
         timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, extras=extras,
-                           timing=timing, **run.outputs(pairs, labels))
+                           timing=timing, **run.result_fields(pairs, labels))
 
     def _curriculum(self, run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
         """Lloyd iterations from centroids mu; AI K-means has one stage (see STKMeans)."""
@@ -413,7 +431,7 @@ class AIKMeans(Method):
         mu, pairs, labels, history, iters = yield from self._curriculum(run, mu, pinned.to(device))
         timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, timing=timing,
-                           **run.outputs(pairs, labels))
+                           **run.result_fields(pairs, labels))
 
     def sweep(self, stack, cfg, device, seed, landmarks=LANDMARK_GRID, lrs=LR_GRID):
         """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept.
@@ -445,23 +463,24 @@ class AIKMeans(Method):
         return run, mu, pairs
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
-        """Assign new images with the centroids fixed: only their alignments are optimised. A large (lazy)
-        stack is read PREDICT_BLOCK images at a time (each image's alignments do not depend on the others)."""
+        """Assign new images with the centroids fixed: only their alignments are optimised. The stack is read
+        PREDICT_BLOCK images at a time (each image's alignments do not depend on the others) and each block's
+        fields written into the per-item arrays (pictures only when the stack asks for them)."""
         start = time.perf_counter()
-        parts = []
-        for s in range(0, stack.n, PREDICT_BLOCK):
-            block = stack if stack.n <= PREDICT_BLOCK else stack.subset(np.arange(s, min(s + PREDICT_BLOCK, stack.n)))
+        out, pictures = Assignments(stack.n), stack.wants_pictures()
+        for s, block in stack.blocks(PREDICT_BLOCK):
             run, _, pairs = self.align_new(result, block, device, batch_size)
-            parts.append(run.outputs(pairs, pairs.losses.argmin(1)))
+            out.write(s, run.outputs(pairs, pairs.losses.argmin(1), pictures))
         timing = {"fit_s": time.perf_counter() - start}
-        return self.predicted(result, timing=timing, **_joined(parts))
+        return self.predicted(result, timing=timing, aligned_kind="item-on-prototype", **out.result_fields())
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
         """For the alignment inspector: one image warped onto every centroid, and its distance to each.
 
         For item ``index`` of the fitted stack the fit's own warps are replayed (no optimisation: the
-        scores are the result's, so the inspector and the assignment agree); a new image is aligned
-        from scratch as in ``predict``.
+        scores are the result's, so the inspector and the assignment agree) when the result kept them
+        (``pair_theta``/``pair_nu``: kept with the per-item pictures, ``Stack.wants_pictures``); a new
+        image, or a fitted one whose pair warps were not kept, is aligned from scratch as in ``predict``.
         """
         if index is not None and "pair_theta" in result.params:
             cfg = self.config_of(result)

@@ -33,6 +33,8 @@ FAMILY_SINGULAR_VALUES = {"rigid": torch.ones_like, "similarity": lambda sv: sv.
 #: map (every 360°/n, on the low-passed images). The loss is not convex in the angle: from one start,
 #: an ellipse at 90° to its centroid never turns (an affine map can squash it instead, these cannot).
 ROTATION_STARTS = 16
+#: Images low-pass filtered at once (``Aligner.pyramid``).
+LOWPASS_CHUNK = 512
 
 
 class Ticker:
@@ -283,8 +285,11 @@ class Aligner:
             out = out.reshape(*lead, *self.low_size)
         return out
 
-    def pyramid(self, images: torch.Tensor) -> Pyramid:
-        return Pyramid(images, self.lowpass(images))
+    def pyramid(self, images: torch.Tensor, chunk: int = LOWPASS_CHUNK) -> Pyramid:
+        """Images with their low-passed copies, filtered ``chunk`` images at a time: a convolution over a
+        whole stack at once would allocate its unfolded buffer (N × kernel side × H × W) for every item."""
+        low = [self.lowpass(images[s:s + chunk]) for s in range(0, images.shape[0], chunk)]
+        return Pyramid(images, low[0] if len(low) == 1 else torch.cat(low))
 
     def project_affine(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """Keep affine maps feasible: in the family ``linear``, singular values in [1/max_scale, max_scale],
