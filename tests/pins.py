@@ -47,6 +47,8 @@ CASES = {
     "nt": dict(max_iter=2, m=256),
     "shape-kmeans": {},
     "procrustes-kmeans": {},
+    "rigid-kmeans": dict(max_iter=3, flip=True),
+    "rigid-pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2, rigid_iter=3),
 }
 
 
