@@ -197,3 +197,33 @@ def test_the_toy_method_appears_in_the_widget(toy, make_napari_viewer, qtbot):
     assert widget.start() is not None
     qtbot.waitUntil(lambda: widget.worker is None, timeout=30_000)
     assert widget.result is not None and widget.result.method == "toy-bins"
+
+
+def test_a_method_is_one_file_under_methods(tmp_path):
+    """The toy method above, written as one new file in a copy of the package and nothing else changed:
+    the registry, the API, save/load, predict and the CLI all find it (issue 28: a method is one file)."""
+    import inspect
+    import shutil
+    import subprocess
+    import sys
+
+    package = tmp_path / "ticlust"
+    shutil.copytree(SRC, package, ignore=shutil.ignore_patterns("__pycache__"))
+    source = "\n\n".join(inspect.getsource(obj) for obj in (ToyConfig, ToyState, Toy))
+    (package / "methods" / "toy_bins.py").write_text(
+        '"""A toy method dropped in as one file."""\nfrom dataclasses import dataclass\n\nimport numpy as np\n\n'
+        "from ..events import Progress, Snapshot\nfrom ..result import FittedState\nfrom ..stack import Stack\n"
+        "from .base import Method, param, register\n\n\n" + source + "\n\nregister(Toy())\n")
+    script = (
+        "import sys, numpy as np, ticlust\n"
+        "from ticlust import cli\n"
+        "assert ticlust.__file__.startswith(sys.argv[1]), ticlust.__file__\n"
+        "x = np.zeros((12, 6, 6), np.float32); x[6:] = 1.0; x[::3] += 0.1\n"
+        "res = ticlust.fit(x, method='toy-bins', seed=0)\n"
+        "back = ticlust.load_result(res.save(sys.argv[1] + '/r.npz'))\n"
+        "assert back.method == 'toy-bins' and np.array_equal(ticlust.predict(back, x).labels, res.labels)\n"
+        "sys.exit(cli.main(['methods']))\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                          env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)}, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "toy-bins: Brightness bins (test)" in done.stdout
