@@ -2,6 +2,7 @@
 and extraction on a real local cluster of two worker processes (loopback only, no dashboard) — the same
 store as in-process, a worker killed mid-run, an unreachable scheduler, a run killed from outside."""
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -201,3 +202,118 @@ def test_a_distributed_lloyd_iteration_is_the_in_process_one(plate, client):
             assert it == it2 and np.array_equal(labels.numpy(), labels2)
             np.testing.assert_allclose(centers2, centers.numpy(), rtol=1e-5, atol=1e-5)
             assert inertia2 == pytest.approx(inertia, rel=1e-5)
+
+
+# ---- predict: the per-part step on the cluster ------------------------------------------------------
+@pytest.fixture(scope="module")
+def fitted(plate, tmp_path_factory):
+    """A kmeans result fitted on a sample of the plate's store, and the in-process predictions' CSV (the reference)."""
+    from ticlust.cli import main
+    from ticlust.plate_run import predict_store
+
+    _, store = plate
+    folder = tmp_path_factory.mktemp("predict")
+    km = folder / "km.npz"
+    assert main(["fit", str(store.path), "--fit-sample", "120", "--method", "kmeans", "--k", "3", "-o", str(km),
+                 "--quiet"]) == 0
+    ref = folder / "ref.zarr"
+    shutil.copytree(store.path, ref)
+    done = predict_store(km, ref, csv=folder / "ref.csv")
+    return km, done.table, (folder / "ref.csv").read_bytes()
+
+
+def _fresh(store, tmp_path):
+    """A copy of the store with no predictions (as the reference was before it was predicted), at ref.zarr."""
+    copy = tmp_path / "ref.zarr"
+    shutil.copytree(store.path, copy)
+    return copy
+
+
+def test_prediction_on_a_cluster_gives_the_same_table(plate, fitted, client, tmp_path):
+    import pandas as pd
+
+    from ticlust.plate_run import predict_store
+
+    _, store = plate
+    km, table, csv = fitted
+    done = ticlust.predict(km, _fresh(store, tmp_path), client=client)
+    assert done.parts == 8 and done.skipped == 0 and done.objects == len(store)
+    pd.testing.assert_frame_equal(done.table, table)
+    again = tmp_path / "again"
+    again.mkdir()
+    done = predict_store(km, _fresh(store, again), client=client, csv=again / "p.csv")
+    assert (again / "p.csv").read_bytes() == csv
+    with pytest.raises(InputError, match="not both"):
+        predict_store(km, store, client=client, backend=LOCAL)
+    assert client.status == "running"                                   # the caller's client is left open
+
+
+def _predict_dies_once(task):
+    """predict_part, except that the first call (a marker file says which) kills its own worker process."""
+    from ticlust.plate_run import predict_part
+
+    part, marker = task
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return predict_part(part)
+    os.close(fd)
+    os._exit(1)
+
+
+class _KillsOneWorker(DaskBackend):
+    """The cluster, with one worker killed by the first part it starts."""
+
+    def __init__(self, client, marker):
+        super().__init__(client)
+        self.marker = marker
+
+    def map(self, fn, tasks):
+        return super().map(_predict_dies_once, [(t, self.marker) for t in tasks])
+
+
+def test_a_worker_killed_mid_prediction_and_the_csv_is_the_same(plate, fitted, client, tmp_path):
+    from ticlust.plate_run import predict_store
+
+    _, store = plate
+    km, _, csv = fitted
+    before = set(client.scheduler_info()["workers"])
+    done = predict_store(km, _fresh(store, tmp_path), backend=_KillsOneWorker(client, str(tmp_path / "died")),
+                         csv=tmp_path / "p.csv")
+    assert (tmp_path / "died").exists() and before != set(client.scheduler_info()["workers"])   # a worker was lost
+    assert done.parts == 8 and (tmp_path / "p.csv").read_bytes() == csv
+    assert not list((tmp_path / "ref.zarr").rglob("*.partial"))
+    deadline = time.monotonic() + 60
+    while len(client.scheduler_info()["workers"]) < 2 and time.monotonic() < deadline:   # the nanny restarts it
+        time.sleep(0.2)
+
+
+def test_predict_with_an_unreachable_scheduler_is_one_sentence_and_writes_nothing(plate, fitted, tmp_path,
+                                                                                 monkeypatch, capsys):
+    from ticlust.cli import main
+
+    _, store = plate
+    km, _, _ = fitted
+    copy = _fresh(store, tmp_path)
+    before = files(copy)
+    monkeypatch.setattr(cluster, "CONNECT_TIMEOUT", 2.0)
+    with socket.socket() as s:                                          # a loopback port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = main(["predict", str(km), str(copy), "--scheduler", f"tcp://127.0.0.1:{port}", "--csv",
+                 str(tmp_path / "p.csv"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"ticlust: error: Cannot reach the dask scheduler at tcp://127.0.0.1:{port} within 2 s")
+    assert err.rstrip().endswith("nothing was written.")
+    assert files(copy) == before and not (tmp_path / "p.csv").exists()
+
+
+def test_predict_workers_and_scheduler_exclude_each_other(plate, fitted, capsys):
+    from ticlust.cli import main
+
+    _, store = plate
+    km, _, _ = fitted
+    with pytest.raises(SystemExit) as exit_:
+        main(["predict", str(km), str(store.path), "--workers", "2", "--scheduler", "tcp://127.0.0.1:1"])
+    assert exit_.value.code == 2 and "not allowed with argument" in capsys.readouterr().err

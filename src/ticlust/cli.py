@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     predict.add_argument("--device", default="auto", help="auto, cpu or cuda")
     predict.add_argument("--quiet", action="store_true", help="no progress bar")
     crop_options(predict, "with --labels: ")
+    cluster_options(predict, "assign the store's parts")
 
     extract = sub.add_parser("extract", parents=[common], help="cut every object of a plate into an object store "
                              "(crops, masks and one table row per object), resumable")
@@ -339,7 +340,8 @@ def _predict(args) -> int:
             warnings.simplefilter("always")
             warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
             done = predict_store(args.result, args.input, device=args.device, batch_size=args.batch_size,
-                                 progress=not args.quiet, csv=args.csv, parquet=args.parquet)
+                                 progress=not args.quiet, csv=args.csv, parquet=args.parquet, workers=args.workers,
+                                 scheduler=args.scheduler)
         kept = f" ({done.skipped} of {done.parts} parts were predicted by this result already)" if done.skipped else ""
         print(f"{done.method}: {done.objects} objects of {done.parts} fields assigned in {done.seconds:.1f} s{kept}")
         if done.sample_size is not None:
@@ -348,6 +350,9 @@ def _predict(args) -> int:
         for path in done.outputs:
             print(f"wrote {path}")
         return 0
+    if args.workers is not None or args.scheduler is not None:
+        raise InputError("--workers and --scheduler apply to an object store (ticlust extract): a stack or a field is "
+                         "assigned in this process.")
     if args.csv is None and args.parquet is None:
         raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
                          "object store keeps them itself).")

@@ -357,15 +357,21 @@ def _predict_lock(root: Path):
 
 
 def predict_store(result, store, *, device: str = "auto", batch_size: int | None = None, backend=None,
-                  progress=None, csv=None, parquet=None) -> StorePrediction:
+                  progress=None, csv=None, parquet=None, workers: int | None = None, scheduler: str | None = None,
+                  client=None) -> StorePrediction:
     """Assign every object of an object store with a fitted result (a ClusteringResult or its file).
 
     Each part's predictions go to ``fields/NNNNN/predict.parquet`` (tagged with the result's digest), then
     the joined table (the store's table + cluster, score, runner_up, runner_up_score) to the store's
     ``predictions.parquet`` and, when given, to ``csv`` / ``parquet``. Run it again after a stop: parts
-    predicted by the same result are kept. ``backend``: where the per-part steps run (execute.LOCAL).
-    ``progress``: True for a bar on standard error, or a callable taking Progress events."""
-    from .execute import LOCAL
+    predicted by the same result are kept. Where the per-part steps run (docs/cluster.md), as for
+    ``ticlust.extract``: in this process by default; ``workers=N`` starts a local dask cluster of N worker
+    processes (at most one per part) for the run; ``scheduler`` (``tcp://HOST:PORT``) or ``client`` (a
+    ``distributed.Client``) uses a running cluster, whose workers must see the store and the result at the
+    same paths; or ``backend``, an execute.Backend the caller made. The predictions are the same wherever
+    they ran. ``progress``: True for a bar on standard error (and a line with the cluster's dashboard
+    address), or a callable taking Progress events."""
+    from .cluster import backend_for, stderr_notice
     from .result import ClusteringResult, load_result
     from .validation import check_batch_size
 
@@ -376,6 +382,11 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     for flag, target in (("--csv", csv), ("--parquet", parquet)):
         if target is not None and not Path(target).parent.is_dir():
             raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+    if backend is not None and any(v is not None for v in (workers, scheduler, client)):
+        raise InputError("Give backend or one of workers, scheduler and client, not both.")
+    # a scheduler that cannot be reached fails here, before anything is written
+    own = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
+                      tasks=len(np.unique(_field_index(store))) if workers is not None else None)
     temp = None
     if isinstance(result, ClusteringResult):
         obj = result                                  # the per-part steps read a file: one in the store's tmp/
@@ -393,9 +404,11 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
             ids, counts = np.unique(fields, return_counts=True)
             tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device)
                      for i in ids]
-            reports = _run_parts(tasks, counts, backend or LOCAL, progress)
+            with own:                  # a local cluster ends before the joined table is written
+                reports = _run_parts(tasks, counts, backend or own, progress)
             changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
     finally:
+        own.close()
         if temp is not None and temp.exists():
             temp.unlink()
     outputs = [store.path / PREDICTIONS] + [Path(p) for p in (csv, parquet) if p is not None]
@@ -418,8 +431,7 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
         sink = progress
     total, done = int(np.sum(counts)), 0
     pace = StagePace()
-    workers = getattr(backend, "workers", None)            # a pool: two parts per worker per round
-    per_round = max(1, 2 * int(workers)) if workers else 1
+    per_round = max(1, 2 * _worker_count(backend))       # a pool: two parts per worker per round
     reports = []
     for s in range(0, len(tasks), per_round):
         batch = tasks[s:s + per_round]
@@ -433,6 +445,18 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
     if bar is not None:
         bar.close()
     return reports
+
+
+def _worker_count(backend) -> int:
+    """How many workers ``backend`` has: its ``workers``, or those of the running cluster it is connected to
+    (0 for the in-process loop)."""
+    workers = getattr(backend, "workers", None)
+    if workers:
+        return int(workers)
+    connected = getattr(backend, "_client", None)          # a DaskBackend on a scheduler or a caller's client
+    if callable(connected):
+        return len(connected().scheduler_info().get("workers", {}))
+    return 0
 
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
@@ -547,14 +571,19 @@ def predict_stream(result, items, *, device: str = "auto", batch_size: int | Non
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
-def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None):
+def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None, *,
+            workers: int | None = None, scheduler: str | None = None, client=None):
     """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
-    (:func:`predict_store`; returns a :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict`
-    (returns a ClusteringResult)."""
+    (:func:`predict_store`, on a dask cluster with ``workers`` / ``scheduler`` / ``client``; returns a
+    :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict` (returns a ClusteringResult)."""
     from .api import predict as predict_items_of
 
     if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
-        return predict_store(result, data, device=device, batch_size=batch_size, progress=progress)
+        return predict_store(result, data, device=device, batch_size=batch_size, progress=progress, workers=workers,
+                             scheduler=scheduler, client=client)
+    if any(v is not None for v in (workers, scheduler, client)):
+        raise InputError("workers, scheduler and client apply to an object store (ticlust.extract): a stack is "
+                         "assigned in this process.")
     return predict_items_of(result, data, device=device, batch_size=batch_size)
 
 
