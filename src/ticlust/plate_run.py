@@ -235,7 +235,7 @@ def predict_items(result, items, device="auto", batch_size: int | None = None) -
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = predict(result, items, device=device, batch_size=batch_size)
+        out = predict(result, items, device=device, batch_size=batch_size, aligned=False)   # columns only
     cols = assignment_columns(out.labels, out.scores)
     if out.rejected is not None:
         cols["rejected"] = np.asarray(out.rejected, bool)
@@ -572,19 +572,23 @@ def predict_stream(result, items, *, device: str = "auto", batch_size: int | Non
 
 
 def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None, *,
-            workers: int | None = None, scheduler: str | None = None, client=None):
+            workers: int | None = None, scheduler: str | None = None, client=None, aligned: bool | None = None):
     """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
     (:func:`predict_store`, on a dask cluster with ``workers`` / ``scheduler`` / ``client``; returns a
-    :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict` (returns a ClusteringResult)."""
+    :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict` (returns a ClusteringResult;
+    ``aligned`` as there)."""
     from .api import predict as predict_items_of
 
     if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
+        if aligned:
+            raise InputError("aligned=True does not apply to an object store: its predictions hold cluster, score and "
+                             "runner-up; align the objects you look at with ticlust.api.align_one.")
         return predict_store(result, data, device=device, batch_size=batch_size, progress=progress, workers=workers,
                              scheduler=scheduler, client=client)
     if any(v is not None for v in (workers, scheduler, client)):
         raise InputError("workers, scheduler and client apply to an object store (ticlust.extract): a stack is "
                          "assigned in this process.")
-    return predict_items_of(result, data, device=device, batch_size=batch_size)
+    return predict_items_of(result, data, device=device, batch_size=batch_size, aligned=aligned)
 
 
 def is_store(path) -> bool:
