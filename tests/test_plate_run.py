@@ -2,7 +2,6 @@
 `ticlust predict`), on a small generated plate: 6 fields × 40 nuclei of 256×256."""
 from __future__ import annotations
 
-import hashlib
 
 import numpy as np
 import pandas as pd
@@ -15,11 +14,7 @@ from ticlust.execute import LocalBackend
 from ticlust.nuclei import write_nuclei_plate
 from ticlust.plate_run import PREDICTIONS, predict_store, sample_objects, sample_quotas
 from ticlust.result import load_result
-
-
-def files(root) -> dict:
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+from test_store import files
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import numpy as np
 from scipy import ndimage
 
 from .errors import InputError
-from .nuclei import NucleiField, _count, _place, _shape
+from .nuclei import NucleiField, _count, _place, _shape, paint
 from .objects import objects_from_labels
 
 INNER_KINDS = ("uniform", "rim", "foci", "pole")
@@ -68,11 +68,7 @@ def inner_nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed
         pattern = pattern / max(pattern[inside].mean(), 1e-9)          # the same mean signal for every kind
         tex = ndimage.gaussian_filter(rng.normal(0, 1, inside.shape), 1.5)
         tex *= texture / max(tex.std(), 1e-9)
-        ys, xs = slice(max(y0, 0), min(y0 + 2 * half + 1, h)), slice(max(x0, 0), min(x0 + 2 * half + 1, w))
-        local = (slice(ys.start - y0, ys.stop - y0), slice(xs.start - x0, xs.stop - x0))
-        m = inside[local]
-        labels[ys, xs][m] = ids[i]
-        signal[ys, xs][m] += (bright[i] * pattern[local][m] * (1 + tex[local][m])).astype(np.float32)
+        paint(labels, signal, ids[i], inside, bright[i] * pattern * (1 + tex), y0, x0)
         table[ids[i]] = kinds[i]
     optical = ndimage.gaussian_filter(signal, blur) if blur > 0 else signal
     counts = rng.poisson(np.clip(optical + background, 0, None)).astype(np.float64) + rng.normal(0, read_noise, (h, w))

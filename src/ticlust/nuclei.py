@@ -96,17 +96,25 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
         inside = _inside(kinds[i], (yy - cy) / r[i], (xx - cx) / r[i], angle[i], harmonics[i], phases[i])
         tex = ndimage.gaussian_filter(rng.normal(0, 1, inside.shape), 1.5)
         tex *= texture / max(tex.std(), 1e-9)
-        ys, xs = slice(max(y0, 0), min(y0 + 2 * half + 1, h)), slice(max(x0, 0), min(x0 + 2 * half + 1, w))
-        local = (slice(ys.start - y0, ys.stop - y0), slice(xs.start - x0, xs.stop - x0))
-        m = inside[local]
-        labels[ys, xs][m] = ids[i]
-        signal[ys, xs][m] += (bright[i] * (1 + tex[local][m])).astype(np.float32)
+        paint(labels, signal, ids[i], inside, bright[i] * (1 + tex), y0, x0)
         table[ids[i]] = kinds[i]
     optical = ndimage.gaussian_filter(signal, blur) if blur > 0 else signal
     photons = np.clip(optical + background, 0, None) / gain
     counts = rng.poisson(photons).astype(np.float64) * gain + rng.normal(0, read_noise, (h, w))
     image = np.clip(np.rint(counts), 0, 65535).astype(np.uint16)
     return NucleiField(image=image, labels=labels, kinds=table)
+
+
+def paint(labels: np.ndarray, signal: np.ndarray, label: int, inside: np.ndarray, values: np.ndarray, y0: int, x0: int) -> None:
+    """Paint one nucleus: its square window (``inside`` mask, ``values``, top-left corner y0, x0), clipped
+    to the field, into the label image and the signal."""
+    h, w = labels.shape
+    side_y, side_x = inside.shape
+    ys, xs = slice(max(y0, 0), min(y0 + side_y, h)), slice(max(x0, 0), min(x0 + side_x, w))
+    local = (slice(ys.start - y0, ys.stop - y0), slice(xs.start - x0, xs.stop - x0))
+    m = inside[local]
+    labels[ys, xs][m] = label
+    signal[ys, xs][m] += values[local][m].astype(np.float32)
 
 
 def _inside(kind: int, v: np.ndarray, u: np.ndarray, angle: float, harm: np.ndarray, phase: np.ndarray) -> np.ndarray:

@@ -416,19 +416,23 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
                            time.perf_counter() - start, obj.method, digest, size, changed, outputs)
 
 
+def progress_sink(progress):
+    """(where Progress events go, the terminal bar to close or None) for ``progress``: True (a bar on
+    standard error), a callable taking Progress events, or None/False (nowhere)."""
+    if progress is True:
+        from .api import TerminalProgress
+
+        bar = TerminalProgress()
+        return bar.update, bar
+    return (progress if callable(progress) else None), None
+
+
 def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
     """The parts through ``backend.map``, a round at a time so that progress (objects done, ETA) moves."""
     from .execute import StagePace
     from .events import Progress
 
-    sink, bar = None, None
-    if progress is True:
-        from .api import TerminalProgress
-
-        bar = TerminalProgress()
-        sink = bar.update
-    elif callable(progress):
-        sink = progress
+    sink, bar = progress_sink(progress)
     total, done = int(np.sum(counts)), 0
     pace = StagePace()
     per_round = max(1, 2 * _worker_count(backend))       # a pool: two parts per worker per round
@@ -549,14 +553,7 @@ def predict_stream(result, items, *, device: str = "auto", batch_size: int | Non
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
                          "before assigning new items.")
-    sink, bar = None, None
-    if progress is True:
-        from .api import TerminalProgress
-
-        bar = TerminalProgress()
-        sink = bar.update
-    elif callable(progress):
-        sink = progress
+    sink, bar = progress_sink(progress)
     n = int(items.shape[0])
     step = batch_size or CHUNK
     pace = StagePace()
