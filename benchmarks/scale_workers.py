@@ -8,6 +8,9 @@ byte for byte; the task length and the per-task scheduler overhead; a projection
               per-field task lengths, and whether every file of the store equals the in-process one.
   overhead    --noop tasks (default 2,000) of a function that returns at once, through DaskBackend.map on the
               2-worker cluster: wall / tasks is the per-task cost of scheduling, shipping and collecting one task.
+  predict     --predict METHOD (default ai-kmeans, short settings): a result fitted on a sample of the
+              in-process store, then every object predicted in this process and on the same 1- and 2-worker
+              clusters (`predict_store(client=...)`), the CSVs compared byte for byte.
   projection  T(N) = serial + max(tasks × task / N, tasks × overhead): the wall time of a plate of 1,000 and
               4,000 fields on N = 1, 2, 100 and 1,000 workers, from the measured figures (a model, not a run).
 
@@ -78,7 +81,30 @@ def in_process(plate: Path, work: Path) -> dict:
             "cpu_s": round(cpu, 2), "serial_s": round(serial.seconds, 2), "load": load_average(), "path": store.path}
 
 
-def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int) -> dict:
+PREDICT_FAST = {"ai-kmeans": dict(steps=20, affine_steps=10, predict_steps=30, max_iter=5),
+                "kmeans": {}, "dti-kmeans": dict(max_epochs=6)}
+
+
+def fit_for_predict(store: Path, work: Path, method: str, sample: int) -> Path:
+    """A result fitted on a seeded sample of the store (short settings), saved for predict_store."""
+    from ticlust.plate_run import fit_store
+
+    result, _ = fit_store(store, method, k=3, sample=sample, seed=0, progress=False, **PREDICT_FAST.get(method, {}))
+    return result.save(work / f"{method}.npz")
+
+
+def timed_predict(result: Path, store: Path, csv: Path, client=None) -> dict:
+    """Every object of the store predicted (in this process, or on ``client``'s cluster): wall time, CSV."""
+    from ticlust.plate_run import predict_store
+
+    start = time.perf_counter()
+    done = predict_store(result, store, csv=csv, client=client)
+    wall = time.perf_counter() - start
+    return {"predict_wall_s": round(wall, 2), "predict_objects": done.objects,
+            "predict_per_s": round(done.objects / wall, 1), "csv": csv, "predict_load": load_average()}
+
+
+def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int, predict: dict | None = None) -> dict:
     from distributed import Client, LocalCluster, get_task_stream
 
     start = time.perf_counter()
@@ -112,6 +138,12 @@ def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int
             backend.map(_noop, list(range(noop)))
             row["overhead_ms"] = round((time.perf_counter() - t0) / noop * 1e3, 3)
             row["noop_tasks"] = noop
+        if predict:
+            copy = work / f"predict{workers}.zarr"           # a copy of the reference store: its own predictions
+            shutil.copytree(reference, copy)
+            got = timed_predict(predict["result"], copy, work / f"predict{workers}.csv", client=client)
+            got["same_csv"] = got.pop("csv").read_bytes() == predict["csv"].read_bytes()
+            row.update(got)
         return row
     finally:
         client.close()
@@ -150,7 +182,15 @@ def report(results: dict) -> str:
               "the overhead). Task lengths are wall times under this load (in-process, a field costs "
               f"{local['cpu_s'] / local['fields'] * 1e3:.0f} ms of CPU for both passes).",
               f"- Serial part in the parent (table.parquet from every part): {local['serial_s']} s for "
-              f"{local['fields']} fields.", "",
+              f"{local['fields']} fields.", ""]
+    if "predict_wall_s" in local:
+        lines += [f"## Predict ({local['predict_method']}, short settings, a result fitted on a sample of the store)", "",
+                  "| where | objects | wall s | objects/s | CSV = in-process | load |", "|---|---|---|---|---|---|",
+                  f"| in-process | {local['predict_objects']} | {local['predict_wall_s']} | {local['predict_per_s']} | (reference) | {local['predict_load']} |"]
+        lines += [f"| {r['where']} | {r['predict_objects']} | {r['predict_wall_s']} | {r['predict_per_s']} | "
+                  f"{'yes, byte for byte' if r['same_csv'] else 'NO'} | {r['predict_load']} |" for r in rows]
+        lines += ["", f"- Speed-up of 2 workers over 1: **{one['predict_wall_s'] / two['predict_wall_s']:.2f}×** (wall).", ""]
+    lines += [
               "## Projection (a model from the figures above, not a run)", "",
               "T(N) = serial + max(fields × task / N, 2 × fields × overhead) (two tasks a field), with the serial table write growing "
               "with the fields; start-up of the cluster and reading the input over a shared file system not "
@@ -166,6 +206,8 @@ def main() -> None:
     parser.add_argument("--workers", action="store_true", help="the worker section (the only one so far)")
     parser.add_argument("--fields", type=int, default=20)
     parser.add_argument("--noop", type=int, default=2000)
+    parser.add_argument("--predict", default="ai-kmeans", help="method whose store predict is timed ('' for none)")
+    parser.add_argument("--fit-sample", type=int, default=300)
     parser.add_argument("--work", help="folder for the plate and stores (default: a temporary one, removed after)")
     args = parser.parse_args()
     import dask
@@ -177,7 +219,15 @@ def main() -> None:
             write_nuclei_plate(plate, fields=args.fields, n=250)
         local = {**in_process(plate, work), "fields": args.fields}
         reference = local.pop("path")
-        rows = [on_cluster(plate, work, w, reference, args.noop if w == 2 else 0) for w in (1, 2)]
+        predict = None
+        if args.predict:
+            result = fit_for_predict(reference, work, args.predict, args.fit_sample)
+            copy = work / "predict0.zarr"
+            shutil.copytree(reference, copy)
+            local.update(timed_predict(result, copy, work / "predict0.csv"))
+            predict = {"result": result, "csv": local.pop("csv"), "method": args.predict}
+            local["predict_method"] = args.predict
+        rows = [on_cluster(plate, work, w, reference, args.noop if w == 2 else 0, predict) for w in (1, 2)]
         two = rows[1]
         task, overhead = two["task_mean_s"] + two["survey_mean_s"], two["overhead_ms"] / 1e3
         limits = (f"What limits it first: with {task * 1e3:.0f} ms of tasks per field and {overhead * 1e3:.2f} ms per task, the "

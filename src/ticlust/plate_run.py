@@ -569,11 +569,12 @@ def predict_stream(result, items, *, device: str = "auto", batch_size: int | Non
 
 
 def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None, *,
-            workers: int | None = None, scheduler: str | None = None, client=None, aligned: bool | None = None):
+            workers: int | None = None, scheduler: str | None = None, client=None, aligned: bool | None = None,
+            csv=None, parquet=None):
     """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
     (:func:`predict_store`, on a dask cluster with ``workers`` / ``scheduler`` / ``client``; returns a
-    :class:`StorePrediction`); anything else goes to :func:`ticlust.api.predict` (returns a ClusteringResult;
-    ``aligned`` as there)."""
+    :class:`StorePrediction`; ``csv`` / ``parquet``: the joined table there too); anything else goes to
+    :func:`ticlust.api.predict` (returns a ClusteringResult; ``aligned`` as there)."""
     from .api import predict as predict_items_of
 
     if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
@@ -581,10 +582,10 @@ def predict(result, data, device: str = "auto", batch_size: int | None = None, p
             raise InputError("aligned=True does not apply to an object store: its predictions hold cluster, score and "
                              "runner-up; align the objects you look at with ticlust.api.align_one.")
         return predict_store(result, data, device=device, batch_size=batch_size, progress=progress, workers=workers,
-                             scheduler=scheduler, client=client)
-    if any(v is not None for v in (workers, scheduler, client)):
-        raise InputError("workers, scheduler and client apply to an object store (ticlust.extract): a stack is "
-                         "assigned in this process.")
+                             scheduler=scheduler, client=client, csv=csv, parquet=parquet)
+    if any(v is not None for v in (workers, scheduler, client, csv, parquet)):
+        raise InputError("workers, scheduler, client, csv and parquet apply to an object store (ticlust.extract): a "
+                         "stack is assigned in this process and returned (its assignments_table writes a CSV).")
     return predict_items_of(result, data, device=device, batch_size=batch_size, aligned=aligned)
 
 
