@@ -10,6 +10,7 @@ import warnings
 
 import numpy as np
 
+from .atomic import check_outputs
 from .errors import InputError
 from .readers import IMAGE_SUFFIXES, folder_images, read_input
 from .samples import SAMPLES, sample
@@ -211,6 +212,8 @@ def _fit(args) -> int:
     if args.fit_sample is not None:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
                          "--max-images N.")
+    check_outputs({"INPUT": args.input, "--labels": args.labels},
+                  {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv})
     for flag, target in (("-o", args.output), ("--csv", args.csv)):
         if target is not None:
             check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
@@ -288,6 +291,7 @@ def _fit_store(args) -> int:
     if wrong:
         raise InputError(f"{', '.join(wrong)} do(es) not apply to an object store: its objects were cut by ticlust "
                          "extract (extract again to change how).")
+    check_outputs({"INPUT": args.input}, {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv})
     for flag, target in (("-o", args.output), ("--csv", args.csv)):
         if target is not None:
             check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
@@ -336,6 +340,7 @@ def _predict(args) -> int:
         if args.labels is not None or crop_given or args.key is not None:
             raise InputError("--labels, --key and the crop options do not apply to an object store: its objects were "
                              "cut by ticlust extract.")
+        check_outputs({"RESULT": args.result}, {"--csv": args.csv, "--parquet": args.parquet})
         with warnings.catch_warnings():
             warnings.simplefilter("always")
             warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
@@ -356,6 +361,8 @@ def _predict(args) -> int:
     if args.csv is None and args.parquet is None:
         raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
                          "object store keeps them itself).")
+    check_outputs({"RESULT": args.result, "INPUT": args.input, "--labels": args.labels},
+                  {"--csv": args.csv, "--parquet": args.parquet})
     for flag, target in (("--csv", args.csv), ("--parquet", args.parquet)):
         if target is not None:
             check_writable(flag, Path(target))

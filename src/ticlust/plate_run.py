@@ -471,7 +471,8 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    from .store import ROW_GROUP, _write_atomic
+    from .atomic import write_atomic
+    from .store import ROW_GROUP
 
     sample = result.config.get("fit_sample")
     same_store = sample is not None and result.config.get("store", {}).get("digest") == store_digest(store)
@@ -530,7 +531,7 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
             w.close()
 
     try:
-        _write_atomic(store.path / PREDICTIONS, write)
+        write_atomic(store.path / PREDICTIONS, write)
         for final, tmp in ((parquet, parquet_tmp), (csv, csv_tmp)):
             if tmp is not None:
                 os.replace(tmp, final)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from .atomic import write_atomic
 from .errors import InputError
 
 
@@ -217,8 +218,11 @@ class ClusteringResult:
         if self.state is not None:
             arrays.update(self.state.to_arrays())
         path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(path, **arrays)
-        return path
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as fh:          # a file object: numpy adds no second .npz suffix
+                np.savez_compressed(fh, **arrays)
+        return write_atomic(path, write)          # a failed save leaves the previous file whole
 
     def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None,
                           columns: dict | None = None) -> list[dict]:
@@ -247,10 +251,12 @@ class ClusteringResult:
                 row["outlier"] = bool(self.pinned[i] == OUTLIER)
             rows.append(row)
         if path is not None:
-            with open(path, "w", newline="") as fh:
-                writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
-                writer.writeheader()
-                writer.writerows(rows)
+            def write(tmp: Path) -> None:
+                with open(tmp, "w", newline="") as fh:
+                    writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
+                    writer.writeheader()
+                    writer.writerows(rows)
+            write_atomic(path, write)
         return rows
 
 

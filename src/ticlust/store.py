@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_atomic
 from .cluster import Backend, backend_for, stderr_notice
 from .errors import InputError
 from .objects import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
@@ -321,7 +322,7 @@ def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> 
     with closing(steps.map(_survey, [(s, options) for s in specs], "measuring masks")) as results:
         surveys = sorted(results, key=lambda s: s.field)
     crop = _crop_of(surveys, options, listing)
-    _write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
+    write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
     (root / "fields").mkdir(exist_ok=True)
     _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
     shutil.rmtree(root / "tmp", ignore_errors=True)
@@ -410,11 +411,11 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
                 writer.write_table(pa.concat_tables(buffer), row_group_size=ROW_GROUP)
 
     try:
-        _write_atomic(root / "table.parquet", write)
+        write_atomic(root / "table.parquet", write)
         errors = {r.field: r.error for r in failed}
         left = listing[listing["field_index"].isin(list(errors))].copy()
         left["error"] = [errors[f] for f in left["field_index"]]
-        _write_atomic(root / "failed.parquet", lambda tmp: left.to_parquet(tmp, index=False))
+        write_atomic(root / "failed.parquet", lambda tmp: left.to_parquet(tmp, index=False))
         _write_attributes(root, {**read_attributes(root), "complete": True, "objects": total, "failed": len(failed)})
     except OSError as exc:
         raise InputError(f"Writing to {root} failed ({exc.strerror or exc}) with every field done: free space and run "
@@ -471,20 +472,9 @@ class _Reporter:
 
 
 # ---- files ---------------------------------------------------------------------------------------
-def _write_atomic(path: Path, write) -> None:
-    """``write(tmp)`` then rename tmp onto ``path``: readers see the old file or the new one, never half."""
-    tmp = path.with_name(path.name + ".partial")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 def _write_json(path: Path, obj) -> None:
     """A JSON file (sorted keys: the same content gives the same bytes), written atomically."""
-    _write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
+    write_atomic(path, lambda tmp: tmp.write_text(json.dumps(obj, indent=2, sort_keys=True)))
 
 
 def _write_attributes(root: Path, attrs: dict) -> None:
