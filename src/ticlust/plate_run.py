@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .store import ObjectStore, part_name, read_attributes
+from .store import ObjectStore, part_name, progress_sink, read_attributes
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
 PREDICTIONS = "predictions.parquet"
@@ -414,17 +414,6 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     outputs = [store.path / PREDICTIONS] + [Path(p) for p in (csv, parquet) if p is not None]
     return StorePrediction(store.path / PREDICTIONS, int(counts.sum()), len(ids), sum(r.skipped for r in reports),
                            time.perf_counter() - start, obj.method, digest, size, changed, outputs)
-
-
-def progress_sink(progress):
-    """(where Progress events go, the terminal bar to close or None) for ``progress``: True (a bar on
-    standard error), a callable taking Progress events, or None/False (nowhere)."""
-    if progress is True:
-        from .api import TerminalProgress
-
-        bar = TerminalProgress()
-        return bar.update, bar
-    return (progress if callable(progress) else None), None
 
 
 def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:

@@ -441,18 +441,23 @@ class _Steps:
                 yield result
 
 
+def progress_sink(progress):
+    """(where Progress events go, the terminal bar to close or None) for ``progress``: True (a bar on
+    standard error), a callable taking Progress events, or None/False (nowhere, and no import)."""
+    if progress is True:
+        from .api import TerminalProgress
+
+        bar = TerminalProgress()
+        return bar.update, bar
+    return (progress if callable(progress) else None), None
+
+
 class _Reporter:
     """Progress events to a callable or a terminal bar; nothing (and no import) when ``progress`` is None or False."""
 
     def __init__(self, progress):
-        self.bar = self.sink = self.pace = None
-        if progress is True:
-            from .api import TerminalProgress
-
-            self.bar = TerminalProgress()
-            self.sink = self.bar.update
-        elif callable(progress):
-            self.sink = progress
+        self.sink, self.bar = progress_sink(progress)
+        self.pace = None
         self.used = False
 
     def __call__(self, stage: str, step: int, total: int) -> None:
