@@ -94,7 +94,8 @@ def plate_size(work: Path, objects: int, args) -> list[dict]:
     plate, store = work / f"plate{fields}", work / f"plate{fields}.zarr"
     if not (plate / "kinds.csv").exists():
         t = time.perf_counter()
-        write_nuclei_plate(plate, fields=fields, n=PER_FIELD)
+        # at most 96 wells (a 96-well plate, more fields per well as the plate grows), so well names stay A01-H12
+        write_nuclei_plate(plate, fields=fields, n=PER_FIELD, fields_per_well=max(2, math.ceil(fields / 96)))
         print(f"  wrote plate of {fields} fields in {time.perf_counter() - t:.0f} s", flush=True)
     shutil.rmtree(store, ignore_errors=True)
     step = run(["extract", str(plate / "plate.csv"), "-o", str(store), "--workers", str(args.workers), "--quiet"])
