@@ -607,3 +607,34 @@ def test_shape_kmeans_clusters_the_contours_of_a_segmentation(nuclei_widget, qtb
     ys, xs = np.nonzero(labels == painted.features["label"][4])
     assert widget.select_at((0, float(ys[0]), float(xs[0]))) == 4
     assert widget.status.value.startswith(f"object 4 (label {painted.features['label'][4]}) → cluster {result.labels[4]}")
+
+
+def test_status_line_shows_the_rigid_pose_and_the_flip(make_napari_viewer, qtbot):
+    """rigid-kmeans with flips searched: stepping through the items names the angle found and, for mirror images
+    of the prototype's shape, that they are mirrored (issue 'Orientation-free', item 2)."""
+    from scipy.ndimage import rotate
+
+    shape = np.zeros((24, 24), np.float32)
+    shape[5:19, 8:11] = 1.0      # an L: no mirror symmetry
+    shape[16:19, 8:17] = 1.0
+    rng = np.random.default_rng(0)
+    mirrored = np.arange(16) % 2 == 1
+    stack = np.stack([rotate(shape[:, ::-1] if m else shape, rng.uniform(0, 360), reshape=False, order=1)
+                      for m in mirrored]).astype(np.float32)
+    viewer = make_napari_viewer()
+    viewer.add_image(stack, name="ells")
+    widget = dock(viewer)
+    widget.method.value = "rigid-kmeans"
+    widget.k.value = 1
+    widget.param("flip").value = True
+    run_to_end(qtbot, widget)
+    said = []
+    for item in range(len(stack)):
+        step = list(viewer.dims.current_step)
+        step[0] = item
+        viewer.dims.current_step = tuple(step)
+        assert "; pose: turned " in widget.status.value and "°" in widget.status.value
+        said.append("mirrored" in widget.status.value)
+    said = np.array(said)
+    # one handedness is the prototype's, the other its mirror image, whichever the prototype took
+    assert len(set(said[mirrored])) == 1 and len(set(said[~mirrored])) == 1 and said[mirrored][0] != said[~mirrored][0]

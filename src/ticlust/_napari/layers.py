@@ -393,6 +393,18 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
     return layer
 
 
+def pose_text(result, item: int) -> str:
+    """How a rigidly aligned item (rigid-kmeans, rigid-pssc) sits against its prototype — the angle found by
+    the exhaustive search and, when flips were searched, whether it is a mirror image — for the status line
+    beside the inspector; empty for methods that keep no rigid pose."""
+    params = getattr(result, "params", None) or {}
+    if "angle" not in params or not 0 <= item < len(params["angle"]):
+        return ""
+    degrees = float(np.degrees(params["angle"][item])) % 360.0
+    mirrored = "flip" in params and bool(params["flip"][item])
+    return f"; pose: turned {degrees:.0f}°" + (", mirrored" if mirrored else "")
+
+
 def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray, chosen: int, runner_up: int,
                    item: int) -> None:
     """Every prototype aligned onto the current image, on a grid under it, each with its score above

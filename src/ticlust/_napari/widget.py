@@ -549,7 +549,7 @@ class TiclustWidget(Container):
             L.update_grid(self.viewer, layer, result)
         chosen, runner, scores = self.verdict(frame)
         self.status.value = (f"{self._item_name(frame)} → cluster {chosen} (score {scores[chosen]:.4g}); "
-                             f"runner-up {runner} ({scores[runner]:.4g})")
+                             f"runner-up {runner} ({scores[runner]:.4g}){L.pose_text(result, frame)}")
         if self._inspector_wanted(layer):
             self._request_inspection(frame)
 
