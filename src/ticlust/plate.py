@@ -8,6 +8,8 @@ An extraction's INPUT (see :func:`list_fields`) is one of
   (well, field, time, condition, ...), which every object's row carries;
 - an OME-Zarr image (NGFF) with a ``labels`` group, read with ome-zarr-py (its first label image,
   or the one named by ``labels``);
+- an NGFF HCS plate (plate → wells → fields, each field an OME-Zarr image with its labels group): every
+  field of every well, the rows carrying well, row, column and site;
 - one field image with ``labels=MASK``.
 
 The listing is small and made up front (file names only, nothing is read); a field is opened by
@@ -57,7 +59,9 @@ def list_fields(input, labels=None):
     path = Path(input)
     if not path.exists():
         raise InputError(f"There is no file or folder at {path}: check the path.")
-    if path.is_dir() and _is_zarr(path):
+    if path.is_dir() and _is_zarr(path) and _plate_attributes(path) is not None:
+        rows, specs = _plate_listing(path, labels)
+    elif path.is_dir() and _is_zarr(path):
         image, name = _ome_listing(path, labels)
         rows, specs = [{"image": image, "labels": name}], [FieldSpec(0, image, name, ome=True)]
     elif labels is not None and (path.is_dir() or path.suffix.lower() == ".csv"):
@@ -197,6 +201,58 @@ def _ome_listing(path: Path, name):
     return str(path.resolve()), str(name)
 
 
+def _attributes(path: Path) -> dict:
+    """A Zarr group's attributes as ome-zarr-py reads them (v2 .zattrs or v3 zarr.json; NGFF 0.5's ``ome`` key
+    opened up); {} when the group is not there."""
+    from ome_zarr.io import parse_url
+
+    with _quiet_ome():
+        location = parse_url(str(path))
+    if location is None:
+        return {}
+    attrs = dict(location.root_attrs)
+    return {**attrs, **attrs["ome"]} if isinstance(attrs.get("ome"), dict) else attrs
+
+
+def _plate_attributes(path: Path) -> dict | None:
+    """The ``plate`` metadata of an NGFF HCS plate (plate → wells → fields), or None for any other group."""
+    plate = _attributes(path).get("plate")
+    return plate if isinstance(plate, dict) else None
+
+
+def _plate_listing(plate: Path, name):
+    """Every field of every well of an NGFF HCS plate, wells in the plate's row/column order and fields in
+    each well's order; each row carries ``well`` (row and column names, e.g. B03), ``row``, ``column`` and
+    ``site`` (the field's place in its well). Only metadata is read here: a field without the label image
+    fails on its own when it is cut, as a field of a folder does."""
+    wells = _plate_attributes(plate).get("wells") or []
+    if not wells:
+        raise InputError(f"The OME-Zarr plate {plate.name} lists no wells: there is nothing to extract.")
+
+    def place(well):
+        r, c = well.get("rowIndex"), well.get("columnIndex")
+        return (r, c) if isinstance(r, int) and isinstance(c, int) else tuple(str(well["path"]).split("/")[:2])
+
+    rows, specs = [], []
+    for well in sorted(wells, key=place):
+        row_name, column_name = str(well["path"]).split("/")[:2]
+        fields = (_attributes(plate / well["path"]).get("well") or {}).get("images") or []
+        for site, field in enumerate(fields):
+            image = plate / well["path"] / str(field["path"])
+            found = (_attributes(image / "labels").get("labels") or []) if image.is_dir() else []
+            label = (str(name) if name is not None else found[0]) if found else None
+            rows.append({"image": str(image.resolve()), "labels": label, "well": f"{row_name}{column_name}",
+                         "row": row_name, "column": column_name, "site": site})
+            specs.append(FieldSpec(len(specs), str(image.resolve()), label, ome=True))
+    if not specs:
+        raise InputError(f"The OME-Zarr plate {plate.name} has wells but no field images in them: there is nothing "
+                         "to extract.")
+    if name is None and all(s.labels is None for s in specs):
+        raise InputError(f"No field of the OME-Zarr plate {plate.name} has a labels group: add each field's "
+                         "segmentation as an NGFF label image (e.g. ome_zarr.writer.write_labels).")
+    return rows, specs
+
+
 class _NGFFView:
     """An NGFF array as ticlust reads a field: z (and a label image's c) of length 1 dropped, one frame
     (the whole image without t) decoded at a time and kept while windows of it are read."""
@@ -267,6 +323,9 @@ def open_field(spec: FieldSpec, channel=None):
     and .npy, OME-Zarr frame by frame); an ``InputError`` names what is wrong with this field."""
     if spec.image is None:
         raise InputError("This manifest row names no image: give the field image's path in its image column.")
+    if spec.labels is None and spec.ome:
+        raise InputError(f"The OME-Zarr field {spec.image} has no labels group: add its segmentation as an NGFF "
+                         "label image.")
     if spec.labels is None:
         name = Path(spec.image).stem
         raise InputError(f"No mask for {Path(spec.image).name}: name it {name}_cp_masks.tif, {name}_masks.tif or "
