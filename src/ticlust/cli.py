@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     predict.add_argument("--batch-size", type=int, help=f"items assigned at once (default: {4096})")
     predict.add_argument("--device", default="auto", help="auto, cpu or cuda")
     predict.add_argument("--quiet", action="store_true", help="no progress bar")
+    predict.add_argument("--save-aligned", action="store_true", help="INPUT an object store: also write every object "
+                         "aligned with its prototype into the store, part by part (methods that align)")
     crop_options(predict, "with --labels: ")
     cluster_options(predict, "assign the store's parts")
 
@@ -346,7 +348,7 @@ def _predict(args) -> int:
             warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
             done = predict_store(args.result, args.input, device=args.device, batch_size=args.batch_size,
                                  progress=not args.quiet, csv=args.csv, parquet=args.parquet, workers=args.workers,
-                                 scheduler=args.scheduler)
+                                 scheduler=args.scheduler, save_aligned=args.save_aligned)
         kept = f" ({done.skipped} of {done.parts} parts were predicted by this result already)" if done.skipped else ""
         print(f"{done.method}: {done.objects} objects of {done.parts} fields assigned in {done.seconds:.1f} s{kept}")
         if done.sample_size is not None:
@@ -358,6 +360,9 @@ def _predict(args) -> int:
     if args.workers is not None or args.scheduler is not None:
         raise InputError("--workers and --scheduler apply to an object store (ticlust extract): a stack or a field is "
                          "assigned in this process.")
+    if args.save_aligned:
+        raise InputError("--save-aligned writes into an object store (ticlust extract): for a stack or a field, use "
+                         "ticlust.predict(result, items, aligned=True) in Python.")
     if args.csv is None and args.parquet is None:
         raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
                          "object store keeps them itself).")

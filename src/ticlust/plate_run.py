@@ -20,6 +20,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import time
 import uuid
 import warnings
@@ -36,6 +37,8 @@ from .store import ObjectStore, part_name, progress_sink, read_attributes
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
 PREDICTIONS = "predictions.parquet"
 PART_PREDICTIONS = "predict.parquet"
+#: A part's aligned images (``--save-aligned``): a Zarr array beside its crops, tagged with the result digest.
+PART_ALIGNED = "aligned"
 #: A field contributes at most this many times the even share (sample / fields) to a fit sample.
 SAMPLE_CAP = 2.0
 SAMPLE_RULE = (f"proportional to each field's objects, at most {SAMPLE_CAP:g}x the even share (sample/fields), "
@@ -229,17 +232,18 @@ def assignment_columns(labels, scores) -> dict:
             "runner_up": runner.astype(np.int32), "runner_up_score": runner_score.astype(np.float32)}
 
 
-def predict_items(result, items, device="auto", batch_size: int | None = None) -> dict:
-    """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling)."""
+def predict_items(result, items, device="auto", batch_size: int | None = None, aligned: bool = False):
+    """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling); with
+    ``aligned``, ``(columns, the items aligned with their prototypes, their kind)``."""
     from .api import predict
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out = predict(result, items, device=device, batch_size=batch_size, aligned=False)   # columns only
+        out = predict(result, items, device=device, batch_size=batch_size, aligned=aligned)
     cols = assignment_columns(out.labels, out.scores)
     if out.rejected is not None:
         cols["rejected"] = np.asarray(out.rejected, bool)
-    return cols
+    return (cols, out.aligned, out.aligned_kind) if aligned else cols
 
 
 # ---- the per-part step (pure: paths in, a part's predict.parquet written, a small report out) ------
@@ -253,6 +257,7 @@ class PartTask:
     field: int
     batch_size: int | None = None
     device: str = "auto"
+    save_aligned: bool = False
 
 
 @dataclass(frozen=True)
@@ -274,9 +279,19 @@ def part_digest(path: Path) -> str | None:
         return None
 
 
+def aligned_digest(part: Path) -> str | None:
+    """The result digest a part's aligned images were made with (None: none yet)."""
+    try:
+        return json.loads((part / PART_ALIGNED / "zarr.json").read_text())["attributes"].get("ticlust_result")
+    except (OSError, ValueError, KeyError):
+        return None
+
+
 def predict_part(task: PartTask) -> PartReport:
     """Assign every object of one part with the result and commit ``fields/NNNNN/predict.parquet`` (temp
-    file + rename: there whole or not at all). Skipped when the part holds predictions by the same result."""
+    file + rename: there whole or not at all) and, with ``save_aligned``, ``fields/NNNNN/aligned`` (each
+    object aligned with its prototype, written batch by batch into a temporary array, then renamed).
+    Skipped when the part holds what was asked for, made by the same result."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zarr
@@ -287,17 +302,34 @@ def predict_part(task: PartTask) -> PartReport:
     part = Path(task.store) / "fields" / part_name(task.field)
     out = part / PART_PREDICTIONS
     n = int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
-    if out.exists() and part_digest(out) == task.digest:
+    if out.exists() and part_digest(out) == task.digest and (not task.save_aligned
+                                                               or aligned_digest(part) == task.digest):
         return PartReport(task.field, n, True, 0.0)
     result = _loaded(task.result, task.digest)
     landmarks = get_method(result.method).inputs == ("landmarks",)
     source = zarr.open_array(part / ("masks" if landmarks else "crops"), mode="r")
     step = task.batch_size or CHUNK
-    chunks = []
-    for s in range(0, n, step):
-        block = np.asarray(source[s:min(s + step, n)])
-        items = contours(block, result_points(result)) if landmarks else block
-        chunks.append(predict_items(result, items, task.device, task.batch_size))
+    chunks, pictures = [], None
+    tmp_aligned = part / f"{PART_ALIGNED}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
+    try:
+        for s in range(0, n, step):
+            block = np.asarray(source[s:min(s + step, n)])
+            items = contours(block, result_points(result)) if landmarks else block
+            if not task.save_aligned:
+                chunks.append(predict_items(result, items, task.device, task.batch_size))
+                continue
+            cols, aligned, kind = predict_items(result, items, task.device, task.batch_size, aligned=True)
+            chunks.append(cols)
+            if pictures is None:
+                pictures = zarr.create_array(tmp_aligned, shape=(n, *aligned.shape[1:]), dtype="float32",
+                                             chunks=source.chunks[:1] + aligned.shape[1:],
+                                             attributes={"ticlust_result": task.digest, "aligned_kind": kind})
+            pictures[s:s + len(aligned)] = np.asarray(aligned, np.float32)
+        if pictures is not None:
+            shutil.rmtree(part / PART_ALIGNED, ignore_errors=True)   # another result's pictures
+            os.replace(tmp_aligned, part / PART_ALIGNED)
+    finally:
+        shutil.rmtree(tmp_aligned, ignore_errors=True)
     cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
         {c: np.zeros(0, np.float32 if "score" in c else np.int32) for c in ASSIGN_COLUMNS}
     table = pa.table(cols).replace_schema_metadata({"ticlust_result": task.digest, "method": result.method})
@@ -358,7 +390,7 @@ def _predict_lock(root: Path):
 
 def predict_store(result, store, *, device: str = "auto", batch_size: int | None = None, backend=None,
                   progress=None, csv=None, parquet=None, workers: int | None = None, scheduler: str | None = None,
-                  client=None) -> StorePrediction:
+                  client=None, save_aligned: bool = False) -> StorePrediction:
     """Assign every object of an object store with a fitted result (a ClusteringResult or its file).
 
     Each part's predictions go to ``fields/NNNNN/predict.parquet`` (tagged with the result's digest), then
@@ -370,8 +402,11 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     ``distributed.Client``) uses a running cluster, whose workers must see the store and the result at the
     same paths; or ``backend``, an execute.Backend the caller made. The predictions are the same wherever
     they ran. ``progress``: True for a bar on standard error (and a line with the cluster's dashboard
-    address), or a callable taking Progress events."""
+    address), or a callable taking Progress events. ``save_aligned``: also write every object aligned with its
+    prototype into its part (``fields/NNNNN/aligned``, read back with :func:`aligned_images`), batch by batch,
+    for the methods that align (ai-/st-kmeans, rigid-kmeans, dti-kmeans)."""
     from .cluster import backend_for, stderr_notice
+    from .methods import get_method
     from .result import ClusteringResult, load_result
     from .validation import check_batch_size
 
@@ -398,12 +433,15 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
         obj = load_result(path)
     try:
         check_result_for_store(obj, store)
+        if save_aligned and get_method(obj.method).align is None:
+            raise InputError(f"{obj.method} aligns no object with its prototype: --save-aligned applies to the methods "
+                             "that align (ai-kmeans, st-kmeans, rigid-kmeans, dti-kmeans).")
         digest = result_digest(path)
         with _predict_lock(store.path):
             fields = _field_index(store)
             ids, counts = np.unique(fields, return_counts=True)
-            tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device)
-                     for i in ids]
+            tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device,
+                              bool(save_aligned)) for i in ids]
             with own:                  # a local cluster ends before the joined table is written
                 reports = _run_parts(tasks, counts, backend or own, progress)
             changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
@@ -531,6 +569,25 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     if index is None:
         return None, None
     return int((picked != fitted).sum()), int(len(index))
+
+
+def aligned_images(store):
+    """Every object of a store aligned with its prototype, as ``predict --save-aligned`` wrote them: a lazy
+    array (N, size, size[, C]) in table order, read part by part on indexing. Refused when a part has none,
+    or pictures made by another result than the store's predictions."""
+    from .store import LazyStack
+
+    store = store if isinstance(store, ObjectStore) else ObjectStore(store)
+    paths, counts = store._parts
+    wanted = part_digest(store.path / PREDICTIONS)
+    made = {aligned_digest(p) for p in paths}
+    if wanted is None or made != {wanted}:
+        raise InputError(f"{store.path.name} holds no aligned images of its predictions: run ticlust predict RESULT "
+                         f"{store.path.name} --save-aligned.")
+    import zarr
+
+    first = zarr.open_array(paths[0] / PART_ALIGNED, mode="r")
+    return LazyStack([p / PART_ALIGNED for p in paths], counts, first.shape[1:], first.dtype)
 
 
 # ---- stacks and single fields, chunk by chunk ----------------------------------------------------
