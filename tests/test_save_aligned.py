@@ -56,3 +56,13 @@ def test_save_aligned_is_refused_for_a_method_that_aligns_nothing(plate, tmp_pat
     assert main(["predict", str(path), str(store.path), "--save-aligned", "--quiet"]) == 2
     assert "kmeans aligns no object with its prototype" in capsys.readouterr().err
     assert sorted(p.name for p in store.path.rglob("*")) == before
+
+
+def test_what_a_killed_prediction_left_half_written_is_swept_by_the_next(plate):
+    store, path = plate
+    part = sorted(store.path.glob("fields/*"))[0]
+    (part / "predict.parquet.999-deadbeef.partial").write_bytes(b"half a parquet file")
+    (part / f"{PART_ALIGNED}.999-deadbeef.partial").mkdir()
+    (part / f"{PART_ALIGNED}.999-deadbeef.partial" / "c").write_bytes(b"half a chunk")
+    predict_store(path, store, save_aligned=True)
+    assert not list(store.path.glob("fields/*/*.partial"))

@@ -388,6 +388,13 @@ def _predict_lock(root: Path):
         handle.close()
 
 
+def _sweep_partials(store: ObjectStore) -> None:
+    """Remove what killed predictions left half-written in the parts (``*.partial`` files and arrays): called
+    with the store's lock held, when no other writer can be at work."""
+    for stale in store.path.glob("fields/*/*.partial"):
+        shutil.rmtree(stale, ignore_errors=True) if stale.is_dir() else stale.unlink(missing_ok=True)
+
+
 def predict_store(result, store, *, device: str = "auto", batch_size: int | None = None, backend=None,
                   progress=None, csv=None, parquet=None, workers: int | None = None, scheduler: str | None = None,
                   client=None, save_aligned: bool = False) -> StorePrediction:
@@ -438,6 +445,7 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
                              "that align (ai-kmeans, st-kmeans, rigid-kmeans, dti-kmeans).")
         digest = result_digest(path)
         with _predict_lock(store.path):
+            _sweep_partials(store)
             fields = _field_index(store)
             ids, counts = np.unique(fields, return_counts=True)
             tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device,
