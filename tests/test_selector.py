@@ -257,3 +257,83 @@ def test_cli_curate_never_writes_over_its_input(saved, tmp_path, capsys):
     assert path.read_bytes() == before
     with pytest.raises(SystemExit):                          # exactly one edit per call (argparse says so)
         main(["curate", str(path), "--move", "3", "--to", "1", "--merge", "0", "1", "-o", str(tmp_path / "b.npz")])
+
+
+# ---- the dock's text box --------------------------------------------------------------------------
+@pytest.mark.gui
+def test_the_docks_text_box_reads_the_same_grammar(make_napari_viewer, qtbot):
+    """Typed into the items box, the Move / Mark as outlier buttons pressed: the same items as the API;
+    a malformed text is one notification in the status line and changes nothing."""
+    from test_napari import dock, run_to_end
+    from ticlust._napari import samples
+
+    viewer = make_napari_viewer()
+    viewer.add_image(samples.digits()[0][0][:60], name="digits")
+    widget = dock(viewer)
+    widget.k.value, widget.inspect.value = 4, False          # the inspector is not what this test is about
+    run_to_end(qtbot, widget)
+    first, panel = widget.result, widget.curation
+    panel.target.value = 2
+    qtbot.keyClicks(panel.items.native, " 3 ,8 - 12, 9")
+    panel.move_button.native.click()
+    assert np.flatnonzero(widget.result.pinned >= 0).tolist() == [3, 8, 9, 10, 11, 12]
+    assert np.array_equal(widget.result.labels, curation.move(first, [3, 8, 9, 10, 11, 12], 2).labels)
+    assert "Moved 6 items to cluster 2" in widget.status.value
+    moved, depth = widget.result, len(panel.undo_stack)
+    for text, message in (("12-8", "The range '12-8' runs backwards"), ("2.5", "'2.5' is not an item number"),
+                          ("-1", "items are numbered from 0"), ("3, 60", "Item 60 is out of range"),
+                          (" , ", "")):
+        panel.items.native.clear()
+        qtbot.keyClicks(panel.items.native, text)
+        panel.outlier_button.native.click()
+        if message:
+            assert widget.status.value.startswith("Not done: ") and message in widget.status.value
+        assert widget.result is moved and len(panel.undo_stack) == depth     # nothing changed
+    panel.items.native.clear()
+    qtbot.keyClicks(panel.items.native, "0-2; 59")
+    panel.outlier_button.native.click()
+    assert np.flatnonzero(widget.result.pinned == OUTLIER).tolist() == [0, 1, 2, 59]
+
+
+# ---- ticlust gui ------------------------------------------------------------------------------------
+@pytest.fixture
+def gui(qtbot):
+    """What `ticlust gui` calls (napari's event loop is not entered): the viewer and its ticlust dock."""
+    from ticlust.cli import gui_viewer
+    from ticlust._napari.widget import TiclustWidget
+
+    viewer = gui_viewer()
+    try:
+        yield viewer, next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustWidget))
+    finally:
+        viewer.close()
+
+
+@pytest.mark.gui
+def test_gui_opens_the_nuclei_field_ready_to_run_on_its_objects(gui, qtbot):
+    """The nuclei field and its segmentation, the dock set up for the objects route (st-kmeans, K = 3) so that
+    Run is the one click left; the digits one click away in File > Open Sample > ticlust."""
+    from napari.layers import Image, Labels
+    from qtpy.QtWidgets import QMenu
+
+    viewer, widget = gui
+    assert [(type(layer), layer.name) for layer in viewer.layers] == [(Image, "nuclei"), (Labels, "nuclei labels")]
+    assert (widget.method.value, widget.k.value) == ("st-kmeans", 3)
+    assert (widget.input.value, widget.labels.value) == ("nuclei", "nuclei labels")
+    assert widget.status.value.startswith("Ready: Run cuts the objects of nuclei labels out of nuclei")
+    menu = next(m for m in viewer.window._qt_window.findChildren(QMenu) if m.title() == "ticlust")
+    next(a for a in menu.actions() if a.text().startswith("Digits (10 classes")).trigger()
+    qtbot.waitUntil(lambda: "digits" in viewer.layers, timeout=20_000)
+    assert viewer.layers["digits"].data.shape == (1797, 32, 32)
+
+
+@pytest.mark.gui
+@pytest.mark.slow
+def test_gui_run_as_prepared_finds_the_three_kinds(gui, qtbot):
+    """Run pressed as `ticlust gui` leaves it: the 50 inner nuclei, all three kinds found (GUI_RUN's claim)."""
+    from test_napari import run_to_end
+
+    viewer, widget = gui
+    run_to_end(qtbot, widget, timeout=180_000)
+    assert viewer.layers["nuclei objects"].data.shape[0] == widget.result.n == 50
+    assert "Against the layer's 3 true classes: ACC 1.000" in widget.status.value
