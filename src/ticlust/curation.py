@@ -5,7 +5,8 @@ Every edit returns a new result (the given one is never modified), records itsel
 drops the fitted state (the prototypes no longer match it), so ``predict`` asks for :func:`refine`
 first. Items the user moved are pinned: ``refine`` keeps them where they were put. Items marked as
 outliers are pinned to ``OUTLIER``: they keep a label (their nearest cluster) but ``refine`` fits the
-prototypes without them.
+prototypes without them. Items are named in one grammar, read by :func:`item_index` for the API, the
+dock's text box and ``ticlust curate``: numbers, text ranges ("3, 8-12") or a boolean mask.
 """
 from __future__ import annotations
 
