@@ -5,11 +5,13 @@ Every edit returns a new result (the given one is never modified), records itsel
 drops the fitted state (the prototypes no longer match it), so ``predict`` asks for :func:`refine`
 first. Items the user moved are pinned: ``refine`` keeps them where they were put. Items marked as
 outliers are pinned to ``OUTLIER``: they keep a label (their nearest cluster) but ``refine`` fits the
-prototypes without them.
+prototypes without them. Items are named in one grammar, read by :func:`item_index` for the API, the
+dock's text box and ``ticlust curate``: numbers, text ranges ("3, 8-12") or a boolean mask.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import torch
@@ -67,26 +69,121 @@ def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
                    pinned=None if result.pinned is None else pins)
 
 
-def _items(result: ClusteringResult, items, what: str) -> np.ndarray:
-    index = np.unique(np.asarray(items, dtype=np.int64).reshape(-1))
-    if index.size == 0 or index.min() < 0 or index.max() >= result.n:
-        raise InputError(f"The items to {what} must be indices from 0 to {result.n - 1}.")
+# "3", "8-12", " 8 - 12 ": an item number or an inclusive range, ASCII digits only ("²" and "٣" are not numbers here)
+_PART = re.compile(r"\s*([0-9]+)\s*(?:-\s*([0-9]+)\s*)?")
+_HOW = "give item numbers (e.g. [3, 8]), text such as \"3, 8-12\", or a boolean mask with one value per item"
+
+
+def item_index(selection, n: int, what: str = "select") -> np.ndarray:
+    """The items a selection names, as sorted unique indices into N items: the one grammar of the API,
+    the widget's text box and ``ticlust curate``.
+
+    ``selection`` is an item number, a list or integer array of them, text such as ``"3, 8-12"``
+    (ranges inclusive, spaces tolerated, commas or semicolons between parts), a set, or a boolean mask
+    of length N. Repeated items are harmless and counted once. Refused with one sentence: nothing
+    selected, negative numbers (items are numbered from 0; counting from the end is not offered, so
+    that "-1" never means "the last item" in one place and a range sign in another), numbers past N - 1,
+    fractions (never rounded), reversed ranges, a mask of another length, a mask mixed with numbers,
+    and anything else that is not one of the above. ``what`` names the action in messages ("move").
+    """
+    if isinstance(selection, str):
+        return _text_index(selection, n, what)
+    if isinstance(selection, (set, frozenset)):
+        selection = list(selection)
+    if isinstance(selection, (list, tuple)):
+        flags = [isinstance(v, (bool, np.bool_)) for v in selection]
+        if any(flags) and not all(flags):
+            raise InputError(f"The items to {what} mix True/False with numbers: {_HOW}.")
+    try:
+        values = np.asarray(selection)
+    except (TypeError, ValueError, RuntimeError):
+        values = None
+    if values is None or values.dtype == object or values.dtype.kind not in "biuf":
+        raise InputError(f"The items to {what} cannot be read from {_shown(selection)}: {_HOW}.")
+    if values.ndim > 1:
+        raise InputError(f"The items to {what} must be a flat list, not an array of shape {values.shape}: {_HOW}.")
+    if values.dtype.kind == "b" and values.ndim == 0:
+        raise InputError(f"{selection!r} alone does not name items to {what}: {_HOW}.")
+    values = values.reshape(-1)
+    if values.dtype.kind == "b":
+        if values.size != n:
+            raise InputError(f"The boolean mask of items to {what} has {values.size} values but there are {n} items: "
+                             "give one True/False per item.")
+        index = np.flatnonzero(values)
+    else:
+        if values.dtype.kind == "f":
+            odd = values[~np.isfinite(values) | (values != np.round(values))] if values.size else values
+            if odd.size:
+                raise InputError(f"Item {float(odd[0])!r} is not a whole number: the items to {what} must be integers "
+                                 "(a fraction is never rounded).")
+        index = np.unique(values)
+        if index.size and index[0] < 0:
+            raise InputError(f"Item {_number(index[0])} is negative: the items to {what} are numbered from 0 to "
+                             f"{n - 1} (counting from the end is not offered).")
+        if index.size and index[-1] >= n:
+            raise InputError(f"Item {_number(index[-1])} is out of range: the items to {what} are numbered from 0 "
+                             f"to {n - 1}.")
+        index = index.astype(np.int64)
+    if index.size == 0:
+        raise InputError(f"No items to {what} were selected: {_HOW}.")
     return index
 
 
+def _text_index(text: str, n: int, what: str) -> np.ndarray:
+    """Items typed as "3, 8-12"; each part is bounds-checked before a range is expanded."""
+    parts = []
+    for part in text.replace(";", ",").split(","):
+        if not part.strip():
+            continue                          # "3, 8-12," : a trailing or doubled comma is harmless
+        match = _PART.fullmatch(part)
+        if match is None:
+            hint = " (items are numbered from 0)" if part.strip().startswith("-") else ""
+            raise InputError(f"{part.strip()!r} is not an item number or range{hint}: give items as numbers and "
+                             "ranges, e.g. 3, 8-12.")
+        if max(len(match[1]), len(match[2] or "")) > 18:     # past int64, and Python's int() digit limit
+            raise InputError(f"{part.strip()!r} is out of range: the items to {what} are numbered from 0 to {n - 1}.")
+        first, last = int(match[1]), int(match[2] or match[1])
+        if last < first:
+            raise InputError(f"The range {part.strip()!r} runs backwards: write it from the smaller number, e.g. "
+                             f"{last}-{first}.")
+        if last >= n:
+            raise InputError(f"Item {last} is out of range: the items to {what} are numbered from 0 to {n - 1}.")
+        parts.append(np.arange(first, last + 1, dtype=np.int64))
+    if not parts:
+        raise InputError(f"No items to {what} were given: type item numbers and ranges, e.g. 3, 8-12.")
+    return np.unique(np.concatenate(parts))
+
+
+def _number(value) -> str:
+    """An item number as typed: 12, not 12.0 or np.int64(12); a huge float as 1e+300."""
+    if isinstance(value, np.integer) or abs(float(value)) < 1e15:
+        return str(int(value))
+    return repr(float(value))
+
+
+def _shown(selection) -> str:
+    """A short repr for a message, or the type's name when the repr is long (or fails)."""
+    try:
+        text = repr(selection)
+    except Exception:        # an object whose repr is broken must still get its one-sentence refusal
+        text = ""
+    return text if 0 < len(text) <= 40 else f"a {type(selection).__name__}"
+
+
 def move(result: ClusteringResult, items, cluster: int) -> ClusteringResult:
-    """Put ``items`` (indices) into ``cluster`` and pin them there (an outlier moved is one no more)."""
+    """Put ``items`` (a selection, see :func:`item_index`) into ``cluster`` and pin them there (an outlier
+    moved is one no more)."""
     cluster = _cluster(result, cluster)
-    index = _items(result, items, "move")
+    index = item_index(items, result.n, "move")
     labels, pins = np.asarray(result.labels).copy(), _pins(result)
     labels[index], pins[index] = cluster, cluster
     return _edited(result, {"op": "move", "items": index.tolist(), "cluster": cluster}, labels=labels, pinned=pins)
 
 
 def mark_outliers(result: ClusteringResult, items) -> ClusteringResult:
-    """Mark ``items`` (indices) as outliers (debris, bad crops): they keep their label, are flagged in
+    """Mark ``items`` (a selection, see :func:`item_index`) as outliers (debris, bad crops): they keep their label, are flagged in
     the assignments table and are left out when :func:`refine` fits the prototypes (and unpinned)."""
-    index = _items(result, items, "mark as outliers")
+    index = item_index(items, result.n, "mark as outliers")
     pins = _pins(result)
     pins[index] = OUTLIER
     return _edited(result, {"op": "outliers", "items": index.tolist()}, pinned=pins)

@@ -22,20 +22,6 @@ from .plots import SmallPlot
 OPS = {"merge": "merge", "split": "split", "move": "move", "outliers": "outlier mark", "refine": "refine"}
 
 
-def parse_items(text: str) -> list[int]:
-    """Item numbers typed as "3, 8-12" (ranges inclusive)."""
-    out = []
-    for part in text.replace(";", ",").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        first, _, last = part.partition("-")
-        if not first.strip().isdigit() or (last and not last.strip().isdigit()):
-            raise InputError(f"{part!r} is not an item number: give items as numbers and ranges, e.g. 3, 8-12.")
-        out.extend(range(int(first), int(last or first) + 1))
-    return out
-
-
 class CurationPanel(Container):
     """Merge / Split / Move / Mark as outlier / Undo / Refine / Export gallery, and two small plots."""
 
@@ -102,11 +88,11 @@ class CurationPanel(Container):
                              f"({len(chosen)} selected): click the rows.")
         return chosen
 
-    def selected_items(self) -> list[int]:
-        """The typed items, else the shapes picked in a landmark layer, else the item under the slider
-        (in the sorted view's order when that view is shown)."""
+    def selected_items(self, what: str = "select") -> list[int]:
+        """The typed items (``curation.item_index``'s grammar: "3, 8-12"), else the shapes picked in a landmark
+        layer, else the item under the slider (in the sorted view's order when that view is shown)."""
         if self.items.value.strip():
-            return parse_items(self.items.value)
+            return curation.item_index(self.items.value, self.result.n, what).tolist()
         layer = self.owner.fitted_layer()
         if isinstance(layer, Points):
             picked = sorted(layer.selected_data)
@@ -140,11 +126,11 @@ class CurationPanel(Container):
 
     def move(self, _=None):
         target = int(self.target.value)
-        return self._edit(lambda: curation.move(self.result, self.selected_items(), target),
+        return self._edit(lambda: curation.move(self.result, self.selected_items("move"), target),
                           lambda r: f"Moved {_items_text(r.edits[-1]['items'])} to cluster {target} (pinned there)")
 
     def mark_outliers(self, _=None):
-        return self._edit(lambda: curation.mark_outliers(self.result, self.selected_items()),
+        return self._edit(lambda: curation.mark_outliers(self.result, self.selected_items("mark as outliers")),
                           lambda r: f"Marked {_items_text(r.edits[-1]['items'])} as outlier "
                                     f"({int(np.sum(r.pinned == OUTLIER))} outliers in all)")
 
