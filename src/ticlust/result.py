@@ -289,9 +289,9 @@ def load_result(path: str | Path) -> ClusteringResult:
             contents = {key: npz[key] for key in npz.files}
     except Exception as exc:  # corrupt or not an npz
         raise InputError(f"{path} is not a readable ticlust result file ({exc}).") from None
+    check_unchanged(path, contents)
     if not is_result_file(contents):
         raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
-    check_unchanged(path, contents)
     meta, config = _metadata(path, contents.pop("meta_json"), "meta_json"), _metadata(path, contents.pop("config_json"), "config_json")
     _check_meta(path, meta)
     if "prototypes" not in contents:
