@@ -292,7 +292,8 @@ def load_result(path: str | Path) -> ClusteringResult:
     check_unchanged(path, contents)
     if not is_result_file(contents):
         raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
-    meta, config = _metadata(path, contents.pop("meta_json"), "meta_json"), _metadata(path, contents.pop("config_json"), "config_json")
+    meta = _metadata(path, contents.pop("meta_json"), "meta_json")
+    config = _metadata(path, contents.pop("config_json"), "config_json")
     _check_meta(path, meta)
     if "prototypes" not in contents:
         raise _damaged(path, "it has no prototypes array")
