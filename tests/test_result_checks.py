@@ -164,6 +164,7 @@ def test_damaged_checksums_are_refused(saved, tmp_path):
     (lambda c: {"meta_json": np.array('{"history": []}')}, "names no method"),
     (lambda c: {"meta_json": np.array('{"method": "deep-magic"}')}, "method 'deep-magic', which this ticlust does not have"),
     (lambda c: {"config_json": np.array('{"input_range": [0, "x"]}')}, "input_range is [0, 'x']"),
+    (lambda c: {"config_json": np.array('{"fit_sample": {"index": [0, 1]}}')}, "fit_sample does not list the 24"),
     (lambda c: {"state__centers": None}, None),                    # no state: edited by hand, loads (refine first)
 ])
 def test_each_array_is_validated(saved, tmp_path, change, fragment):

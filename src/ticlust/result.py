@@ -412,6 +412,11 @@ def _check_arrays(path: Path, arrays: dict[str, Any]) -> None:
     if span is not None and not (isinstance(span, list) and len(span) == 2 and
                                  all(isinstance(v, (int, float)) and np.isfinite(v) for v in span)):
         raise _damaged(path, f"its config's input_range is {span!r}, not two finite numbers")
+    sample = arrays["config"].get("fit_sample")         # a store's fit: the objects its N items are (ticlust.plate_run)
+    if sample is not None:
+        index = np.asarray(sample.get("index", []) if isinstance(sample, dict) else [])
+        if index.shape != (n,) or index.dtype.kind not in "iu" or (n and index.min() < 0):
+            raise _damaged(path, f"its config's fit_sample does not list the {n} objects it was fitted on")
 
 
 def _state(path: Path, state_type: type, method: str, arrays: dict[str, np.ndarray]) -> FittedState:
