@@ -15,7 +15,7 @@ request_reproducible_blas()      # before MKL's first call: the same seed gives 
 _EXPORTS = {"fit": "api", "run": "api", "predict": "plate_run", "refine": "curation", "InputError": "errors",
             "read_input": "readers", "sample": "samples", "available_methods": "methods", "get_method": "methods",
             "evaluate": "metrics", "nuclei_field": "nuclei", "objects_from_labels": "objects",
-            "shapes_from_labels": "objects", "ClusteringResult": "result", "load_result": "result",
+            "shapes_from_labels": "objects", "ClusteringResult": "result", "load_result": "api",
             "extract": "store", "open_objects": "store", "ObjectStore": "store"}
 
 __all__ = [*_EXPORTS, "__version__"]

@@ -18,7 +18,8 @@ from .execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, st
 from .methods import get_method
 from .methods.base import Method, coerce, param_infos
 from .methods.invariances import OBJECTS
-from .result import ClusteringResult
+# ticlust.load_result is taken from here: every method is registered by then, so a saved state reads back typed
+from .result import ClusteringResult, load_result  # noqa: F401
 from .stack import Stack
 from .validation import as_landmarks, as_stack, check_batch_size, check_k, check_same_items, check_seed
 

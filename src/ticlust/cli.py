@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     export.add_argument("--gallery", required=True, metavar="FOLDER", help="write prototypes.png and cluster_NN.png here")
     export.add_argument("--input", required=True, help="the stack the result was fitted on (as given to ticlust fit)")
     export.add_argument("--key", help="array name inside an .npz input (default: the first)")
-    export.add_argument("--max-items", type=int, default=60, help="members shown per cluster, closest first")
+    export.add_argument("--max-items", type=at_least_one, default=60, help="members shown per cluster, closest first")
 
     curate = sub.add_parser("curate", parents=[common], help="edit a saved result by hand: move items, mark outliers "
                             "or merge two clusters (one edit per call)")
@@ -197,13 +197,32 @@ def check_writable(flag: str, path: Path) -> None:
         path.unlink()
 
 
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (anything else is argparse's one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a whole number of at least 1")
+    return value
+
+
 def _export(args) -> int:
-    from .gallery import export_gallery
+    """``ticlust export RESULT --input STACK --gallery FOLDER``: no picture written over an input."""
+    from .gallery import export_gallery, gallery_files
     from .result import load_result
 
+    inputs = {"RESULT": args.result, "--input": args.input}
+    check_outputs(inputs, {"--gallery": args.gallery})
     result = load_result(args.result)
+    check_outputs(inputs, {f"--gallery's {p.name}": p for p in gallery_files(result, args.gallery)})
     images, _ = read_input(args.input, key=args.key)
-    for path in export_gallery(result, images, args.gallery, args.max_items):
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
+        paths = export_gallery(result, images, args.gallery, args.max_items)
+    for path in paths:
         print(f"wrote {path}")
     return 0
 

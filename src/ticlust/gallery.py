@@ -5,13 +5,16 @@ the prototype where the method aligns (the result's ``aligned``); the montage sh
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 
+from .atomic import write_atomic
 from .errors import InputError
 from .result import ClusteringResult
-from .validation import as_stack
+from .stack import Stack
+from .validation import as_stack, check_same_items
 
 
 def _rgb(tile: np.ndarray) -> np.ndarray:
@@ -39,11 +42,8 @@ def tile(images: list[np.ndarray], columns: int, gap: int = 2) -> np.ndarray:
 
 def cluster_gallery(result: ClusteringResult, images, cluster: int, max_items: int = 60, columns: int = 10) -> np.ndarray:
     """The members of ``cluster`` sorted by score, each beside its alignment when the result has one."""
-    if np.asarray(result.prototypes).ndim < 3:
-        raise InputError("Galleries are for image results: this result holds landmark shapes.")
-    stack = as_stack(images, to_predict=True)
-    if stack.n != result.n:
-        raise InputError(f"The images are {stack.n} but the result has {result.n} items: give the stack it was fitted on.")
+    stack = gallery_stack(result, images)
+    max_items = check_max_items(max_items)
     members = np.flatnonzero(result.labels == cluster)
     if members.size == 0:
         raise InputError(f"Cluster {cluster} is empty: there is nothing to show.")
@@ -56,15 +56,61 @@ def cluster_gallery(result: ClusteringResult, images, cluster: int, max_items: i
     return tile(tiles, columns * (2 if result.aligned is not None else 1))
 
 
+def gallery_stack(result: ClusteringResult, images) -> Stack:
+    """The stack a result was fitted on, checked: an image result, as many items, of its prototypes' shape."""
+    if np.asarray(result.prototypes).ndim < 3:
+        raise InputError("Galleries are for image results: this result holds landmark shapes.")
+    stack = as_stack(images, to_predict=True)
+    check_same_items(stack, np.shape(result.prototypes)[1:])
+    if stack.n != result.n:
+        raise InputError(f"The images are {stack.n} but the result has {result.n} items: give the stack it was fitted on.")
+    return stack
+
+
+def check_max_items(max_items) -> int:
+    """Members shown per cluster: a whole number of at least 1."""
+    if isinstance(max_items, bool) or not isinstance(max_items, (int, np.integer)) or max_items < 1:
+        raise InputError(f"max_items = {max_items!r} must be a whole number of at least 1 (members shown per cluster).")
+    return int(max_items)
+
+
+def gallery_files(result: ClusteringResult, folder: str | Path) -> list[Path]:
+    """The files ``export_gallery`` writes: ``prototypes.png`` and one ``cluster_NN.png`` per non-empty cluster."""
+    folder = Path(folder)
+    return [folder / "prototypes.png"] + [folder / f"cluster_{c:02d}.png" for c in np.flatnonzero(result.cluster_sizes())]
+
+
 def export_gallery(result: ClusteringResult, images, folder: str | Path, max_items: int = 60) -> list[Path]:
-    """Write ``prototypes.png`` (the montage) and one ``cluster_NN.png`` per non-empty cluster; returns the paths."""
+    """Write ``prototypes.png`` (the montage) and one ``cluster_NN.png`` per non-empty cluster; returns the paths.
+
+    Everything is checked before a file is written, and each file is written whole (temporary file +
+    rename); files of an earlier export are replaced, with a warning naming any left from other clusters.
+    """
+    stack = gallery_stack(result, images)
+    max_items = check_max_items(max_items)
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"The gallery folder {folder} is a file: give a folder (it is made if missing).")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"Cannot make the gallery folder {folder} ({exc.strerror}): give a folder you can write in.") from None
+    paths = gallery_files(result, folder)
+    _write_png(paths[0], tile(list(np.asarray(result.prototypes)), min(10, result.k)))
+    for path, c in zip(paths[1:], np.flatnonzero(result.cluster_sizes())):
+        _write_png(path, cluster_gallery(result, stack, int(c), max_items))
+    stale = sorted(set(folder.glob("cluster_*.png")) - set(paths))
+    if stale:
+        warnings.warn(f"{folder} also holds {', '.join(p.name for p in stale)} from an earlier export, for clusters "
+                      "this result does not have (or are empty now): remove them or export into a new folder.")
+    return paths
+
+
+def _write_png(path: Path, picture: np.ndarray) -> None:
+    """One PNG written whole or not at all; a folder that cannot be written is one sentence."""
     from PIL import Image
 
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = [folder / "prototypes.png"]
-    Image.fromarray(tile(list(np.asarray(result.prototypes)), min(10, result.k))).save(paths[0])
-    for c in np.flatnonzero(result.cluster_sizes()):
-        paths.append(folder / f"cluster_{c:02d}.png")
-        Image.fromarray(cluster_gallery(result, images, int(c), max_items)).save(paths[-1])
-    return paths
+    try:
+        write_atomic(path, lambda tmp: Image.fromarray(picture).save(tmp, format="PNG"))
+    except OSError as exc:
+        raise InputError(f"Cannot write {path} ({exc.strerror or exc}): give a gallery folder you can write in.") from None

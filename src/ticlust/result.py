@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +12,6 @@ import numpy as np
 
 from .atomic import write_atomic
 from .errors import InputError
-
-
 
 @dataclass(frozen=True)
 class ItemField:
@@ -48,6 +47,12 @@ _ARRAY_DICTS = ("params", "extras")
 # ``pinned`` value of an item the user marked as an outlier (it belongs to no cluster; ticlust.curation)
 OUTLIER = -2
 _META_FIELDS = ("method", "aligned_kind", "history", "run_losses", "timing", "device", "versions", "edits")
+# The JSON type of each metadata field (a file whose metadata has other types is refused).
+_META_TYPES = {"method": str, "aligned_kind": str, "history": list, "run_losses": list, "timing": dict,
+               "device": str, "versions": dict, "edits": list}
+# The entry that holds each other entry's SHA-256 as written by ``save`` (files saved before it existed
+# have none: they are validated but not checked for later edits).
+CHECKSUMS = "checksums_json"
 
 # Each registered method's fitted-state class, by method name (filled by methods.base.register), so
 # that a saved state is read back as the same typed dataclass.
@@ -200,7 +205,8 @@ class ClusteringResult:
 
     # ---- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write everything to one compressed .npz file (no pickled objects)."""
+        """Write everything to one compressed .npz file (no pickled objects), with each entry's checksum
+        so that ``load_result`` refuses a file changed afterwards."""
         path = npz_path(path)
         arrays: dict[str, Any] = {
             "prototypes": np.asarray(self.prototypes),
@@ -217,6 +223,8 @@ class ClusteringResult:
             arrays[f"params__{name[len(PARAMS):]}" if name.startswith(PARAMS) else name] = value
         if self.state is not None:
             arrays.update(self.state.to_arrays())
+        arrays = {name: np.asarray(value) for name, value in arrays.items()}
+        arrays[CHECKSUMS] = np.array(json.dumps({name: array_digest(name, a) for name, a in arrays.items()}))
         path.parent.mkdir(parents=True, exist_ok=True)
 
         def write(tmp: Path) -> None:
@@ -267,7 +275,12 @@ def npz_path(path: str | Path) -> Path:
 
 
 def load_result(path: str | Path) -> ClusteringResult:
-    """Read a result written by :meth:`ClusteringResult.save`."""
+    """Read a result written by :meth:`ClusteringResult.save`, checked before it is used.
+
+    A file changed after it was saved (its checksums differ) is refused, and every array is validated:
+    presence, dtype, shape, range and agreement between labels, scores, prototypes and the per-item
+    fields; anything wrong is one :class:`InputError` sentence naming the file and what is wrong.
+    """
     path = Path(path)
     if not path.is_file():
         raise InputError(f"No result file at {path}: check the path.")
@@ -276,31 +289,144 @@ def load_result(path: str | Path) -> ClusteringResult:
             contents = {key: npz[key] for key in npz.files}
     except Exception as exc:  # corrupt or not an npz
         raise InputError(f"{path} is not a readable ticlust result file ({exc}).") from None
+    check_unchanged(path, contents)
     if not is_result_file(contents):
         raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
-    try:
-        meta = json.loads(str(contents.pop("meta_json")))
-        config = json.loads(str(contents.pop("config_json")))
-    except json.JSONDecodeError:
-        raise InputError(f"{path} is a damaged ticlust result (its metadata is not valid JSON): save the result again.") from None
-    kwargs: dict[str, Any] = {
-        "labels": contents.pop("labels"),
-        "scores": contents.pop("scores"),
-        "prototypes": contents.pop("prototypes"),
-        "config": config,
-        **meta,
-    }
+    meta = _metadata(path, contents.pop("meta_json"), "meta_json")
+    config = _metadata(path, contents.pop("config_json"), "config_json")
+    _check_meta(path, meta)
+    if "prototypes" not in contents:
+        raise _damaged(path, "it has no prototypes array")
+    kwargs: dict[str, Any] = {"labels": contents.pop("labels"), "scores": contents.pop("scores"),
+                              "prototypes": contents.pop("prototypes"), "config": config,
+                              **{k: v for k, v in meta.items() if k in _META_FIELDS}}
     for name in (*_OPTIONAL_ARRAYS, *ITEM_NAMES):
         if name in contents:
             kwargs[name] = contents.pop(name)
     for prefix in _ARRAY_DICTS:
         kwargs[prefix] = {k.split("__", 1)[1]: v for k, v in contents.items() if k.startswith(prefix + "__")}
-    state_type = STATE_TYPES.get(meta.get("method", ""))
+    _check_arrays(path, kwargs)
+    state_type = STATE_TYPES.get(meta["method"])
     state = {k: v for k, v in contents.items() if k.startswith("state__")}
     if state_type is not None and state:      # none saved: a result edited by hand and not refined yet
-        kwargs["state"] = state_type.from_arrays(state)
-    known = {f.name for f in fields(ClusteringResult)}
-    return ClusteringResult(**{k: v for k, v in kwargs.items() if k in known})
+        kwargs["state"] = _state(path, state_type, meta["method"], state)
+    return ClusteringResult(**kwargs)
+
+
+def array_digest(name: str, array: np.ndarray) -> str:
+    """SHA-256 of one saved entry: its name, dtype, shape and bytes (C order)."""
+    h = hashlib.sha256(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+    h.update(np.ascontiguousarray(array))      # the buffer itself: no copy of a large array
+    return h.hexdigest()
+
+
+def check_unchanged(path: Path, contents: dict[str, np.ndarray]) -> None:
+    """Refuse a file whose entries differ from the checksums ``save`` wrote (none written: nothing to check)."""
+    if CHECKSUMS not in contents:
+        return
+    saved = _metadata(path, contents.pop(CHECKSUMS), CHECKSUMS)
+    if not all(isinstance(v, str) for v in saved.values()):
+        raise _damaged(path, f"its {CHECKSUMS} entry is not a table of checksums")
+    changed = [name for name in saved if name in contents and array_digest(name, contents[name]) != saved[name]]
+    removed = [name for name in saved if name not in contents]
+    added = [name for name in contents if name not in saved]
+    if changed or removed or added:
+        what = "; ".join(f"{label} {_names(names)}" for label, names in
+                         (("changed:", changed), ("removed:", removed), ("added:", added)) if names)
+        raise InputError(f"{path} was changed after it was saved ({what}): use the file as ticlust saved it "
+                         "(edit clusters with ticlust.curation or the widget, then save), or fit again.")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _damaged(path: Path, what: str) -> InputError:
+    return InputError(f"{path} is a damaged ticlust result ({what}): save the result again or fit again.")
+
+
+def _metadata(path: Path, entry: np.ndarray, name: str) -> dict:
+    """A JSON object stored as a text entry."""
+    try:
+        value = json.loads(str(entry)) if entry.dtype.kind == "U" and entry.ndim == 0 else None
+    except json.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise _damaged(path, f"its {name} entry is not valid JSON metadata")
+    return value
+
+
+def _check_meta(path: Path, meta: dict) -> None:
+    """Metadata of the types ``save`` writes, naming a method of this ticlust (while methods are registered)."""
+    for name, kind in _META_TYPES.items():
+        if name in meta and not isinstance(meta[name], kind):
+            raise _damaged(path, f"its metadata's {name} is a {type(meta[name]).__name__}, not a {kind.__name__}")
+    if "method" not in meta or not meta["method"]:
+        raise _damaged(path, "its metadata names no method")
+    if STATE_TYPES and meta["method"] not in STATE_TYPES:
+        raise InputError(f"{path} was made by the method {meta['method']!r}, which this ticlust does not have: "
+                         "load it with the ticlust (or plugin) that made it.")
+
+
+def _check_arrays(path: Path, arrays: dict[str, Any]) -> None:
+    """Dtype, shape and range of each array, and agreement between them (N items, K clusters)."""
+    labels, scores, prototypes = arrays["labels"], arrays["scores"], arrays["prototypes"]
+    if labels.ndim != 1 or labels.dtype.kind not in "iu":
+        raise _damaged(path, f"its labels are {labels.dtype} of shape {labels.shape}, not one whole number per item")
+    n = len(labels)
+    if scores.ndim != 2 or scores.dtype.kind != "f" or scores.shape[1] < 1:
+        raise _damaged(path, f"its scores are {scores.dtype} of shape {scores.shape}, not items × clusters in floats")
+    k = scores.shape[1]
+    if scores.shape[0] != n:
+        raise _damaged(path, f"it has {n} labels but {scores.shape[0]} rows of scores")
+    if n and (labels.min() < 0 or labels.max() >= k):
+        raise _damaged(path, f"its labels run from {labels.min()} to {labels.max()}, outside its {k} clusters 0 to {k - 1}")
+    if np.isnan(scores).any() or np.isneginf(scores).any():
+        raise _damaged(path, "its scores hold NaN or -inf")
+    if n and not np.isfinite(scores[np.arange(n), labels]).all():
+        raise _damaged(path, "an item's score for its own cluster is infinite")
+    if prototypes.ndim < 2 or prototypes.dtype.kind != "f" or prototypes.shape[0] != k:
+        raise _damaged(path, f"its prototypes are {prototypes.dtype} of shape {prototypes.shape}, not {k} prototypes in floats")
+    if not np.isfinite(prototypes).all():
+        raise _damaged(path, "its prototypes hold NaN or infinite values")
+    covariances = arrays.get("covariances")
+    if covariances is not None and (covariances.ndim < 1 or covariances.shape[0] != k):
+        raise _damaged(path, f"its covariances have shape {covariances.shape}, not one per cluster ({k})")
+    rows = {spec.name: arrays[spec.name] for spec in ITEM_FIELDS if arrays.get(spec.name) is not None}
+    rows.update({f"params__{key}": v for key, v in arrays["params"].items()})
+    for name, value in rows.items():
+        if value.ndim < 1 or value.shape[0] != n:
+            raise _damaged(path, f"its {name} has {value.shape[0] if value.ndim else 'no'} rows but it has {n} items")
+    expected = {"responsibilities": ((n, k), "f"), "rejected": ((n,), "b"), "pinned": ((n,), "iu"),
+                "aligned": ((n, *prototypes.shape[1:]), "f")}
+    for name, (shape, kinds) in expected.items():
+        if name in rows and (rows[name].shape != shape or rows[name].dtype.kind not in kinds):
+            raise _damaged(path, f"its {name} are {rows[name].dtype} of shape {rows[name].shape}, not {shape}")
+    grids = rows.get("grids")
+    if grids is not None and (grids.ndim != 4 or grids.shape[-1] != 2 or grids.dtype.kind != "f"):
+        raise _damaged(path, f"its grids are {grids.dtype} of shape {grids.shape}, not items × gh × gw × 2")
+    pinned = rows.get("pinned")
+    if pinned is not None and not np.all((pinned == -1) | (pinned == OUTLIER) | ((pinned >= 0) & (pinned < k))):
+        raise _damaged(path, f"its pinned clusters are not all -1 (free), {OUTLIER} (outlier) or 0 to {k - 1}")
+    span = arrays["config"].get("input_range")
+    if span is not None and not (isinstance(span, list) and len(span) == 2 and
+                                 all(isinstance(v, (int, float)) and np.isfinite(v) for v in span)):
+        raise _damaged(path, f"its config's input_range is {span!r}, not two finite numbers")
+    sample = arrays["config"].get("fit_sample")         # a store's fit: the objects its N items are (ticlust.plate_run)
+    if sample is not None:
+        index = np.asarray(sample.get("index", []) if isinstance(sample, dict) else [])
+        if index.shape != (n,) or index.dtype.kind not in "iu" or (n and index.min() < 0):
+            raise _damaged(path, f"its config's fit_sample does not list the {n} objects it was fitted on")
+
+
+def _state(path: Path, state_type: type, method: str, arrays: dict[str, np.ndarray]) -> FittedState:
+    """The typed fitted state, refused when a field ``predict`` needs is missing."""
+    given = {k[len("state__"):].split("__", 1)[0] for k in arrays}
+    missing = [f"state__{f.name}" for f in fields(state_type) if f.name not in given
+               and f.default is MISSING and f.default_factory is MISSING]
+    if missing:
+        raise _damaged(path, f"it lacks {_names(missing)}, which a {method} result needs to assign new items")
+    return state_type.from_arrays(arrays)
 
 
 def is_result_file(contents) -> bool:
