@@ -64,8 +64,12 @@ def test_a_damaged_result_file(tmp_path):
         contents = dict(npz)
     contents["meta_json"] = np.array("{not json")
     np.savez(tmp_path / "broken.npz", **contents)
-    with pytest.raises(InputError, match="damaged"):
+    with pytest.raises(InputError, match=r"broken\.npz was changed after it was saved \(changed: meta_json\)"):
         ticlust.load_result(tmp_path / "broken.npz")
+    contents.pop("checksums_json")                       # a file from before checksums: its metadata is checked
+    np.savez(tmp_path / "old.npz", **contents)
+    with pytest.raises(InputError, match=r"old\.npz is a damaged ticlust result"):
+        ticlust.load_result(tmp_path / "old.npz")
 
 
 def test_library_values_that_used_to_raise_raw_errors():
