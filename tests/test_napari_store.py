@@ -117,7 +117,7 @@ def test_assigning_a_field_gives_the_stores_predictions(plate):
 
 
 # ---- the panel ---------------------------------------------------------------------------------
-def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel):
+def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, tmp_path):
     manifest, store, _, predictions = plate
     viewer, panel = panel
     assert {"s field", "s objects", "s gallery", "s gallery labels"} <= {layer.name for layer in viewer.layers}, (panel.status.value, panel.field.value, panel.field.choices, panel.summary.value)
@@ -139,10 +139,23 @@ def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel):
             y, x = origins[c * columns + j]
             assert np.allclose(gallery.data[y:y + store.size, x:x + store.size], store.crops[int(obj)])
     assert gallery.translate[1] > viewer.layers["s field"].extent.world[1][1]      # right of the field
+    # the shares per another column, drawn in the clusters' colours, and their export
+    panel.group_by.value = "site"
+    assert panel.shares["site"].tolist() == [0, 1]
+    assert np.allclose(panel.shares.filter(like="cluster_").sum(axis=1), 1.0)
+    out = panel.export_shares(tmp_path / "per_site.csv")
+    assert pd.read_csv(out).equals(plate_view.cluster_shares(predictions, "site"))
+    assert "per_site.csv" in panel.status.value
+    shot = panel.plot.grab().toImage()
+    colours = {shot.pixelColor(x, y).name() for x in range(0, shot.width(), 2) for y in range(0, shot.height(), 2)}
+    from qtpy.QtGui import QColor
+
+    drawn = {QColor.fromRgbF(*map(float, L.cluster_color(c)[:3])).name() for c in range(3)}
+    assert drawn <= colours
 
 
-def test_picking_a_field_changes_the_image_and_paints_objects_by_cluster(plate, panel):
-    manifest, store, _, predictions = plate
+def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, panel, qtbot):
+    manifest, store, km, predictions = plate
     viewer, panel = panel
     panel.pick(3)
     assert panel.well.value == "A02" and panel.field.value == 3
@@ -157,28 +170,7 @@ def test_picking_a_field_changes_the_image_and_paints_objects_by_cluster(plate, 
         assert np.allclose(objects.colormap.map(np.array([i + 1]))[0], expected, atol=1e-6)
     assert objects.features["cluster"].tolist() == predictions["cluster"].iloc[rows].tolist()
     assert "painted by cluster" in panel.status.value
-
-
-def test_shares_per_another_column_and_their_export(plate, panel, tmp_path):
-    _, _, _, predictions = plate
-    viewer, panel = panel
-    panel.group_by.value = "site"
-    assert panel.shares["site"].tolist() == [0, 1]
-    assert np.allclose(panel.shares.filter(like="cluster_").sum(axis=1), 1.0)
-    out = panel.export_shares(tmp_path / "per_site.csv")
-    assert pd.read_csv(out).equals(plate_view.cluster_shares(predictions, "site"))
-    assert "per_site.csv" in panel.status.value
-    shot = panel.plot.grab().toImage()           # the stacked bars are drawn in the clusters' colours
-    colours = {shot.pixelColor(x, y).name() for x in range(0, shot.width(), 2) for y in range(0, shot.height(), 2)}
-    from qtpy.QtGui import QColor
-
-    drawn = {QColor.fromRgbF(*map(float, L.cluster_color(c)[:3])).name() for c in range(3)}
-    assert drawn <= colours
-
-
-def test_apply_result_on_a_field_gives_the_stores_predictions(plate, panel, qtbot):
-    _, store, km, predictions = plate
-    viewer, panel = panel
+    # Apply result on another field: the same clusters as the store's predictions, painted when done
     panel.pick(1)
     assert panel.load_result(km) and panel.apply_button.enabled
     worker = panel.apply_result()

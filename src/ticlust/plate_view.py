@@ -26,20 +26,25 @@ FILE_COLUMNS = ("field_index", "image", "labels")
 
 
 # ---- the store and its predictions ---------------------------------------------------------------
-def read_predictions(store: ObjectStore):
-    """The store's predictions table (``ticlust predict RESULT STORE``), or None when there are none yet."""
+def read_predictions(store: ObjectStore, columns=None):
+    """The store's predictions table (``ticlust predict RESULT STORE``; only ``columns`` when given: a million
+    objects' rows are read whole only when asked), or None when there are none yet."""
     import pandas as pd
 
-    from .plate_run import PREDICTIONS
-
-    path = store.path / PREDICTIONS
+    path = predictions_path(store)
     if not path.is_file():
         return None
-    table = pd.read_parquet(path)
+    table = pd.read_parquet(path, columns=None if columns is None else list(columns))
     if len(table) != len(store):
         raise InputError(f"{path} holds {len(table)} rows but the store {len(store)} objects: predict the store again "
                          "(ticlust predict RESULT STORE).")
     return table
+
+
+def predictions_path(store: ObjectStore) -> Path:
+    from .plate_run import PREDICTIONS
+
+    return store.path / PREDICTIONS
 
 
 def condition_columns(store: ObjectStore) -> list[str]:
@@ -55,22 +60,35 @@ def field_title(row) -> str:
 
 def field_rows(store: ObjectStore, field_index: int) -> np.ndarray:
     """The object indices (rows of the table, crops) of one field: one block, the table being in field order."""
-    fields = store.table["field_index"].to_numpy()
+    import pyarrow.parquet as pq
+
+    fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
     start, stop = np.searchsorted(fields, [field_index, field_index + 1])
     return np.arange(start, stop)
+
+
+def field_table(store: ObjectStore, field_index: int):
+    """One field's rows of the table, in object order, with cluster, score and runner-up when the store has
+    predictions: read from Parquet with a filter, so the rest of the plate stays on disk."""
+    import pandas as pd
+
+    path = predictions_path(store)
+    path = path if path.is_file() else store.path / "table.parquet"
+    return pd.read_parquet(path, filters=[("field_index", "==", int(field_index))]).reset_index(drop=True)
 
 
 # ---- one field ---------------------------------------------------------------------------------------
 @dataclass
 class FieldPicture:
-    """One field to show: its image (channels first unless ``rgb``) and its objects as label values
-    (``values``: row position within the field + 1, 0 elsewhere), so a time series stays unambiguous."""
+    """One field to show: its image (channels first unless ``rgb``), its objects as label values (``values``:
+    row position within the field + 1, 0 elsewhere, so a time series stays unambiguous) and their rows
+    (``table``: :func:`field_table`)."""
 
     field_index: int
     image: np.ndarray
     rgb: bool
     values: np.ndarray
-    rows: np.ndarray
+    table: object
 
 
 def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
@@ -91,10 +109,9 @@ def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
     image, labels, channel_axis = open_field(spec)
     labels = np.asarray(labels)
     image, rgb = _displayed(np.asarray(image), labels.shape, channel_axis)
-    index = field_rows(store, int(field_index))
-    rows = store.table.iloc[index]
-    return FieldPicture(int(field_index), image, rgb, object_values(labels, rows["label"].to_numpy(),
-                                                                    rows["frame"].to_numpy()), index)
+    rows = field_table(store, int(field_index))
+    values = object_values(labels, rows["label"].to_numpy(), rows["frame"].to_numpy())
+    return FieldPicture(int(field_index), image, rgb, values, rows)
 
 
 def _displayed(image: np.ndarray, labels_shape: tuple, channel_axis: int | None) -> tuple[np.ndarray, bool]:
@@ -200,5 +217,5 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
-__all__ = ["read_predictions", "condition_columns", "field_title", "field_rows", "FieldPicture", "field_picture",
+__all__ = ["read_predictions", "condition_columns", "field_title", "field_rows", "field_table", "FieldPicture", "field_picture",
            "object_values", "cluster_shares", "write_shares", "gallery_sample", "assign_field", "GALLERY_PER_CLUSTER"]

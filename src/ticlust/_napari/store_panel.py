@@ -22,7 +22,7 @@ from qtpy.QtWidgets import QWidget
 from ..errors import InputError
 from ..events import Progress
 from ..plate_view import (GALLERY_PER_CLUSTER, assign_field, cluster_shares, condition_columns, field_picture,
-                          field_rows, field_title, gallery_sample, read_predictions, write_shares)
+                          field_title, gallery_sample, read_predictions, write_shares)
 from ..store import ObjectStore
 from . import layers as L
 
@@ -88,7 +88,7 @@ class StorePanel(Container):
         super().__init__(labels=True)
         self.viewer = viewer
         self.store: ObjectStore | None = None
-        self.predictions = None          # the store's predictions table, None before ticlust predict
+        self.predictions = None          # the store's predictions (the columns shares and gallery need), or None
         self.shares = None               # the share table shown in the plot
         self.result = None               # a loaded result, for Apply result
         self.result_path: Path | None = None
@@ -142,7 +142,7 @@ class StorePanel(Container):
         that is no (finished) store, or a broken predictions table, is refused with one sentence."""
         try:
             store = ObjectStore(path)
-            predictions = read_predictions(store)
+            predictions = read_predictions(store, ["field_index", "cluster", "image", *condition_columns(store)])
         except InputError as exc:
             self.say(str(exc))
             return False
@@ -215,16 +215,6 @@ class StorePanel(Container):
         self.field.value = int(field_index)
 
     # ---- a field ---------------------------------------------------------------------------------
-    def clusters_of(self, field_index: int):
-        """The assignment columns of a field's objects: those of the last Apply result on it, else the store's
-        predictions, else None."""
-        if self.applied is not None and self.applied[0] == field_index:
-            return self.applied[1]
-        if self.predictions is None:
-            return None
-        rows = self.predictions.iloc[field_rows(self.store, field_index)]
-        return {c: rows[c].to_numpy() for c in ("cluster", "score", "runner_up", "runner_up_score")}
-
     def show_field(self, field_index: int) -> None:
         """The field's image and its objects painted by cluster (by object before any prediction). A file that is
         gone is said in the status line, and no stale field stays shown."""
@@ -250,19 +240,19 @@ class StorePanel(Container):
         """The objects layer: values = place in the field + 1, coloured by cluster (or one colour per object)."""
         from napari.utils.colormaps import DirectLabelColormap, label_colormap
 
-        columns = self.clusters_of(picture.field_index)
-        table = self.store.table.iloc[picture.rows].reset_index(drop=True)
+        table = picture.table.copy()
         table.insert(0, "index", np.arange(1, len(table) + 1))
-        if columns is None:
+        applied = self.applied is not None and self.applied[0] == picture.field_index
+        if applied:                      # the last Apply result on this field, over the store's predictions
+            for key, values in self.applied[1].items():
+                table[key] = values
+        if "cluster" not in table.columns:
             colormap = label_colormap(50)
             how = "painted by object: no predictions yet (ticlust predict RESULT STORE, or Load result… and Apply result)"
         else:
-            for key, values in columns.items():
-                table[key] = values
             colors = {None: TRANSPARENT, 0: TRANSPARENT}
-            colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(columns["cluster"])})
+            colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(table["cluster"])})
             colormap = DirectLabelColormap(color_dict=colors)
-            applied = self.applied is not None and self.applied[0] == picture.field_index
             how = (f"painted by cluster ({self.result_path.name} applied)" if applied else
                    "painted by cluster (the store's predictions)")
         name = self.names()["objects"]
