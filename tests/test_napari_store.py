@@ -138,7 +138,7 @@ def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, 
         for j, obj in enumerate(members):
             y, x = origins[c * columns + j]
             assert np.allclose(gallery.data[y:y + store.size, x:x + store.size], store.crops[int(obj)])
-    assert gallery.translate[1] > viewer.layers["s field"].extent.world[1][1]      # right of the field
+    assert gallery.translate[0] > viewer.layers["s field"].extent.world[1][0]      # under the field
     # the shares per another column, drawn in the clusters' colours, and their export
     panel.group_by.value = "site"
     assert panel.shares["site"].tolist() == [0, 1]

@@ -269,7 +269,7 @@ class StorePanel(Container):
     # ---- the gallery ------------------------------------------------------------------------------
     def show_gallery(self) -> None:
         """Up to GALLERY_PER_CLUSTER crops of each cluster, drawn across the plate's fields: one row per cluster,
-        its number and size above it, right of the field. Only the sampled crops are read."""
+        its cluster number and size above its first crops, under the field. Only the sampled crops are read."""
         names = self.names()
         if self.predictions is None:
             for key in ("gallery", "gallery labels"):
@@ -287,7 +287,7 @@ class StorePanel(Container):
         sizes = np.bincount(self.predictions["cluster"].to_numpy().clip(0), minlength=k)
         for c, members in picked.items():
             tiles[c * columns:c * columns + len(members)] = crops[np.searchsorted(wanted, members)]
-            texts[c * columns], texts[c * columns + 1] = f"cluster {c}", f"n={sizes[c]}"
+            texts[c * columns], texts[c * columns + 1] = f"{c}", f"n={sizes[c]}"      # as the prototype numbers
             colors[c * columns] = colors[c * columns + 1] = L.cluster_color(c)
         scene = L.Scene(self.store.size, self.store.size, k * columns)
         grid = L.tiles_grid(tiles, scene, columns)
@@ -301,13 +301,16 @@ class StorePanel(Container):
         self._place_gallery()
 
     def _place_gallery(self) -> None:
-        """Put the gallery (and its text, moved with it) right of the field, its top at the field's top."""
+        """Put the gallery (and its text, moved with it) under the field, left-aligned with it: a field is about
+        as wide as a gallery row, and a tall dock leaves the canvas taller than wide."""
         names = self.names()
         if names["gallery"] not in self.viewer.layers:
             return
-        right = L.field_extent(self.viewer.layers[names["field"]])[1][1] if names["field"] in self.viewer.layers else 0
+        lo, hi = L.field_extent(self.viewer.layers[names["field"]]) if names["field"] in self.viewer.layers else \
+            (np.zeros(2), np.zeros(2))
         gallery, text = self.viewer.layers[names["gallery"]], self.viewer.layers[names["gallery labels"]]
-        shift = np.array([0.0, float(right) + 4 * L.Scene(self.store.size, self.store.size, 1).gap]) - gallery.translate[-2:]
+        gap = 4 * L.Scene(self.store.size, self.store.size, 1).gap
+        shift = np.array([float(hi[0]) + gap, float(lo[1])]) - np.asarray(gallery.translate[-2:], float)
         gallery.translate = np.asarray(gallery.translate, float) + np.pad(shift, (gallery.ndim - 2, 0))
         text.translate = np.asarray(text.translate, float) + shift
 
