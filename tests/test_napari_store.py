@@ -227,13 +227,17 @@ def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path):
     assert "s field" in viewer.layers
 
 
-def test_a_store_without_predictions_is_painted_by_object(plate, make_napari_viewer, tmp_path):
+def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(plate, make_napari_viewer, tmp_path):
     manifest, _, _, _ = plate
-    fresh = ticlust.extract(manifest, tmp_path / "fresh.zarr")
+    fresh = ticlust.extract(manifest.parent, tmp_path / "fresh.zarr")       # the folder: no manifest columns
     viewer = make_napari_viewer()
     _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
     assert panel.open_store(fresh.path)
+    assert not panel.has_wells and panel.well.choices == () and list(panel.field.choices) == [0, 1, 2, 3]
+    assert panel.group_by.choices == ("image",)
+    panel.pick(2)
+    assert np.array_equal(viewer.layers["fresh field"].data, field_file(manifest, fresh, 2))
     assert "no predictions yet" in panel.summary.value and "painted by object" in panel.status.value
     assert "fresh gallery" not in viewer.layers and panel.shares is None and not panel.export_button.enabled
     objects = viewer.layers["fresh objects"]
-    assert objects.data.max() == len(plate_view.field_rows(fresh, 0)) and "cluster" not in objects.features
+    assert objects.data.max() == len(plate_view.field_rows(fresh, 2)) and "cluster" not in objects.features

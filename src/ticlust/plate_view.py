@@ -54,7 +54,9 @@ def condition_columns(store: ObjectStore) -> list[str]:
 
 def field_title(row) -> str:
     """How a field is named in a picker: its image file, then its manifest values (``A01_s0.tif · well A01 · site 0``)."""
-    values = [f"{k} {v}" for k, v in row.items() if k not in FILE_COLUMNS and v is not None and v == v]
+    import pandas as pd
+
+    values = [f"{k} {v}" for k, v in row.items() if k not in FILE_COLUMNS and pd.notna(v)]
     return " · ".join([Path(str(row["image"])).name, *values])
 
 
