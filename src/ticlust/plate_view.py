@@ -53,7 +53,8 @@ def condition_columns(store: ObjectStore) -> list[str]:
 
 
 def field_title(row) -> str:
-    """How a field is named in a picker: its image file, then its manifest values (``A01_s0.tif · well A01 · site 0``)."""
+    """How a field is named in a picker: its image file, then its manifest values
+    (``A01_s0.tif · well A01 · site 0``)."""
     import pandas as pd
 
     values = [f"{k} {v}" for k, v in row.items() if k not in FILE_COLUMNS and pd.notna(v)]
@@ -117,7 +118,8 @@ def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
 
 
 def _displayed(image: np.ndarray, labels_shape: tuple, channel_axis: int | None) -> tuple[np.ndarray, bool]:
-    """The image with its channels first (napari puts a slider on them) or as RGB(A), beside labels of ``labels_shape``."""
+    """The image with its channels first (napari puts a slider on them) or as RGB(A), beside labels of
+    ``labels_shape``."""
     if channel_axis is not None:
         return np.moveaxis(image, channel_axis, 0), False
     if image.ndim == len(labels_shape) + 1 and image.shape[:-1] == tuple(labels_shape):
@@ -159,7 +161,8 @@ def cluster_shares(predictions, by: str = "well"):
     k = int(clusters.max()) + 1 if len(clusters) and clusters.max() >= 0 else 0
     names = [f"cluster_{c}" for c in range(k)] + (["rejected"] if (clusters < 0).any() else [])
     codes = np.where(clusters < 0, k, clusters)
-    grouped = pd.DataFrame({by: predictions[by].to_numpy(), "code": codes}).groupby(by, sort=False, dropna=False)["code"]
+    frame = pd.DataFrame({by: predictions[by].to_numpy(), "code": codes})
+    grouped = frame.groupby(by, sort=False, dropna=False)["code"]
     counts = grouped.value_counts().unstack(fill_value=0).reindex(columns=range(len(names)), fill_value=0)
     counts = counts.reindex(pd.unique(predictions[by]))          # groups in table order (wells as listed)
     objects = counts.sum(axis=1).to_numpy()
@@ -219,5 +222,6 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
-__all__ = ["read_predictions", "condition_columns", "field_title", "field_rows", "field_table", "FieldPicture", "field_picture",
+__all__ = ["read_predictions", "condition_columns", "field_title", "field_rows", "field_table", "FieldPicture",
+           "field_picture",
            "object_values", "cluster_shares", "write_shares", "gallery_sample", "assign_field", "GALLERY_PER_CLUSTER"]

@@ -101,10 +101,13 @@ class StorePanel(Container):
         self.summary = Label(label="store", value=NO_STORE)
         # choices are functions of the panel's state: napari calls reset_choices on a docked widget whenever
         # layers change, which would put back fixed lists
-        self.well = ComboBox(label="well", choices=self._well_choices, tooltip="The wells of the plate (the manifest's well column)")
-        self.field = ComboBox(label="field", choices=self._field_choices, tooltip="The fields of view (of the well): its image and objects")
+        self.well = ComboBox(label="well", choices=self._well_choices,
+                             tooltip="The wells of the plate (the manifest's well column)")
+        self.field = ComboBox(label="field", choices=self._field_choices,
+                              tooltip="The fields of view (of the well): its image and objects")
         self.group_by = ComboBox(label="share per", choices=self._group_choices,
-                                 tooltip="Which manifest column the cluster shares are counted per (well, condition, …)")
+                                 tooltip="Which manifest column the cluster shares are counted per (well, "
+                                         "condition, …)")
         self.export_button = PushButton(text="Export shares…", enabled=False)
         self.load_button = PushButton(text="Load result…")
         self.apply_button = PushButton(text="Apply result", enabled=False)
@@ -248,7 +251,8 @@ class StorePanel(Container):
                 table[key] = values
         if "cluster" not in table.columns:
             colormap = label_colormap(50)
-            how = "painted by object: no predictions yet (ticlust predict RESULT STORE, or Load result… and Apply result)"
+            how = ("painted by object: no predictions yet (ticlust predict RESULT STORE, or Load result… and Apply "
+                   "result)")
         else:
             colors = {None: TRANSPARENT, 0: TRANSPARENT}
             colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(table["cluster"])})
@@ -295,7 +299,8 @@ class StorePanel(Container):
         if grid.ndim == 3 and not rgb:
             grid = np.moveaxis(grid, -1, 0)
         meta = {"ticlust_gallery": {c: v.tolist() for c, v in picked.items()}, "columns": columns}
-        L.set_image(self.viewer, names["gallery"], grid, metadata=meta, **({"rgb": True} if rgb else {"colormap": "gray"}))
+        L.set_image(self.viewer, names["gallery"], grid, metadata=meta,
+                    **({"rgb": True} if rgb else {"colormap": "gray"}))
         raster, factor = L.text_raster(scene, columns, texts, colors)
         L.set_text_layer(self.viewer, names["gallery labels"], raster, factor, (0.0, 0.0))
         self._place_gallery()
@@ -392,7 +397,8 @@ class StorePanel(Container):
 
     def _on_event(self, event) -> None:
         if isinstance(event, Exception):
-            message = str(event) if isinstance(event, InputError) else f"Apply result stopped with {type(event).__name__}: {event}"
+            message = (str(event) if isinstance(event, InputError) else
+                       f"Apply result stopped with {type(event).__name__}: {event}")
             show_error(message)
             self.say(f"Stopped: {message}")
         elif isinstance(event, Progress):
@@ -426,7 +432,8 @@ class StorePanel(Container):
     def _ask_export(self, _=None) -> None:
         from qtpy.QtWidgets import QFileDialog
 
-        path, _ = QFileDialog.getSaveFileName(self.native, "Export cluster shares", f"shares_per_{self.group_by.value}.csv",
+        path, _ = QFileDialog.getSaveFileName(self.native, "Export cluster shares",
+                                              f"shares_per_{self.group_by.value}.csv",
                                               "CSV (*.csv)")
         if path:
             try:
