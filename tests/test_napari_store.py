@@ -210,6 +210,7 @@ def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
 def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path):
     manifest, store, _, _ = plate
     viewer, panel = panel
+    assert reader.get_store_reader(str(tmp_path)) is None and reader.get_store_reader([str(store.path)]) is None
     assert not panel.open_store(tmp_path) and "is not an object store" in panel.status.value
     assert panel.store is store or panel.store.path == store.path            # the open store stays
     other = tmp_path / "other.npz"
