@@ -181,6 +181,10 @@ def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, pan
     assert panel.applied[1]["cluster"].tolist() == predictions["cluster"].to_numpy()[rows].tolist()
     assert viewer.layers["s objects"].features["cluster"].tolist() == panel.applied[1]["cluster"].tolist()
     assert "km.npz applied" in panel.status.value and panel.progress.value == panel.progress.max
+    panel.pick(0)                      # another field shows the store's predictions; back on field 1, the applied ones
+    assert "the store's predictions" in panel.status.value
+    panel.pick(1)
+    assert "km.npz applied" in panel.status.value
 
 
 def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):

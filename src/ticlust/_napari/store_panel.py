@@ -92,7 +92,7 @@ class StorePanel(Container):
         self.shares = None               # the share table shown in the plot
         self.result = None               # a loaded result, for Apply result
         self.result_path: Path | None = None
-        self.applied: tuple | None = None   # (field index, assignment columns) of the last Apply result
+        self.applied: tuple | None = None   # (field index, assignment columns, result file name) of the last Apply
         self.worker = None
         self.has_wells = False           # whether the plate's manifest has a well column (a well picker)
         self._filling = False
@@ -257,7 +257,7 @@ class StorePanel(Container):
             colors = {None: TRANSPARENT, 0: TRANSPARENT}
             colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(table["cluster"])})
             colormap = DirectLabelColormap(color_dict=colors)
-            how = (f"painted by cluster ({self.result_path.name} applied)" if applied else
+            how = (f"painted by cluster ({self.applied[2]} applied)" if applied else
                    "painted by cluster (the store's predictions)")
         name = self.names()["objects"]
         if name in self.viewer.layers:
@@ -367,7 +367,7 @@ class StorePanel(Container):
         if self.store is None or self.result is None or self.field.value is None:
             self.say("Open a store and load a result first.")
             return None
-        field_index, result, store = int(self.field.value), self.result, self.store
+        field_index, result, store, name = int(self.field.value), self.result, self.store, self.result_path.name
 
         def job():
             try:
@@ -375,7 +375,7 @@ class StorePanel(Container):
             except Exception as exc:   # reported in the GUI thread, in one sentence
                 yield exc
                 return None
-            return field_index, columns
+            return field_index, columns, name
 
         self.worker = create_worker(job, _start_thread=False)
         self.worker.yielded.connect(self._on_event)
