@@ -1,7 +1,11 @@
 """A plate in napari (issue "Plates and a million objects", item 6): the plate panel and the store reader with a
 real viewer, on a small generated plate (2 wells × 2 fields × 20 nuclei of 256×256) extracted, fitted with
 kmeans on the store and predicted, once per module; and the napari-free pieces (ticlust.plate_view) on it."""
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -114,6 +118,17 @@ def test_assigning_a_field_gives_the_stores_predictions(plate):
     other = ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu")
     with pytest.raises(ticlust.InputError, match="fitted on 20×20 crops"):
         drain(plate_view.assign_field(other, store, 0))
+
+
+def test_a_result_loaded_in_a_fresh_process_keeps_its_fitted_state(plate):
+    """ticlust.load_result alone, in a process that has not imported the methods, drops the fitted state (the
+    registry of state types is empty) and the result then reads as edited by hand: load_store_result must not."""
+    _, store, km, _ = plate
+    code = ("import sys; from ticlust.plate_view import load_store_result; from ticlust import open_objects; "
+            "r = load_store_result(sys.argv[1], open_objects(sys.argv[2])); print(r.state is not None)")
+    out = subprocess.run([sys.executable, "-c", code, str(km), str(store.path)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(ticlust.__file__).parents[1])})
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
 
 
 # ---- the panel ---------------------------------------------------------------------------------

@@ -201,6 +201,20 @@ def gallery_sample(predictions, per_cluster: int = GALLERY_PER_CLUSTER, seed: in
 
 
 # ---- a result on one field ---------------------------------------------------------------------------
+def load_store_result(path, store: ObjectStore | None = None):
+    """A saved result, ready to assign this store's objects: refused with one sentence when it cannot (another
+    crop size, channel count or crop options; edited by hand and not refined)."""
+    from . import methods  # noqa: F401  (registers every method's state type: without it a fresh process
+    #                                      loads a result without its fitted state)
+    from .plate_run import check_result_for_store
+    from .result import load_result
+
+    result = load_result(path)
+    if store is not None:
+        check_result_for_store(result, store)
+    return result
+
+
 def assign_field(result, store: ObjectStore, field_index: int, device: str = "auto", block: int = APPLY_BLOCK):
     """Assign one field's objects with a fitted result, ``block`` objects at a time: a generator of Progress
     events that returns the assignment columns (cluster, score, runner_up, runner_up_score) in the field's
@@ -223,5 +237,5 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
 
 
 __all__ = ["read_predictions", "condition_columns", "field_title", "field_rows", "field_table", "FieldPicture",
-           "field_picture",
-           "object_values", "cluster_shares", "write_shares", "gallery_sample", "assign_field", "GALLERY_PER_CLUSTER"]
+           "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample", "load_store_result",
+           "assign_field", "GALLERY_PER_CLUSTER"]

@@ -22,7 +22,7 @@ from qtpy.QtWidgets import QWidget
 from ..errors import InputError
 from ..events import Progress
 from ..plate_view import (GALLERY_PER_CLUSTER, assign_field, cluster_shares, condition_columns, field_picture,
-                          field_title, gallery_sample, read_predictions, write_shares)
+                          field_title, gallery_sample, load_store_result, read_predictions, write_shares)
 from ..store import ObjectStore
 from . import layers as L
 
@@ -150,10 +150,11 @@ class StorePanel(Container):
             self.say(str(exc))
             return False
         self.cancel()
-        for name in self.names().values():          # the previous store's layers
+        before = self.names().values()
+        self.store, self.predictions, self.applied = store, predictions, None
+        for name in set(before) - set(self.names().values()):   # another store's layers (same names: reused)
             if name in self.viewer.layers:
                 self.viewer.layers.remove(name)
-        self.store, self.predictions, self.applied = store, predictions, None
         listing = store.fields
         self.has_wells = "well" in listing.columns
         self.well.visible = self.has_wells
@@ -338,13 +339,8 @@ class StorePanel(Container):
     # ---- a result on the current field ------------------------------------------------------------
     def load_result(self, path) -> bool:
         """Load a result for Apply result; one sentence when it cannot assign this store's objects."""
-        from ..plate_run import check_result_for_store
-        from ..result import load_result
-
         try:
-            result = load_result(path)
-            if self.store is not None:
-                check_result_for_store(result, self.store)
+            result = load_store_result(path, self.store)
         except InputError as exc:
             self.say(str(exc))
             return False
