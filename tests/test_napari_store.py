@@ -187,7 +187,9 @@ def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, pan
     assert "painted by cluster" in panel.status.value
     # Apply result on another field: the same clusters as the store's predictions, painted when done
     panel.pick(1)
-    assert panel.load_result(km) and panel.apply_button.enabled
+    panel.load_result(km)
+    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    assert panel.result is not None and panel.apply_button.enabled and "Loaded km.npz" in panel.status.value
     worker = panel.apply_result()
     assert worker is not None and panel.apply_button.text == "Cancel"
     qtbot.waitUntil(lambda: panel.worker is None, timeout=30_000)
@@ -216,6 +218,7 @@ def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
     monkeypatch.setattr(store_panel, "assign_field", held)
     panel.pick(2)
     panel.load_result(km)
+    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
     before = viewer.layers["s objects"].colormap
     panel.apply_result()
     qtbot.waitUntil(lambda: panel.progress.value > 0, timeout=30_000)
@@ -226,7 +229,7 @@ def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
     assert panel.status.value == "Cancelled: nothing was changed." and panel.apply_button.text == "Apply result"
 
 
-def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path):
+def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path, qtbot):
     manifest, store, _, _ = plate
     viewer, panel = panel
     assert reader.get_store_reader(str(tmp_path)) is None and reader.get_store_reader([str(store.path)]) is None
@@ -234,7 +237,9 @@ def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path):
     assert panel.store is store or panel.store.path == store.path            # the open store stays
     other = tmp_path / "other.npz"
     ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu").save(other)
-    assert not panel.load_result(other) and "fitted on 20×20 crops" in panel.status.value
+    panel.load_result(other)
+    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    assert panel.result is None and not panel.apply_button.enabled and "fitted on 20×20 crops" in panel.status.value
     image = manifest.parent / store.fields["image"][1]
     moved = image.with_name("moved.tif")
     image.rename(moved)

@@ -93,7 +93,8 @@ class StorePanel(Container):
         self.result = None               # a loaded result, for Apply result
         self.result_path: Path | None = None
         self.applied: tuple | None = None   # (field index, assignment columns, result file name) of the last Apply
-        self.worker = None
+        self.worker = None               # Apply result's worker
+        self.loader = None               # Load result's worker
         self.has_wells = False           # whether the plate's manifest has a well column (a well picker)
         self._filling = False
 
@@ -337,18 +338,37 @@ class StorePanel(Container):
         return out
 
     # ---- a result on the current field ------------------------------------------------------------
-    def load_result(self, path) -> bool:
-        """Load a result for Apply result; one sentence when it cannot assign this store's objects."""
-        try:
-            result = load_store_result(path, self.store)
-        except InputError as exc:
-            self.say(str(exc))
-            return False
-        self.result, self.result_path = result, Path(path)
-        self.apply_button.enabled = self.store is not None
-        self.say(f"Loaded {self.result_path.name} ({result.method}, K = {result.k}): Apply result assigns the "
-                 "current field's objects.")
-        return True
+    def load_result(self, path):
+        """Load a result for Apply result, in a worker thread (the first result of a session imports torch:
+        seconds); one sentence when it cannot assign this store's objects. Returns the worker."""
+        store, path = self.store, Path(path)
+
+        def job():
+            try:
+                return load_store_result(path, store), None
+            except InputError as exc:
+                return None, str(exc)
+
+        self.loader = create_worker(job, _start_thread=False)
+        self.loader.returned.connect(lambda done: self._on_loaded(path, *done))
+        self.loader.finished.connect(self._on_load_finished)
+        self.load_button.enabled = self.apply_button.enabled = False
+        self.say(f"Loading {path.name}…")
+        self.loader.start()
+        return self.loader
+
+    def _on_loaded(self, path: Path, result, problem: str | None) -> None:
+        if problem is not None:
+            self.say(problem)
+            return
+        self.result, self.result_path = result, path
+        self.say(f"Loaded {path.name} ({result.method}, K = {result.k}): Apply result assigns the current field's "
+                 "objects.")
+
+    def _on_load_finished(self) -> None:
+        self.loader = None
+        self.load_button.enabled = self.worker is None
+        self.apply_button.enabled = self.store is not None and self.result is not None
 
     def _on_apply_clicked(self, _=None) -> None:
         if self.worker is not None:
