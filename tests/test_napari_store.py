@@ -118,6 +118,9 @@ def test_assigning_a_field_gives_the_stores_predictions(plate):
     other = ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu")
     with pytest.raises(ticlust.InputError, match="fitted on 20×20 crops"):
         drain(plate_view.assign_field(other, store, 0))
+    for bad in (4, -1, "2", True, 1.0):
+        with pytest.raises(ticlust.InputError, match="not one of the store's fields: give a number from 0 to 3"):
+            drain(plate_view.assign_field(result, store, bad))
 
 
 def test_a_result_loaded_in_a_fresh_process_keeps_its_fitted_state(plate):

@@ -61,9 +61,21 @@ def field_title(row) -> str:
     return " · ".join([Path(str(row["image"])).name, *values])
 
 
+def check_field(store: ObjectStore, field_index) -> int:
+    """``field_index`` as a field of the store's listing, or an InputError saying which there are."""
+    count = int(store.attributes["input"]["fields"])
+    if isinstance(field_index, bool) or not isinstance(field_index, (int, np.integer)) or \
+            not 0 <= field_index < count:
+        raise InputError(f"Field {field_index!r} is not one of the store's fields: give a number from 0 to "
+                         f"{count - 1}.")
+    return int(field_index)
+
+
 def field_rows(store: ObjectStore, field_index: int) -> np.ndarray:
     """The object indices (rows of the table, crops) of one field: one block, the table being in field order."""
     import pyarrow.parquet as pq
+
+    field_index = check_field(store, field_index)
 
     fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
     start, stop = np.searchsorted(fields, [field_index, field_index + 1])
@@ -75,9 +87,10 @@ def field_table(store: ObjectStore, field_index: int):
     predictions: read from Parquet with a filter, so the rest of the plate stays on disk."""
     import pandas as pd
 
+    field_index = check_field(store, field_index)
     path = predictions_path(store)
     path = path if path.is_file() else store.path / "table.parquet"
-    return pd.read_parquet(path, filters=[("field_index", "==", int(field_index))]).reset_index(drop=True)
+    return pd.read_parquet(path, filters=[("field_index", "==", field_index)]).reset_index(drop=True)
 
 
 # ---- one field ---------------------------------------------------------------------------------------
@@ -99,22 +112,20 @@ def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
     is gone or unreadable (the sentence names it)."""
     from .plate import FieldSpec, _beside, _is_zarr, open_field
 
-    listing = store.fields
-    if not 0 <= int(field_index) < len(listing):
-        raise InputError(f"The store has {len(listing)} fields: pick one of 0 to {len(listing) - 1}.")
-    row = listing.iloc[int(field_index)]
+    field_index = check_field(store, field_index)
+    row = store.fields.iloc[field_index]
     source = Path(store.attributes["input"]["path"])
     if source.is_dir() and _is_zarr(source):
-        spec = FieldSpec(int(field_index), str(source), row["labels"], ome=True)
+        spec = FieldSpec(field_index, str(source), row["labels"], ome=True)
     else:                      # names relative to the folder or the manifest's folder, or full paths
         base = source if source.is_dir() else source.parent
-        spec = FieldSpec(int(field_index), _beside(base, row["image"]), _beside(base, row["labels"]))
+        spec = FieldSpec(field_index, _beside(base, row["image"]), _beside(base, row["labels"]))
     image, labels, channel_axis = open_field(spec)
     labels = np.asarray(labels)
     image, rgb = _displayed(np.asarray(image), labels.shape, channel_axis)
-    rows = field_table(store, int(field_index))
+    rows = field_table(store, field_index)
     values = object_values(labels, rows["label"].to_numpy(), rows["frame"].to_numpy())
-    return FieldPicture(int(field_index), image, rgb, values, rows)
+    return FieldPicture(field_index, image, rgb, values, rows)
 
 
 def _displayed(image: np.ndarray, labels_shape: tuple, channel_axis: int | None) -> tuple[np.ndarray, bool]:
@@ -221,14 +232,14 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
     object order. Refuses a result that cannot assign this store's objects (another crop size, …)."""
     from .events import Progress
     from .methods import get_method
-    from .plate_run import check_result_for_store, predict_items, result_points, store_items
+    from .plate_run import N_POINTS, check_result_for_store, predict_items, result_points, store_items
 
     check_result_for_store(result, store)
     index = field_rows(store, field_index)
     if len(index) == 0:
         raise InputError("This field has no objects in the store: pick another field.")
     landmarks = get_method(result.method).inputs == ("landmarks",)
-    items = store_items(store, index, landmarks, result_points(result) if landmarks else 0)
+    items = store_items(store, index, landmarks, result_points(result) if landmarks else N_POINTS)
     chunks = []
     for s in range(0, len(index), block):
         chunks.append(predict_items(result, items[s:s + block], device))
@@ -236,6 +247,6 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
-__all__ = ["read_predictions", "condition_columns", "field_title", "field_rows", "field_table", "FieldPicture",
-           "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample", "load_store_result",
-           "assign_field", "GALLERY_PER_CLUSTER"]
+__all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_table",
+           "FieldPicture", "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample",
+           "load_store_result", "assign_field", "GALLERY_PER_CLUSTER"]
