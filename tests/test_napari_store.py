@@ -88,6 +88,8 @@ def test_gallery_sample_is_seeded_and_spread_over_the_fields(plate):
         fields = predictions["field_index"].to_numpy()[members]
         own = predictions.loc[predictions["cluster"] == c, "field_index"].nunique()
         assert len(set(fields)) == min(len(members), own)      # one object per field before a second
+    with pytest.raises(ticlust.InputError, match="at least 1"):
+        plate_view.gallery_sample(predictions, per_cluster=0)
 
 
 def test_object_values_paint_each_kept_object_by_its_row():
