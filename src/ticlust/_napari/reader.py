@@ -1,4 +1,5 @@
-"""napari reader for .npz files: ticlust results (prototypes, aligned stack) or plain image stacks."""
+"""napari readers: .npz files (ticlust results, or plain image stacks), tpsDig .tps files, and object stores
+(``ticlust extract``), which open in the plate panel."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -104,3 +105,27 @@ def read_tps_points(path) -> list[tuple]:
     landmarks, ids = read_tps(path)
     coords, shape_id, landmark = landmarks_to_points(landmarks, ids)
     return [(coords, {"name": Path(path).stem, "features": {"shape_id": shape_id, "landmark": landmark}}, "points")]
+
+
+def get_store_reader(path):
+    """Return a reader for an object store folder (``ticlust extract``), or None so that napari tries other plugins."""
+    from ..plate_run import is_store
+
+    if isinstance(path, list) or not is_store(path):
+        return None
+    return read_store
+
+
+def read_store(path) -> list[tuple]:
+    """Dock the plate panel (Plugins > ticlust > Plate) and open the store in it: the panel makes the field,
+    objects and gallery layers itself. A store that cannot be opened is said in the panel."""
+    import napari
+
+    from .store_panel import STORE_PANEL
+
+    viewer = napari.current_viewer()
+    if viewer is None:     # pragma: no cover - the reader only runs inside napari
+        return []
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    panel.open_store(path)
+    return [(None,)]       # napari's sentinel: the reader added its layers itself

@@ -1,0 +1,465 @@
+"""The plate panel: an object store (``ticlust extract``) in napari, read the way a screen is read.
+
+Pick a well and a field: its image, with its objects painted by cluster once the store has predictions
+(``ticlust predict RESULT STORE``; before that, by object). Beside it, a gallery of each cluster sampled
+across the plate; in the dock, each cluster's share per well (or per another manifest column), exportable
+as CSV; and Apply result, which assigns the current field's objects with a loaded result in a worker thread.
+What is read and computed comes from :mod:`ticlust.plate_view` (no napari there); this module only draws.
+
+No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
+"""
+from pathlib import Path
+
+import numpy as np
+from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
+from napari.qt.threading import create_worker
+from napari.utils.notifications import show_error
+from napari.viewer import Viewer
+from qtpy.QtCore import QRectF, Qt
+from qtpy.QtGui import QColor, QPainter
+from qtpy.QtWidgets import QWidget
+
+from ..errors import InputError
+from ..events import Progress
+from ..plate_view import (GALLERY_PER_CLUSTER, assign_field, cluster_shares, condition_columns, field_picture,
+                          field_title, gallery_sample, load_store_result, read_predictions, write_shares)
+from ..store import ObjectStore
+from . import layers as L
+
+#: The panel's name in napari.yaml (Plugins > ticlust > …).
+STORE_PANEL = "Plate (object store)"
+PANEL_WIDTH = 380     # the dock's width in pixels, as the ticlust widget's
+NO_STORE = "No store open: press Open store… or drag a STORE.zarr folder onto napari."
+TRANSPARENT = np.zeros(4)
+
+
+class SharePlot(QWidget):
+    """Stacked bars, one per well (or condition): each cut into its clusters' shares, in the clusters' colours."""
+
+    def __init__(self, parent=None):
+        super().__init__(parent)
+        self.shares = None
+        self.by = ""
+        self.setMinimumSize(200, 150)
+
+    def set_shares(self, shares, by: str) -> None:
+        """Show this share table (:func:`ticlust.plate_view.cluster_shares`), or nothing (None); repaint."""
+        self.shares, self.by = shares, by
+        self.setToolTip("" if shares is None else f"each cluster's share of the objects per {by}; Export shares… "
+                                                  "writes the numbers")
+        self.update()
+
+    def paintEvent(self, _event) -> None:
+        painter = QPainter(self)
+        painter.fillRect(self.rect(), QColor(38, 41, 48))
+        painter.setPen(QColor(220, 220, 220))
+        title = "cluster share: no predictions yet" if self.shares is None else f"cluster share per {self.by}"
+        painter.drawText(QRectF(4, 0, self.width() - 8, 16), Qt.AlignmentFlag.AlignLeft, title)
+        if self.shares is not None and len(self.shares):
+            self._bars(painter, QRectF(4, 20, self.width() - 8, self.height() - 40))
+        painter.end()
+
+    def _bars(self, painter: QPainter, area: QRectF) -> None:
+        columns = [c for c in self.shares.columns if c.startswith("cluster_") or c == "rejected"]
+        values = self.shares[columns].to_numpy(float)
+        colors = [QColor.fromRgbF(*map(float, L.cluster_color(-1 if c == "rejected" else int(c[8:]))[:3]))
+                  for c in columns]
+        width = area.width() / len(values)
+        painter.setPen(Qt.PenStyle.NoPen)
+        for i, row in enumerate(values):
+            bottom = area.bottom()
+            for share, color in zip(row, colors):
+                h = area.height() * share
+                painter.setBrush(color)
+                painter.drawRect(QRectF(area.left() + i * width + 0.1 * width, bottom - h, 0.8 * width, h))
+                bottom -= h
+        painter.setPen(QColor(220, 220, 220))
+        names = [str(v) for v in self.shares[self.by]]
+        every = max(1, int(np.ceil(max(len(n) for n in names) * 7 / max(width, 1))))     # labels that do not overlap
+        for i in range(0, len(names), every):
+            painter.drawText(QRectF(area.left() + i * width - width * (every - 1) / 2, area.bottom() + 2, width * every,
+                                    16), Qt.AlignmentFlag.AlignHCenter, names[i])
+
+
+class StorePanel(Container):
+    """Dock widget for an object store: a field with its objects by cluster, a gallery, shares, Apply result."""
+
+    def __init__(self, viewer: Viewer):
+        super().__init__(labels=True)
+        self.viewer = viewer
+        self.store: ObjectStore | None = None
+        self.predictions = None          # the store's predictions (the columns shares and gallery need), or None
+        self.shares = None               # the share table shown in the plot
+        self.result = None               # a loaded result, for Apply result
+        self.result_path: Path | None = None
+        self.applied: tuple | None = None   # (field index, assignment columns, result file name) of the last Apply
+        self.worker = None               # Apply result's worker
+        self.loader = None               # Load result's worker
+        self.has_wells = False           # whether the plate's manifest has a well column (a well picker)
+        self._filling = False
+
+        self.open_button = PushButton(text="Open store…")
+        self.summary = Label(label="store", value=NO_STORE)
+        # choices are functions of the panel's state: napari calls reset_choices on a docked widget whenever
+        # layers change, which would put back fixed lists
+        self.well = ComboBox(label="well", choices=self._well_choices,
+                             tooltip="The wells of the plate (the manifest's well column)")
+        self.field = ComboBox(label="field", choices=self._field_choices,
+                              tooltip="The fields of view (of the well): its image and objects")
+        self.group_by = ComboBox(label="share per", choices=self._group_choices,
+                                 tooltip="Which manifest column the cluster shares are counted per (well, "
+                                         "condition, …)")
+        self.export_button = PushButton(text="Export shares…", enabled=False)
+        self.load_button = PushButton(text="Load result…")
+        self.apply_button = PushButton(text="Apply result", enabled=False)
+        self.progress = ProgressBar(label="progress", min=0, max=1, value=0)
+        self.status = Label(label="", value="")
+        for label in (self.summary, self.status):
+            label.native.setWordWrap(True)
+        self.plot = SharePlot()
+        self.extend([self.open_button, self.summary, self.well, self.field, self.group_by])
+        self.native.layout().addWidget(self.plot)
+        self.extend([self.export_button, Container(widgets=[self.load_button, self.apply_button], layout="horizontal",
+                                                   labels=False), self.progress, self.status])
+        self.native.setMinimumWidth(PANEL_WIDTH)
+
+        self.open_button.changed.connect(self._ask_open)
+        self.well.changed.connect(self._on_well)
+        self.field.changed.connect(self._on_field)
+        self.group_by.changed.connect(lambda _=None: self._filling or self.show_shares())
+        self.export_button.changed.connect(self._ask_export)
+        self.load_button.changed.connect(self._ask_load)
+        self.apply_button.changed.connect(self._on_apply_clicked)
+
+    # ---- names -----------------------------------------------------------------------------------
+    def names(self) -> dict[str, str]:
+        """The layers this panel makes for the open store (reused by name)."""
+        stem = self.store.path.stem if self.store is not None else "store"
+        return {key: f"{stem} {key}" for key in ("field", "objects", "gallery", "gallery labels")}
+
+    def say(self, text: str) -> None:
+        self.status.value = text
+
+    # ---- opening -----------------------------------------------------------------------------------
+    def open_store(self, path) -> bool:
+        """Open an object store: fill the pickers, show its first field, the gallery and the shares. A folder
+        that is no (finished) store, or a broken predictions table, is refused with one sentence."""
+        try:
+            store = ObjectStore(path)
+            predictions = read_predictions(store, ["field_index", "cluster", "image", *condition_columns(store)])
+        except InputError as exc:
+            self.say(str(exc))
+            return False
+        self.cancel()
+        before = self.names().values()
+        self.store, self.predictions, self.applied = store, predictions, None
+        for name in set(before) - set(self.names().values()):   # another store's layers (same names: reused)
+            if name in self.viewer.layers:
+                self.viewer.layers.remove(name)
+        listing = store.fields
+        self.has_wells = "well" in listing.columns
+        self.well.visible = self.has_wells
+        self._filling = True
+        try:
+            for combo in (self.well, self.field, self.group_by):
+                combo.reset_choices()
+            if "well" in self.group_by.choices:
+                self.group_by.value = "well"
+        finally:
+            self._filling = False
+        method = "; no predictions yet" if predictions is None else "; predicted"
+        wells = f" in {listing['well'].nunique()} wells" if "well" in listing.columns else ""
+        self.summary.value = f"{store.path.name}: {len(store)} objects, {len(listing)} fields{wells}{method}"
+        self.show_gallery()
+        self.show_shares()
+        self._show_current()
+        self.apply_button.enabled = self.result is not None
+        return True
+
+    def _well_choices(self, _widget=None) -> list[str]:
+        """The plate's wells, in the order the input lists them (none without a well column)."""
+        if self.store is None or not self.has_wells:
+            return []
+        return list(dict.fromkeys(str(w) for w in self.store.fields["well"]))
+
+    def _field_choices(self, _widget=None) -> list[tuple[str, int]]:
+        """(name, field index) of the chosen well's fields (every field when the plate has no well column)."""
+        if self.store is None:
+            return []
+        listing = self.store.fields
+        if self.has_wells and self.well.value is not None:
+            listing = listing[listing["well"].astype(str) == self.well.value]
+        return [(field_title(row), int(row["field_index"])) for _, row in listing.iterrows()]
+
+    def _group_choices(self, _widget=None) -> list[str]:
+        """What shares can be counted per: the manifest's columns, and the field's image."""
+        return [] if self.store is None else condition_columns(self.store) + ["image"]
+
+    def _on_well(self, _=None) -> None:
+        if not self._filling and self.store is not None:
+            self._filling = True
+            try:
+                self.field.reset_choices()
+            finally:
+                self._filling = False
+            self._show_current()
+
+    def _on_field(self, _=None) -> None:
+        if not self._filling and self.store is not None:
+            self._show_current()
+
+    def _show_current(self) -> None:
+        if self.field.value is not None:
+            self.show_field(int(self.field.value))
+
+    def pick(self, field_index: int) -> None:
+        """Show field ``field_index`` (as the pickers do): its well, then the field."""
+        row = self.store.fields.iloc[int(field_index)]
+        if self.has_wells:
+            self.well.value = str(row["well"])
+        self.field.value = int(field_index)
+
+    # ---- a field ---------------------------------------------------------------------------------
+    def show_field(self, field_index: int) -> None:
+        """The field's image and its objects painted by cluster (by object before any prediction). A file that is
+        gone is said in the status line, and no stale field stays shown."""
+        names = self.names()
+        title = field_title(self.store.fields.iloc[int(field_index)])
+        try:
+            picture = field_picture(self.store, field_index)
+        except InputError as exc:
+            for key in ("field", "objects"):
+                if names[key] in self.viewer.layers:
+                    self.viewer.layers.remove(names[key])
+            self.say(f"{title}: {exc}")
+            return
+        if names["field"] in self.viewer.layers and self.viewer.layers[names["field"]].rgb != picture.rgb:
+            self.viewer.layers.remove(names["field"])
+        L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
+                    **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
+        self._paint(picture)
+        self._place_gallery()
+        self.viewer.reset_view()
+
+    def _paint(self, picture) -> None:
+        """The objects layer: values = place in the field + 1, coloured by cluster (or one colour per object)."""
+        from napari.utils.colormaps import DirectLabelColormap, label_colormap
+
+        table = picture.table.copy()
+        table.insert(0, "index", np.arange(1, len(table) + 1))
+        applied = self.applied is not None and self.applied[0] == picture.field_index
+        if applied:                      # the last Apply result on this field, over the store's predictions
+            for key, values in self.applied[1].items():
+                table[key] = values
+        if "cluster" not in table.columns:
+            colormap = label_colormap(50)
+            how = ("painted by object: no predictions yet (ticlust predict RESULT STORE, or Load result… and Apply "
+                   "result)")
+        else:
+            colors = {None: TRANSPARENT, 0: TRANSPARENT}
+            colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(table["cluster"])})
+            colormap = DirectLabelColormap(color_dict=colors)
+            how = (f"painted by cluster ({self.applied[2]} applied)" if applied else
+                   "painted by cluster (the store's predictions)")
+        name = self.names()["objects"]
+        if name in self.viewer.layers:
+            layer = self.viewer.layers[name]
+            layer.data = picture.values
+            layer.colormap = colormap
+            layer.features = table
+        else:
+            layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
+        layer.metadata["field_index"] = picture.field_index
+        self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
+
+    # ---- the gallery ------------------------------------------------------------------------------
+    def show_gallery(self) -> None:
+        """Up to GALLERY_PER_CLUSTER crops of each cluster, drawn across the plate's fields: one row per cluster,
+        its cluster number and size above its first crops, under the field. Only the sampled crops are read."""
+        names = self.names()
+        if self.predictions is None:
+            for key in ("gallery", "gallery labels"):
+                if names[key] in self.viewer.layers:
+                    self.viewer.layers.remove(names[key])
+            return
+        picked = gallery_sample(self.predictions)
+        k = max(picked) + 1 if picked else 0
+        columns = max(2, min(GALLERY_PER_CLUSTER, max((len(v) for v in picked.values()), default=0)))
+        every = np.concatenate([v for v in picked.values()]) if picked else np.zeros(0, int)
+        wanted = np.unique(every)
+        crops = self.store.crops[wanted] if len(wanted) else np.zeros((0,) + self.store.crops.shape[1:])
+        tiles = np.zeros((k * columns,) + self.store.crops.shape[1:], np.float32)
+        texts, colors = [""] * (k * columns), [TRANSPARENT] * (k * columns)
+        sizes = np.bincount(self.predictions["cluster"].to_numpy().clip(0), minlength=k)
+        for c, members in picked.items():
+            tiles[c * columns:c * columns + len(members)] = crops[np.searchsorted(wanted, members)]
+            texts[c * columns], texts[c * columns + 1] = f"{c}", f"n={sizes[c]}"      # as the prototype numbers
+            colors[c * columns] = colors[c * columns + 1] = L.cluster_color(c)
+        scene = L.Scene(self.store.size, self.store.size, k * columns)
+        grid = L.tiles_grid(tiles, scene, columns)
+        rgb = grid.ndim == 3 and grid.shape[-1] == 3
+        if grid.ndim == 3 and not rgb:
+            grid = np.moveaxis(grid, -1, 0)
+        meta = {"ticlust_gallery": {c: v.tolist() for c, v in picked.items()}, "columns": columns}
+        L.set_image(self.viewer, names["gallery"], grid, metadata=meta,
+                    **({"rgb": True} if rgb else {"colormap": "gray"}))
+        raster, factor = L.text_raster(scene, columns, texts, colors)
+        L.set_text_layer(self.viewer, names["gallery labels"], raster, factor, (0.0, 0.0))
+        self._place_gallery()
+
+    def _place_gallery(self) -> None:
+        """Put the gallery (and its text, moved with it) under the field, left-aligned with it: a field is about
+        as wide as a gallery row, and a tall dock leaves the canvas taller than wide."""
+        names = self.names()
+        if names["gallery"] not in self.viewer.layers:
+            return
+        lo, hi = L.field_extent(self.viewer.layers[names["field"]]) if names["field"] in self.viewer.layers else \
+            (np.zeros(2), np.zeros(2))
+        gallery, text = self.viewer.layers[names["gallery"]], self.viewer.layers[names["gallery labels"]]
+        gap = 4 * L.Scene(self.store.size, self.store.size, 1).gap
+        shift = np.array([float(hi[0]) + gap, float(lo[1])]) - np.asarray(gallery.translate[-2:], float)
+        gallery.translate = np.asarray(gallery.translate, float) + np.pad(shift, (gallery.ndim - 2, 0))
+        text.translate = np.asarray(text.translate, float) + shift
+
+    # ---- shares ------------------------------------------------------------------------------------
+    def show_shares(self) -> None:
+        """Each cluster's share per the chosen column, in the plot (and ready for Export shares…)."""
+        by = self.group_by.value
+        self.shares = cluster_shares(self.predictions, by) if self.predictions is not None and by else None
+        self.plot.set_shares(self.shares, by or "")
+        self.export_button.enabled = self.shares is not None
+
+    def export_shares(self, path) -> Path:
+        """Write the share table shown to ``path`` (CSV, atomically)."""
+        if self.shares is None:
+            raise InputError("There are no shares to export yet: open a store that has predictions.")
+        out = write_shares(self.shares, path)
+        self.say(f"Wrote the cluster shares per {self.group_by.value} to {out.name}.")
+        return out
+
+    # ---- a result on the current field ------------------------------------------------------------
+    def load_result(self, path):
+        """Load a result for Apply result, in a worker thread (the first result of a session imports torch:
+        seconds); one sentence when it cannot assign this store's objects. Returns the worker."""
+        store, path = self.store, Path(path)
+
+        def job():
+            try:
+                return load_store_result(path, store), None
+            except InputError as exc:
+                return None, str(exc)
+
+        self.loader = create_worker(job, _start_thread=False)
+        self.loader.returned.connect(lambda done: self._on_loaded(path, *done))
+        self.loader.finished.connect(self._on_load_finished)
+        self.load_button.enabled = self.apply_button.enabled = False
+        self.say(f"Loading {path.name}…")
+        self.loader.start()
+        return self.loader
+
+    def _on_loaded(self, path: Path, result, problem: str | None) -> None:
+        if problem is not None:
+            self.say(problem)
+            return
+        self.result, self.result_path = result, path
+        self.say(f"Loaded {path.name} ({result.method}, K = {result.k}): Apply result assigns the current field's "
+                 "objects.")
+
+    def _on_load_finished(self) -> None:
+        self.loader = None
+        self.load_button.enabled = self.worker is None
+        self.apply_button.enabled = self.store is not None and self.result is not None
+
+    def _on_apply_clicked(self, _=None) -> None:
+        if self.worker is not None:
+            self.cancel()
+        else:
+            self.apply_result()
+
+    def apply_result(self):
+        """Assign the current field's objects with the loaded result in a worker thread (progress in the bar,
+        Cancel on the button); the objects layer is repainted in the GUI thread when it is done, and not at
+        all when it is cancelled or fails. Returns the worker (None when there is nothing to apply)."""
+        if self.store is None or self.result is None or self.field.value is None:
+            self.say("Open a store and load a result first.")
+            return None
+        field_index, result, store, name = int(self.field.value), self.result, self.store, self.result_path.name
+
+        def job():
+            try:
+                columns = yield from assign_field(result, store, field_index)
+            except Exception as exc:   # reported in the GUI thread, in one sentence
+                yield exc
+                return None
+            return field_index, columns, name
+
+        self.worker = create_worker(job, _start_thread=False)
+        self.worker.yielded.connect(self._on_event)
+        self.worker.returned.connect(self._on_applied)
+        self.worker.finished.connect(self._on_finished)
+        self.apply_button.text = "Cancel"
+        for widget in (self.open_button, self.well, self.field, self.load_button):
+            widget.enabled = False
+        self.progress.value = 0
+        self.say(f"Assigning the objects of {field_title(store.fields.iloc[field_index])}…")
+        self.worker.start()
+        return self.worker
+
+    def cancel(self) -> None:
+        """Stop Apply result at its next step: nothing is changed."""
+        if self.worker is not None:
+            self.say("Cancelling…")
+            self.worker.quit()
+
+    def _on_event(self, event) -> None:
+        if isinstance(event, Exception):
+            message = (str(event) if isinstance(event, InputError) else
+                       f"Apply result stopped with {type(event).__name__}: {event}")
+            show_error(message)
+            self.say(f"Stopped: {message}")
+        elif isinstance(event, Progress):
+            self.progress.max = max(event.total, 1)
+            self.progress.value = event.step
+
+    def _on_applied(self, done) -> None:
+        if done is None:
+            return
+        self.applied = done
+        if self.field.value == done[0]:
+            self.show_field(done[0])
+
+    def _on_finished(self) -> None:
+        cancelled = self.worker is not None and self.worker.abort_requested
+        self.worker = None
+        self.apply_button.text = "Apply result"
+        for widget in (self.open_button, self.well, self.field, self.load_button):
+            widget.enabled = True
+        if cancelled:
+            self.say("Cancelled: nothing was changed.")
+
+    # ---- dialogs ---------------------------------------------------------------------------------
+    def _ask_open(self, _=None) -> None:
+        from qtpy.QtWidgets import QFileDialog
+
+        path = QFileDialog.getExistingDirectory(self.native, "Open an object store (ticlust extract)")
+        if path:
+            self.open_store(path)
+
+    def _ask_export(self, _=None) -> None:
+        from qtpy.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getSaveFileName(self.native, "Export cluster shares",
+                                              f"shares_per_{self.group_by.value}.csv",
+                                              "CSV (*.csv)")
+        if path:
+            try:
+                self.export_shares(path)
+            except InputError as exc:
+                self.say(str(exc))
+
+    def _ask_load(self, _=None) -> None:
+        from qtpy.QtWidgets import QFileDialog
+
+        path, _ = QFileDialog.getOpenFileName(self.native, "Load ticlust result", "", "ticlust result (*.npz)")
+        if path:
+            self.load_result(path)

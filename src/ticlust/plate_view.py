@@ -1,0 +1,254 @@
+"""A plate as a screen is read (issue "Plates and a million objects", item 6), without napari: the fields to
+pick, one field's image and objects, each cluster's share per well (or condition), a gallery sample spread
+over the plate, and assigning one field's objects with a result. The napari panel
+(``ticlust._napari.store_panel``) only draws what these functions return, so they are tested without a viewer.
+
+Everything reads an :class:`~ticlust.store.ObjectStore` (``ticlust extract``) and, once ``ticlust predict``
+has run, its ``predictions.parquet`` (the store's table + cluster, score, runner_up, runner_up_score, in
+table order). Nothing here writes into the store; the share table is written only where asked, atomically.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import InputError
+from .store import ObjectStore
+
+#: Crops per cluster in a gallery.
+GALLERY_PER_CLUSTER = 16
+#: Objects assigned per step when a result is applied to a field (a Cancel takes effect between steps).
+APPLY_BLOCK = 256
+#: Columns of the listing that name a field's files, not a condition.
+FILE_COLUMNS = ("field_index", "image", "labels")
+
+
+# ---- the store and its predictions ---------------------------------------------------------------
+def read_predictions(store: ObjectStore, columns=None):
+    """The store's predictions table (``ticlust predict RESULT STORE``; only ``columns`` when given: a million
+    objects' rows are read whole only when asked), or None when there are none yet."""
+    import pandas as pd
+
+    path = predictions_path(store)
+    if not path.is_file():
+        return None
+    table = pd.read_parquet(path, columns=None if columns is None else list(columns))
+    if len(table) != len(store):
+        raise InputError(f"{path} holds {len(table)} rows but the store {len(store)} objects: predict the store again "
+                         "(ticlust predict RESULT STORE).")
+    return table
+
+
+def predictions_path(store: ObjectStore) -> Path:
+    from .plate_run import PREDICTIONS
+
+    return store.path / PREDICTIONS
+
+
+def condition_columns(store: ObjectStore) -> list[str]:
+    """The manifest's columns (well, site, condition, …): what shares can be grouped by."""
+    return [c for c in store.fields.columns if c not in FILE_COLUMNS]
+
+
+def field_title(row) -> str:
+    """How a field is named in a picker: its image file, then its manifest values
+    (``A01_s0.tif · well A01 · site 0``)."""
+    import pandas as pd
+
+    values = [f"{k} {v}" for k, v in row.items() if k not in FILE_COLUMNS and pd.notna(v)]
+    return " · ".join([Path(str(row["image"])).name, *values])
+
+
+def check_field(store: ObjectStore, field_index) -> int:
+    """``field_index`` as a field of the store's listing, or an InputError saying which there are."""
+    count = int(store.attributes["input"]["fields"])
+    if isinstance(field_index, bool) or not isinstance(field_index, (int, np.integer)) or \
+            not 0 <= field_index < count:
+        raise InputError(f"Field {field_index!r} is not one of the store's fields: give a number from 0 to "
+                         f"{count - 1}.")
+    return int(field_index)
+
+
+def field_rows(store: ObjectStore, field_index: int) -> np.ndarray:
+    """The object indices (rows of the table, crops) of one field: one block, the table being in field order."""
+    import pyarrow.parquet as pq
+
+    field_index = check_field(store, field_index)
+
+    fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
+    start, stop = np.searchsorted(fields, [field_index, field_index + 1])
+    return np.arange(start, stop)
+
+
+def field_table(store: ObjectStore, field_index: int):
+    """One field's rows of the table, in object order, with cluster, score and runner-up when the store has
+    predictions: read from Parquet with a filter, so the rest of the plate stays on disk."""
+    import pandas as pd
+
+    field_index = check_field(store, field_index)
+    path = predictions_path(store)
+    path = path if path.is_file() else store.path / "table.parquet"
+    return pd.read_parquet(path, filters=[("field_index", "==", field_index)]).reset_index(drop=True)
+
+
+# ---- one field ---------------------------------------------------------------------------------------
+@dataclass
+class FieldPicture:
+    """One field to show: its image (channels first unless ``rgb``), its objects as label values (``values``:
+    row position within the field + 1, 0 elsewhere, so a time series stays unambiguous) and their rows
+    (``table``: :func:`field_table`)."""
+
+    field_index: int
+    image: np.ndarray
+    rgb: bool
+    values: np.ndarray
+    table: object
+
+
+def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
+    """Read one field's image and mask from where the store's input named them; an InputError when a file
+    is gone or unreadable (the sentence names it)."""
+    from .plate import FieldSpec, _beside, _is_zarr, open_field
+
+    field_index = check_field(store, field_index)
+    row = store.fields.iloc[field_index]
+    source = Path(store.attributes["input"]["path"])
+    if source.is_dir() and _is_zarr(source):
+        spec = FieldSpec(field_index, str(source), row["labels"], ome=True)
+    else:                      # names relative to the folder or the manifest's folder, or full paths
+        base = source if source.is_dir() else source.parent
+        spec = FieldSpec(field_index, _beside(base, row["image"]), _beside(base, row["labels"]))
+    image, labels, channel_axis = open_field(spec)
+    labels = np.asarray(labels)
+    image, rgb = _displayed(np.asarray(image), labels.shape, channel_axis)
+    rows = field_table(store, field_index)
+    values = object_values(labels, rows["label"].to_numpy(), rows["frame"].to_numpy())
+    return FieldPicture(field_index, image, rgb, values, rows)
+
+
+def _displayed(image: np.ndarray, labels_shape: tuple, channel_axis: int | None) -> tuple[np.ndarray, bool]:
+    """The image with its channels first (napari puts a slider on them) or as RGB(A), beside labels of
+    ``labels_shape``."""
+    if channel_axis is not None:
+        return np.moveaxis(image, channel_axis, 0), False
+    if image.ndim == len(labels_shape) + 1 and image.shape[:-1] == tuple(labels_shape):
+        if image.shape[-1] in (3, 4):
+            return image, True
+        return np.moveaxis(image, -1, 0), False
+    return image, False
+
+
+def object_values(labels: np.ndarray, label_ids, frames) -> np.ndarray:
+    """Labels (Y×X, or T×Y×X) with object ``i`` of (``label_ids[i]``, ``frames[i]``) painted ``i + 1`` and
+    every other pixel 0 (objects the store left out, background)."""
+    labels = np.asarray(labels)
+    out = np.zeros(labels.shape, np.int32)
+    label_ids, frames = np.asarray(label_ids), np.asarray(frames)
+    stack = labels if labels.ndim == 3 else labels[None]
+    painted = out if out.ndim == 3 else out[None]
+    for t in np.unique(frames):
+        mine = np.flatnonzero(frames == t)
+        order = np.argsort(label_ids[mine], kind="stable")
+        ids, value = label_ids[mine][order], mine[order] + 1
+        frame = stack[int(t)]
+        at = np.clip(np.searchsorted(ids, frame), 0, len(ids) - 1)
+        painted[int(t)] = np.where(ids[at] == frame, value[at], 0)
+    return out
+
+
+# ---- what a screen is read by ------------------------------------------------------------------------
+def cluster_shares(predictions, by: str = "well"):
+    """One row per value of ``by`` (a well, a condition): its object count and each cluster's share of its
+    objects (columns ``cluster_0`` …, and ``rejected`` when some objects were rejected): every row sums to 1."""
+    import pandas as pd
+
+    if predictions is None:
+        raise InputError("The store has no predictions yet: run ticlust predict RESULT STORE first.")
+    if by not in predictions.columns:
+        raise InputError(f"The store's table has no column {by!r}: group by one of the manifest's columns.")
+    clusters = predictions["cluster"].to_numpy()
+    k = int(clusters.max()) + 1 if len(clusters) and clusters.max() >= 0 else 0
+    names = [f"cluster_{c}" for c in range(k)] + (["rejected"] if (clusters < 0).any() else [])
+    codes = np.where(clusters < 0, k, clusters)
+    frame = pd.DataFrame({by: predictions[by].to_numpy(), "code": codes})
+    grouped = frame.groupby(by, sort=False, dropna=False)["code"]
+    counts = grouped.value_counts().unstack(fill_value=0).reindex(columns=range(len(names)), fill_value=0)
+    counts = counts.reindex(pd.unique(predictions[by]))          # groups in table order (wells as listed)
+    objects = counts.sum(axis=1).to_numpy()
+    out = pd.DataFrame({by: counts.index.to_numpy(), "objects": objects})
+    for j, name in enumerate(names):
+        out[name] = counts[j].to_numpy() / objects
+    return out
+
+
+def write_shares(shares, path) -> Path:
+    """The share table as a CSV at ``path``, written whole or not at all."""
+    from .atomic import write_atomic
+
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError(f"{path}: its folder does not exist: choose a file in a folder that exists.")
+    return write_atomic(path, lambda tmp: shares.to_csv(tmp, index=False))
+
+
+def gallery_sample(predictions, per_cluster: int = GALLERY_PER_CLUSTER, seed: int = 0) -> dict[int, np.ndarray]:
+    """For each cluster, up to ``per_cluster`` of its objects (indices), drawn with ``seed`` and spread over
+    the fields: every field gives one object before any field gives a second."""
+    import pandas as pd
+
+    if predictions is None:
+        raise InputError("The store has no predictions yet: run ticlust predict RESULT STORE first.")
+    if isinstance(per_cluster, bool) or not isinstance(per_cluster, (int, np.integer)) or per_cluster < 1:
+        raise InputError(f"per_cluster={per_cluster!r} must be a whole number of objects, at least 1.")
+    rng = np.random.default_rng(int(seed))
+    clusters = predictions["cluster"].to_numpy()
+    fields = predictions["field_index"].to_numpy()
+    picked = {}
+    for c in np.unique(clusters[clusters >= 0]):
+        members = rng.permutation(np.flatnonzero(clusters == c))
+        turn = pd.Series(fields[members]).groupby(fields[members]).cumcount().to_numpy()   # the field's 1st, 2nd, …
+        picked[int(c)] = members[np.argsort(turn, kind="stable")][:per_cluster]
+    return picked
+
+
+# ---- a result on one field ---------------------------------------------------------------------------
+def load_store_result(path, store: ObjectStore | None = None):
+    """A saved result, ready to assign this store's objects: refused with one sentence when it cannot (another
+    crop size, channel count or crop options; edited by hand and not refined)."""
+    from . import methods  # noqa: F401  (registers every method's state type: without it a fresh process
+    #                                      loads a result without its fitted state)
+    from .plate_run import check_result_for_store
+    from .result import load_result
+
+    result = load_result(path)
+    if store is not None:
+        check_result_for_store(result, store)
+    return result
+
+
+def assign_field(result, store: ObjectStore, field_index: int, device: str = "auto", block: int = APPLY_BLOCK):
+    """Assign one field's objects with a fitted result, ``block`` objects at a time: a generator of Progress
+    events that returns the assignment columns (cluster, score, runner_up, runner_up_score) in the field's
+    object order. Refuses a result that cannot assign this store's objects (another crop size, …)."""
+    from .events import Progress
+    from .methods import get_method
+    from .plate_run import N_POINTS, check_result_for_store, predict_items, result_points, store_items
+
+    check_result_for_store(result, store)
+    index = field_rows(store, field_index)
+    if len(index) == 0:
+        raise InputError("This field has no objects in the store: pick another field.")
+    landmarks = get_method(result.method).inputs == ("landmarks",)
+    items = store_items(store, index, landmarks, result_points(result) if landmarks else N_POINTS)
+    chunks = []
+    for s in range(0, len(index), block):
+        chunks.append(predict_items(result, items[s:s + block], device))
+        yield Progress(step=min(s + block, len(index)), total=len(index), stage="assigning objects")
+    return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
+
+
+__all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_table",
+           "FieldPicture", "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample",
+           "load_store_result", "assign_field", "GALLERY_PER_CLUSTER"]

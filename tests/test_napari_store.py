@@ -1,0 +1,273 @@
+"""A plate in napari (issue "Plates and a million objects", item 6): the plate panel and the store reader with a
+real viewer, on a small generated plate (2 wells × 2 fields × 20 nuclei of 256×256) extracted, fitted with
+kmeans on the store and predicted, once per module; and the napari-free pieces (ticlust.plate_view) on it."""
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import tifffile
+
+napari = pytest.importorskip("napari")
+
+import ticlust  # noqa: E402
+from ticlust import plate_view  # noqa: E402
+from ticlust._napari import layers as L  # noqa: E402
+from ticlust._napari import reader, store_panel  # noqa: E402
+from ticlust._napari.store_panel import STORE_PANEL, StorePanel  # noqa: E402
+from ticlust.events import Progress, drain  # noqa: E402
+from ticlust.nuclei import write_nuclei_plate  # noqa: E402
+from ticlust.plate_run import fit_store, predict_store  # noqa: E402
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture(scope="module")
+def plate(tmp_path_factory):
+    """(manifest, store with predictions, the kmeans result file, the predictions table)."""
+    folder = tmp_path_factory.mktemp("plate")
+    manifest = write_nuclei_plate(folder / "plate", fields=4, n=20, shape=(256, 256), seed=3)
+    store = ticlust.extract(manifest, folder / "s.zarr")
+    result, _ = fit_store(store, "kmeans", k=3, seed=0, device="cpu")
+    result.save(folder / "km.npz")
+    predict_store(folder / "km.npz", store, device="cpu")
+    return manifest, store, folder / "km.npz", plate_view.read_predictions(store)
+
+
+@pytest.fixture
+def panel(plate, make_napari_viewer):
+    """A viewer with the store opened the way a user opens it (File > Open on the folder: the store reader)."""
+    viewer = make_napari_viewer()
+    _, store, _, _ = plate
+    assert reader.get_store_reader(str(store.path)) is reader.read_store
+    viewer.open(str(store.path), plugin="napari-ticlust")
+    _, docked = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    assert isinstance(docked, StorePanel) and docked.store is not None
+    return viewer, docked
+
+
+def field_file(manifest, store, field_index: int):
+    return tifffile.imread(manifest.parent / store.fields["image"][field_index])
+
+
+# ---- napari-free ---------------------------------------------------------------------------------
+def test_shares_sum_to_one_per_well_and_their_csv_round_trips(plate, tmp_path):
+    _, store, _, predictions = plate
+    shares = plate_view.cluster_shares(predictions, "well")
+    assert shares["well"].tolist() == ["A01", "A02"]
+    clusters = [c for c in shares.columns if c.startswith("cluster_")]
+    assert clusters == ["cluster_0", "cluster_1", "cluster_2"]
+    assert np.allclose(shares[clusters].sum(axis=1), 1.0)
+    for _, row in shares.iterrows():     # the counts behind each share
+        mine = predictions[predictions["well"] == row["well"]]
+        assert row["objects"] == len(mine)
+        assert np.isclose(row["cluster_1"], (mine["cluster"] == 1).mean())
+    out = plate_view.write_shares(shares, tmp_path / "shares.csv")
+    assert pd.read_csv(out).equals(shares)
+    assert not list(tmp_path.glob("*.partial"))
+    with pytest.raises(ticlust.InputError, match="no column 'plate'"):
+        plate_view.cluster_shares(predictions, "plate")
+    with pytest.raises(ticlust.InputError, match="no predictions yet"):
+        plate_view.cluster_shares(None, "well")
+    with pytest.raises(ticlust.InputError, match="folder does not exist"):
+        plate_view.write_shares(shares, tmp_path / "nowhere" / "s.csv")
+
+
+def test_gallery_sample_is_seeded_and_spread_over_the_fields(plate):
+    _, _, _, predictions = plate
+    picked = plate_view.gallery_sample(predictions, per_cluster=4, seed=1)
+    assert picked.keys() == {0, 1, 2}
+    assert {c: v.tolist() for c, v in picked.items()} == \
+        {c: v.tolist() for c, v in plate_view.gallery_sample(predictions, per_cluster=4, seed=1).items()}
+    for c, members in picked.items():
+        assert (predictions["cluster"].to_numpy()[members] == c).all() and len(set(members)) == len(members)
+        fields = predictions["field_index"].to_numpy()[members]
+        own = predictions.loc[predictions["cluster"] == c, "field_index"].nunique()
+        assert len(set(fields)) == min(len(members), own)      # one object per field before a second
+    with pytest.raises(ticlust.InputError, match="at least 1"):
+        plate_view.gallery_sample(predictions, per_cluster=0)
+
+
+def test_object_values_paint_each_kept_object_by_its_row():
+    labels = np.array([[0, 5, 5], [7, 7, 0], [9, 0, 0]])
+    values = plate_view.object_values(labels, label_ids=[7, 5], frames=[0, 0])      # label 9 was left out
+    assert values.tolist() == [[0, 2, 2], [1, 1, 0], [0, 0, 0]]
+    series = np.stack([labels, labels])
+    values = plate_view.object_values(series, label_ids=[5, 5, 9], frames=[0, 1, 1])
+    assert values[0].tolist() == [[0, 1, 1], [0, 0, 0], [0, 0, 0]]
+    assert values[1].tolist() == [[0, 2, 2], [0, 0, 0], [3, 0, 0]]
+
+
+def test_assigning_a_field_gives_the_stores_predictions(plate):
+    _, store, km, predictions = plate
+    result = ticlust.load_result(km)
+    events = plate_view.assign_field(result, store, 2, device="cpu", block=7)
+    steps = []
+    while True:
+        try:
+            steps.append(next(events))
+        except StopIteration as stop:
+            columns = stop.value
+            break
+    rows = plate_view.field_rows(store, 2)
+    assert all(isinstance(e, Progress) for e in steps) and steps[-1].step == steps[-1].total == len(rows)
+    assert len(steps) == -(-len(rows) // 7)
+    assert columns["cluster"].tolist() == predictions["cluster"].to_numpy()[rows].tolist()
+    other = ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu")
+    with pytest.raises(ticlust.InputError, match="fitted on 20×20 crops"):
+        drain(plate_view.assign_field(other, store, 0))
+    for bad in (4, -1, "2", True, 1.0):
+        with pytest.raises(ticlust.InputError, match="not one of the store's fields: give a number from 0 to 3"):
+            drain(plate_view.assign_field(result, store, bad))
+
+
+def test_a_result_loaded_in_a_fresh_process_keeps_its_fitted_state(plate):
+    """ticlust.load_result alone, in a process that has not imported the methods, drops the fitted state (the
+    registry of state types is empty) and the result then reads as edited by hand: load_store_result must not."""
+    _, store, km, _ = plate
+    code = ("import sys; from ticlust.plate_view import load_store_result; from ticlust import open_objects; "
+            "r = load_store_result(sys.argv[1], open_objects(sys.argv[2])); print(r.state is not None)")
+    out = subprocess.run([sys.executable, "-c", code, str(km), str(store.path)], capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(ticlust.__file__).parents[1])})
+    assert out.returncode == 0 and out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+# ---- the panel ---------------------------------------------------------------------------------
+def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, tmp_path):
+    manifest, store, _, predictions = plate
+    viewer, panel = panel
+    assert {"s field", "s objects", "s gallery", "s gallery labels"} <= {layer.name for layer in viewer.layers}
+    assert panel.well.choices == ("A01", "A02") and panel.well.value == "A01"
+    assert [value for value in panel.field.choices] == [0, 1]
+    assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 0))
+    assert f"{len(store)} objects, 4 fields in 2 wells; predicted" in panel.summary.value
+    assert panel.group_by.value == "well" and panel.shares is not None
+    assert panel.shares.equals(plate_view.cluster_shares(predictions, "well"))
+    # the gallery: each cluster's row holds crops of that cluster, read from the store
+    gallery = viewer.layers["s gallery"]
+    picked, columns = gallery.metadata["ticlust_gallery"], gallery.metadata["columns"]
+    assert sorted(picked) == [0, 1, 2] and all(len(v) for v in picked.values())
+    scene = L.Scene(store.size, store.size, 3 * columns)
+    origins = scene.tile_origins(columns)
+    for c, members in picked.items():
+        assert (predictions["cluster"].to_numpy()[members] == c).all()
+        for j, obj in enumerate(members):
+            y, x = origins[c * columns + j]
+            assert np.allclose(gallery.data[y:y + store.size, x:x + store.size], store.crops[int(obj)])
+    assert gallery.translate[0] > viewer.layers["s field"].extent.world[1][0]      # under the field
+    # the shares per another column, drawn in the clusters' colours, and their export
+    panel.group_by.value = "site"
+    assert panel.shares["site"].tolist() == [0, 1]
+    assert np.allclose(panel.shares.filter(like="cluster_").sum(axis=1), 1.0)
+    out = panel.export_shares(tmp_path / "per_site.csv")
+    assert pd.read_csv(out).equals(plate_view.cluster_shares(predictions, "site"))
+    assert "per_site.csv" in panel.status.value
+    shot = panel.plot.grab().toImage()
+    colours = {shot.pixelColor(x, y).name() for x in range(0, shot.width(), 2) for y in range(0, shot.height(), 2)}
+    from qtpy.QtGui import QColor
+
+    drawn = {QColor.fromRgbF(*map(float, L.cluster_color(c)[:3])).name() for c in range(3)}
+    assert drawn <= colours
+
+
+def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, panel, qtbot):
+    manifest, store, km, predictions = plate
+    viewer, panel = panel
+    panel.pick(3)
+    assert panel.well.value == "A02" and panel.field.value == 3
+    assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 3))
+    objects = viewer.layers["s objects"]
+    rows = plate_view.field_rows(store, 3)
+    labels = tifffile.imread(manifest.parent / store.fields["labels"][3])
+    for i, row in enumerate(rows):
+        on = objects.data == i + 1
+        assert on.any() and (labels[on] == store.table["label"].iloc[row]).all()     # the object's own pixels
+        expected = L.cluster_color(int(predictions["cluster"].iloc[row]))
+        assert np.allclose(objects.colormap.map(np.array([i + 1]))[0], expected, atol=1e-6)
+    assert objects.features["cluster"].tolist() == predictions["cluster"].iloc[rows].tolist()
+    assert "painted by cluster" in panel.status.value
+    # Apply result on another field: the same clusters as the store's predictions, painted when done
+    panel.pick(1)
+    panel.load_result(km)
+    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    assert panel.result is not None and panel.apply_button.enabled and "Loaded km.npz" in panel.status.value
+    worker = panel.apply_result()
+    assert worker is not None and panel.apply_button.text == "Cancel"
+    qtbot.waitUntil(lambda: panel.worker is None, timeout=30_000)
+    rows = plate_view.field_rows(store, 1)
+    assert panel.applied[0] == 1
+    assert panel.applied[1]["cluster"].tolist() == predictions["cluster"].to_numpy()[rows].tolist()
+    assert viewer.layers["s objects"].features["cluster"].tolist() == panel.applied[1]["cluster"].tolist()
+    assert "km.npz applied" in panel.status.value and panel.progress.value == panel.progress.max
+    panel.pick(0)                      # another field shows the store's predictions; back on field 1, the applied ones
+    assert "the store's predictions" in panel.status.value
+    panel.pick(1)
+    assert "km.npz applied" in panel.status.value
+
+
+def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
+    _, _, km, _ = plate
+    viewer, panel = panel
+    go_on = threading.Event()
+
+    def held(*args, **kwargs):            # the real assignment, held after its first step until the test cancels
+        events = plate_view.assign_field(*args, **kwargs, block=5)
+        yield next(events)
+        go_on.wait(10)
+        return (yield from events)
+
+    monkeypatch.setattr(store_panel, "assign_field", held)
+    panel.pick(2)
+    panel.load_result(km)
+    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    before = viewer.layers["s objects"].colormap
+    panel.apply_result()
+    qtbot.waitUntil(lambda: panel.progress.value > 0, timeout=30_000)
+    panel.cancel()
+    go_on.set()
+    qtbot.waitUntil(lambda: panel.worker is None, timeout=30_000)
+    assert panel.applied is None and viewer.layers["s objects"].colormap is before
+    assert panel.status.value == "Cancelled: nothing was changed." and panel.apply_button.text == "Apply result"
+
+
+def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path, qtbot):
+    manifest, store, _, _ = plate
+    viewer, panel = panel
+    assert reader.get_store_reader(str(tmp_path)) is None and reader.get_store_reader([str(store.path)]) is None
+    assert not panel.open_store(tmp_path) and "is not an object store" in panel.status.value
+    assert panel.store is store or panel.store.path == store.path            # the open store stays
+    other = tmp_path / "other.npz"
+    ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu").save(other)
+    panel.load_result(other)
+    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    assert panel.result is None and not panel.apply_button.enabled and "fitted on 20×20 crops" in panel.status.value
+    image = manifest.parent / store.fields["image"][1]
+    moved = image.with_name("moved.tif")
+    image.rename(moved)
+    try:
+        panel.pick(1)
+        assert "There is no image file at" in panel.status.value and "s field" not in viewer.layers
+    finally:
+        moved.rename(image)
+    panel.pick(0)
+    assert "s field" in viewer.layers
+
+
+def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(plate, make_napari_viewer, tmp_path):
+    manifest, _, _, _ = plate
+    fresh = ticlust.extract(manifest.parent, tmp_path / "fresh.zarr")       # the folder: no manifest columns
+    viewer = make_napari_viewer()
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    assert panel.open_store(fresh.path)
+    assert not panel.has_wells and panel.well.choices == () and list(panel.field.choices) == [0, 1, 2, 3]
+    assert panel.group_by.choices == ("image",)
+    panel.pick(2)
+    assert np.array_equal(viewer.layers["fresh field"].data, field_file(manifest, fresh, 2))
+    assert "no predictions yet" in panel.summary.value and "painted by object" in panel.status.value
+    assert "fresh gallery" not in viewer.layers and panel.shares is None and not panel.export_button.enabled
+    objects = viewer.layers["fresh objects"]
+    assert objects.data.max() == len(plate_view.field_rows(fresh, 2)) and "cluster" not in objects.features
