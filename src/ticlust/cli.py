@@ -211,7 +211,7 @@ def at_least_one(text: str) -> int:
 def _export(args) -> int:
     """``ticlust export RESULT --input STACK --gallery FOLDER``: no picture written over an input."""
     from .gallery import export_gallery, gallery_files
-    from .result import load_result
+    from .api import load_result
 
     inputs = {"RESULT": args.result, "--input": args.input}
     check_outputs(inputs, {"--gallery": args.gallery})
@@ -231,7 +231,7 @@ def _curate(args) -> int:
     """``ticlust curate RESULT``: one hand edit of ``ticlust.curation`` (items in its one selector grammar,
     ``curation.item_index``), saved to a new file; refine it in Python or napari, where the data is."""
     from . import curation
-    from .result import load_result
+    from .api import load_result
 
     if args.move is not None and args.to is None:
         raise InputError("--move needs --to CLUSTER: the cluster the items go into.")
@@ -402,7 +402,7 @@ def _predict(args) -> int:
     """``ticlust predict RESULT INPUT``: a store (every object, into the store and --csv/--parquet), a stack
     or a field with --labels (into --csv/--parquet), chunk by chunk with progress."""
     from .plate_run import assignment_columns, is_store, predict_store, predict_stream  # noqa: F401
-    from .result import load_result
+    from .api import load_result
 
     if args.batch_size is not None:
         from .validation import check_batch_size

@@ -176,7 +176,7 @@ def result_digest(path) -> str:
 @lru_cache(maxsize=2)
 def _loaded(path: str, digest: str):
     """A result file, loaded once per process (a worker predicts many parts with it)."""
-    from .result import load_result
+    from .api import load_result
 
     return load_result(path)
 
@@ -412,9 +412,10 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     address), or a callable taking Progress events. ``save_aligned``: also write every object aligned with its
     prototype into its part (``fields/NNNNN/aligned``, read back with :func:`aligned_images`), batch by batch,
     for the methods that align (ai-/st-kmeans, rigid-kmeans, dti-kmeans)."""
+    from .api import load_result
     from .cluster import backend_for, stderr_notice
     from .methods import get_method
-    from .result import ClusteringResult, load_result
+    from .result import ClusteringResult
     from .validation import check_batch_size
 
     start = time.perf_counter()

@@ -217,10 +217,8 @@ def gallery_sample(predictions, per_cluster: int = GALLERY_PER_CLUSTER, seed: in
 def load_store_result(path, store: ObjectStore | None = None):
     """A saved result, ready to assign this store's objects: refused with one sentence when it cannot (another
     crop size, channel count or crop options; edited by hand and not refined)."""
-    from . import methods  # noqa: F401  (registers every method's state type: without it a fresh process
-    #                                      loads a result without its fitted state)
+    from .api import load_result
     from .plate_run import check_result_for_store
-    from .result import load_result
 
     result = load_result(path)
     if store is not None:

@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..result import is_result_file, load_result
+from ..api import load_result
+from ..result import is_result_file
 
 
 def get_reader(path):

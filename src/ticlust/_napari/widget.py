@@ -25,7 +25,8 @@ from ..methods import available_methods, get_method
 from ..methods.base import param_infos
 from ..object_route import objects_route
 from ..objects import ROUTE_OPTIONS, labels_fit
-from ..result import ClusteringResult, load_result
+from ..api import load_result
+from ..result import ClusteringResult
 from . import layers as L
 from .curation_panel import CurationPanel
 
