@@ -182,6 +182,7 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
     arr = np.asarray(from_torch(data, name))
     if arr.dtype.kind not in "biuf":
         raise InputError(f"The {name} have dtype {arr.dtype}: give numeric (x, y) coordinates.")
+    arr = arr.astype(np.float64)     # a copy; float16 / integer checks below compare in float64
     if arr.ndim != 3 or arr.shape[2] != 2:
         raise InputError(f"The {name} have shape {arr.shape}: give an array shaped (shapes, landmarks, 2) of 2-D coordinates.")
     if arr.shape[0] < (1 if to_predict else 2):
@@ -194,7 +195,7 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
         raise InputError(f"The {name} contain NaN or infinite coordinates (first in shape {bad}): fix or drop those shapes.")
     if np.abs(arr).max() > FLOAT32_MAX / 2:
         raise InputError(f"The {name} hold coordinates up to {np.abs(arr).max():.3g}, too large to compute with: rescale them (e.g. to millimetres or pixels) first.")
-    return arr.astype(np.float64, copy=True)
+    return arr
 
 
 def from_torch(data, name: str = "input"):
