@@ -63,7 +63,7 @@ CONTAINERS = ["array", "array", "readonly", "memmap", "dask", "list", "nested-li
 def values(kind: str, shape: tuple, seed: int, constant: float) -> np.ndarray:
     """float64 values of one kind (NaN and ±inf at one drawn place)."""
     rng = np.random.default_rng(seed)
-    x = rng.random(shape)
+    x = np.asarray(rng.random(shape))
     if kind == "integers":
         x = rng.integers(0, 256, shape).astype(np.float64)
     elif kind == "negative":

@@ -62,7 +62,7 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
         raise InputError(f"The {name} holds values up to {max(abs(lo), abs(hi)):.3g}, beyond what float32 arithmetic can hold: rescale the data (e.g. divide by its maximum) first.")
     if hi <= lo and not to_predict:
         raise InputError(f"Every value in the {name} is {lo:g}: the images are constant, so there is nothing to cluster.")
-    return Stack(data, lo, hi if hi > lo else lo + 1.0)
+    return Stack(data, lo, hi if hi > lo else lo + max(1.0, abs(lo)))   # a span float64 can tell from lo
 
 
 MAX_CHANNELS = 8
