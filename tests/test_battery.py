@@ -78,7 +78,7 @@ def values(kind: str, shape: tuple, seed: int, constant: float) -> np.ndarray:
         x = 1.0 + x * 1e-12
     elif kind in ("nan", "inf", "-inf", "outlier") and x.size:
         x.flat[rng.integers(x.size)] = {"nan": np.nan, "inf": np.inf, "-inf": -np.inf, "outlier": 1e30}[kind]
-    return x
+    return np.asarray(x)          # arithmetic on a 0-d array gives a NumPy scalar
 
 
 def cast(x: np.ndarray, dtype) -> np.ndarray:
@@ -86,7 +86,7 @@ def cast(x: np.ndarray, dtype) -> np.ndarray:
         warnings.simplefilter("ignore")
         if np.dtype(dtype).kind in "mM":
             return np.nan_to_num(x, nan=0, posinf=0, neginf=0).clip(-1e9, 1e9).astype(np.int64).astype(dtype)
-        return x.astype(dtype)
+        return np.asarray(x.astype(dtype))
 
 
 def contain(x: np.ndarray, container: str, torch_dtype, scratch: Path):
@@ -110,7 +110,7 @@ def contain(x: np.ndarray, container: str, torch_dtype, scratch: Path):
                 return None
         return t
     if container == "readonly":
-        x = x.copy()
+        x = np.array(x, copy=True)
         x.flags.writeable = False
         return x
     if container == "memmap":

@@ -327,16 +327,28 @@ def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> 
     with closing(steps.map(_survey, [(s, options) for s in specs], "measuring masks")) as results:
         surveys = sorted(results, key=lambda s: s.field)
     crop = _crop_of(surveys, options, listing)
-    write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
-    (root / "fields").mkdir(exist_ok=True)
-    _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
-    shutil.rmtree(root / "tmp", ignore_errors=True)
-    (root / "tmp").mkdir()
     attrs = {"format": FORMAT, "options": options, "crop": crop,
              "input": {"path": str(Path(input).resolve()), "fields": len(specs), "digest": _digest(listing)},
              "complete": False, "objects": 0, "failed": 0}
-    _write_attributes(root, attrs)
+    with _write_errors(root, "before any field was cut"):
+        write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
+        (root / "fields").mkdir(exist_ok=True)
+        _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        shutil.rmtree(root / "tmp", ignore_errors=True)
+        (root / "tmp").mkdir()
+        _write_attributes(root, attrs)
     return attrs
+
+
+@contextmanager
+def _write_errors(root: Path, progress: str):
+    """An OSError while writing the store's own files (a full disk, a read-only folder) as one sentence:
+    what failed, how far the run got (``progress``) and how to go on."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"Writing to {root} failed ({exc.strerror or _first_line(exc)}) {progress}: free space (or "
+                         "fix the folder's permissions) and run the same command again to finish the store.") from None
 
 
 def _crop_of(surveys, options: dict, listing) -> dict:
@@ -371,7 +383,8 @@ def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldR
     todo = [s for s in specs if not (root / "fields" / part_name(s.index)).exists()]
     attrs = read_attributes(root)
     if todo and attrs["complete"]:
-        _write_attributes(root, {**attrs, "complete": False})
+        with _write_errors(root, "before any field was cut"):
+            _write_attributes(root, {**attrs, "complete": False})
     failed = []
     with closing(steps.map(_extract, [(s, plan, str(root)) for s in todo], "cutting fields")) as results:
         for r in results:
@@ -415,16 +428,13 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
             if buffer:
                 writer.write_table(pa.concat_tables(buffer), row_group_size=ROW_GROUP)
 
-    try:
+    with _write_errors(root, "with every field done"):
         write_atomic(root / "table.parquet", write)
         errors = {r.field: r.error for r in failed}
         left = listing[listing["field_index"].isin(list(errors))].copy()
         left["error"] = [errors[f] for f in left["field_index"]]
         write_atomic(root / "failed.parquet", lambda tmp: left.to_parquet(tmp, index=False))
         _write_attributes(root, {**read_attributes(root), "complete": True, "objects": total, "failed": len(failed)})
-    except OSError as exc:
-        raise InputError(f"Writing to {root} failed ({exc.strerror or exc}) with every field done: free space and run "
-                         "the same command again to finish the store.") from None
 
 
 # ---- running the steps -----------------------------------------------------------------------------
