@@ -374,3 +374,109 @@ def test_extract_and_open_objects(field, crop_size, normalize):
         assert crops.shape[1:3] == (store.size, store.size) and masks.dtype == bool
         if crops.dtype.kind == "f":
             assert np.isfinite(crops).all() or not np.isfinite(image).all()
+
+
+# ---- the cases issue 32 names, one by one ------------------------------------------------------------------
+def images(n=12, seed=0):
+    return np.random.default_rng(seed).random((n, 8, 8)).astype(np.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64, torch.uint8, torch.bool]
+                         + [getattr(torch, n) for n in ("float8_e4m3fn",) if hasattr(torch, n)])
+def test_torch_dtypes_numpy_lacks_are_converted(dtype):
+    x = torch.from_numpy(images() > 0.5 if dtype == torch.bool else images() * (255 if dtype == torch.uint8 else 1)).to(dtype)
+    result = ticlust.fit(x, k=2, seed=0, device="cpu")
+    assert result.labels.shape == (12,) and np.isfinite(result.prototypes).all()
+
+
+def test_complex_data_is_refused_by_name():
+    for x in (images().astype(np.complex64), torch.from_numpy(images()).to(torch.complex32)):
+        with pytest.raises(InputError, match="dtype complex.*real part"):
+            ticlust.fit(x, k=2)
+
+
+def test_a_tensor_that_requires_grad_is_read_and_left_as_it_was():
+    x = torch.from_numpy(images()).requires_grad_(True)
+    before = x.detach().clone()
+    for data in (x, list(x)):                     # a list of such tensors too
+        result = ticlust.fit(data, k=2, seed=0, device="cpu")
+        assert np.array_equal(result.labels, ticlust.fit(images(), k=2, seed=0, device="cpu").labels)
+    assert x.requires_grad and x.grad is None and torch.equal(x.detach(), before)
+
+
+@pytest.mark.parametrize("method", ["st-kmeans", "kmeans", "shape-kmeans"])
+def test_k_above_the_number_of_distinct_items_is_refused_before_any_work(method):
+    if method == "shape-kmeans":
+        shapes = ticlust.sample("shapes")[0]
+        x = np.stack([shapes[0]] * 4 + [shapes[1]] * 4)
+    else:
+        x = np.stack([images()[0]] * 5 + [images()[1]] * 5)
+    with pytest.raises(InputError, match=r"K = 3 but the input holds only 2 distinct items: lower K to at most 2"):
+        ticlust.fit(x, method, k=3, device="cpu", **(ST_TINY if method == "st-kmeans" else {}))
+    assert ticlust.fit(x, method, k=2, device="cpu", **(ST_TINY if method == "st-kmeans" else {})).k == 2
+
+
+def test_values_below_float32s_range_keep_their_spread():
+    x = images().astype(np.float64)
+    tiny = ticlust.fit(x * 1e-300, k=2, seed=0, device="cpu")
+    fine = ticlust.fit(1.0 + x * 1e-12, k=2, seed=0, device="cpu")        # differences float32 cannot hold
+    plain = ticlust.fit(x, k=2, seed=0, device="cpu")
+    for result in (tiny, fine):
+        assert np.isfinite(result.prototypes).all() and np.isfinite(result.scores).all()
+        assert np.array_equal(result.labels, plain.labels)
+        assert np.allclose(result.prototypes, plain.prototypes, atol=1e-3)
+
+
+def test_new_items_far_outside_the_fitted_range_are_refused():
+    result = ticlust.fit(images(), k=2, seed=0, device="cpu")
+    with pytest.raises(InputError, match="far outside the range the result was fitted on"):
+        ticlust.predict(result, images(3) * 1e25)
+    assert ticlust.predict(result, images(3) * 255).labels.shape == (3,)    # another scale, still computable
+
+
+def test_a_landmark_csv_saved_by_excel_is_read(tmp_path):
+    from ticlust.landmarks import read_landmarks, write_landmarks_csv
+
+    shapes = ticlust.sample("shapes")[0][:5]
+    write_landmarks_csv(tmp_path / "plain.csv", shapes)
+    text = (tmp_path / "plain.csv").read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    (tmp_path / "excel.csv").write_bytes(b"\xef\xbb\xbf" + text)            # byte-order mark, CRLF
+    landmarks, ids = read_landmarks(tmp_path / "excel.csv")
+    assert np.allclose(landmarks, shapes) and ids == ["0", "1", "2", "3", "4"]
+    (tmp_path / "half.csv").write_bytes(text.replace(b"\r\n0,1,", b"\r\n0,1.5,", 1))
+    with pytest.raises(InputError, match="landmark 1.5, not a whole number"):
+        read_landmarks(tmp_path / "half.csv")
+
+
+@pytest.mark.parametrize("make", ["memmap", "dask", "readonly", "list", "nested"])
+def test_containers_give_the_arrays_result(tmp_path, make):
+    x = images()
+    if make == "memmap":
+        np.save(tmp_path / "x.npy", x)
+        data = np.load(tmp_path / "x.npy", mmap_mode="r")
+    elif make == "dask":
+        import dask.array as da
+
+        data = da.from_array(x, chunks=5)
+    elif make == "readonly":
+        data = x.copy()
+        data.flags.writeable = False
+    else:
+        data = list(x) if make == "list" else x.tolist()
+    assert np.array_equal(ticlust.fit(data, k=2, seed=0, device="cpu").labels,
+                          ticlust.fit(x, k=2, seed=0, device="cpu").labels)
+
+
+def test_empty_single_constant_and_huge_aspect_stacks():
+    with pytest.raises(InputError, match=r"empty \(shape \(0, 8, 8\)\): give a stack of at least 2 images"):
+        ticlust.fit(images()[:0], k=1)
+    result = ticlust.fit(images(), k=2, device="cpu")
+    with pytest.raises(InputError, match="at least 1 item"):
+        ticlust.predict(result, images()[:0])
+    with pytest.raises(InputError, match="single item"):
+        ticlust.fit(images()[:1], k=1)
+    with pytest.raises(InputError, match="constant"):
+        ticlust.fit(np.full((4, 8, 8), 7, np.uint8), k=2)
+    assert ticlust.predict(result, np.zeros((2, 8, 8))).labels.shape == (2,)  # a blank item can be assigned
+    wide = np.random.default_rng(1).random((5, 4, 3000))
+    assert ticlust.fit(wide, k=2, device="cpu").prototypes.shape == (2, 4, 3000)
