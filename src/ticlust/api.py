@@ -75,7 +75,8 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
     if isinstance(items, Stack):
         items.pictures = aligned
     k = check_k(spec.default_k if k is None else k, item_count(items))
-    check_distinct(items, k)
+    if isinstance(items, Stack):
+        check_distinct(items, k)
     cfg = spec.make_config(k, **params)
 
     def finish(best: ClusteringResult, _results) -> ClusteringResult:

@@ -27,6 +27,9 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
             raise InputError(f"The {name} images differ in size: crop or resize them to one size first.") from None
     if not hasattr(data, "shape") or not hasattr(data, "dtype"):
         raise InputError(f"The {name} is a {type(data).__name__}, not an array: pass a NumPy, memory-mapped or dask array.")
+    if any(not isinstance(s, (int, np.integer)) for s in data.shape):
+        raise InputError(f"The {name} has shape {tuple(data.shape)}, with sizes not known yet (a dask array after "
+                         "boolean indexing): call its compute_chunk_sizes() first.")
     shape = tuple(int(s) for s in data.shape)
     try:
         kind = np.dtype(data.dtype).kind
@@ -101,13 +104,13 @@ def check_k(k, n: int) -> int:
     return k
 
 
-def check_distinct(items, k: int) -> None:
-    """Refuse K larger than the number of distinct items (as the method sees them: a Stack's normalised
-    float32 items, or landmark shapes), before any work: K clusters of fewer distinct items leave some
-    empty or split identical items. The scan stops as soon as K distinct items are seen."""
+def check_distinct(stack: Stack, k: int) -> None:
+    """Refuse K larger than the number of distinct items (as the method sees them: normalised float32),
+    before any work: K clusters of fewer distinct images leave some empty, split identical items or give
+    NaN scores. The scan stops as soon as K distinct items are seen. (Landmark methods keep their own
+    handling of identical shapes: every cluster non-empty, finite scores; tests/test_shape_kmeans.py.)"""
     seen: set[bytes] = set()
-    blocks = items.batches(SCAN_BATCH) if isinstance(items, Stack) else [(0, np.asarray(items))]
-    for _, block in blocks:
+    for _, block in stack.batches(SCAN_BATCH):
         rows = np.ascontiguousarray(block.reshape(len(block), -1) + 0.0)    # + 0.0: -0.0 and 0.0 are one value
         for row in rows:
             seen.add(hashlib.blake2b(row.tobytes(), digest_size=16).digest())
