@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import tifffile
 
 import ticlust
 from test_store import files
@@ -232,14 +233,7 @@ def test_a_damaged_chunk_is_named_with_its_store_and_field_and_cut_again(plate, 
         assert f"{store.path} is damaged: the crops of field 1 cannot be read" in message
     shutil.rmtree(store.path / "fields" / "00001")            # what the sentence says to do
     ticlust.extract(folder, store.path)
-    assert files(store.path) == files(ref.path) or _same_store(store.path, ref.path)
-
-
-def _same_store(a: Path, b: Path) -> bool:
-    """The same objects and rows (a store finished by a rerun may differ from an uninterrupted one only in
-    the order its files were written, never in content)."""
-    x, y = ticlust.open_objects(a), ticlust.open_objects(b)
-    return np.array_equal(np.asarray(x.crops), np.asarray(y.crops)) and x.table.equals(y.table)
+    assert files(store.path) == files(ref.path)
 
 
 @pytest.mark.xfail(strict=True, reason="plate_run.predict_part reads the crops with zarr directly, so a damaged "
@@ -268,8 +262,6 @@ def test_a_result_of_another_crop_size_or_channel_count_writes_nothing(plate, tm
     folder, store, result, _ = plate
     two = tmp_path / "two"                                     # the same plate with a second channel
     two.mkdir()
-    import tifffile
-
     for image in sorted(folder.glob("*_s?.tif")):
         grey = tifffile.imread(image)
         tifffile.imwrite(two / image.name, np.stack([grey, grey[::-1]], axis=-1))
