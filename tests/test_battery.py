@@ -10,9 +10,11 @@ RuntimeWarning (an overflow or 0/0 on the way to a result); the input must be un
 
 Bounded and deterministic in CI (profile "ci"); ``HYPOTHESIS_PROFILE=long`` runs 5,000 examples per
 entry point (docs/robustness.md has the result of that run)."""
+import atexit
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -160,7 +162,8 @@ def odd_inputs(draw, shapes=IMAGE_SHAPES, plain_shape=(12, 8, 8)):
     return data if data is not None else cast(x, np.float32)
 
 
-SCRATCH = Path(tempfile.mkdtemp(prefix="ticlust-battery-"))
+SCRATCH = Path(tempfile.mkdtemp(prefix="ticlust-battery-"))   # memmaps, CSVs and stores drawn (removed at exit)
+atexit.register(shutil.rmtree, SCRATCH, ignore_errors=True)
 
 
 # ---- what every example must satisfy -----------------------------------------------------------------------
