@@ -170,7 +170,8 @@ def test_a_registered_toy_method_works_everywhere(toy, tmp_path, capsys):
 
 def test_k_defaults_to_each_methods_config():
     assert get_method("nt").default_k == 20 and get_method("kmeans").default_k == 10
-    res = ticlust.fit(dark_and_bright(), method="kmeans", k=None, seed=0, max_iter=2)
+    distinct = dark_and_bright() + np.random.default_rng(0).random((12, 6, 6), np.float32) * 0.01   # K = 10 needs 10 distinct items
+    res = ticlust.fit(distinct, method="kmeans", k=None, seed=0, max_iter=2)
     assert res.k == 10
     with pytest.raises(InputError, match="out of range"):
         ticlust.fit(dark_and_bright(), method="nt")   # NTConfig.k = 20 > 12 items: the config's K was used

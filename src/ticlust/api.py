@@ -21,7 +21,8 @@ from .methods.invariances import OBJECTS
 # ticlust.load_result is taken from here: every method is registered by then, so a saved state reads back typed
 from .result import ClusteringResult, load_result  # noqa: F401
 from .stack import Stack
-from .validation import as_landmarks, as_stack, check_batch_size, check_k, check_same_items, check_seed
+from .validation import (as_landmarks, as_stack, check_batch_size, check_distinct, check_fitted_range, check_k,
+                         check_same_items, check_seed)
 
 
 def prepare(data, method: Method, to_predict: bool = False):
@@ -75,6 +76,8 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
     if isinstance(items, Stack):
         items.pictures = aligned
     k = check_k(spec.default_k if k is None else k, item_count(items))
+    if isinstance(items, Stack):
+        check_distinct(items, k)
     cfg = spec.make_config(k, **params)
 
     def finish(best: ClusteringResult, _results) -> ClusteringResult:
@@ -109,6 +112,7 @@ def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
 def predict(result: ClusteringResult, data, device: str = "auto", batch_size: int | None = None,
             aligned: bool | None = None) -> ClusteringResult:
     """Assign new items with a fitted result's prototypes (and transforms); ``aligned``: see :func:`run`."""
+    check_result(result)
     spec = get_method(result.method)
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
@@ -122,10 +126,19 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
     return execute(Job(lambda dev, _seed: spec.predict(result, items, dev, batch_size), device=device, losses=False))
 
 
+def check_result(result) -> None:
+    """Prediction and alignment take a fitted result (``ticlust.fit`` or ``ticlust.load_result``)."""
+    if not isinstance(result, ClusteringResult):
+        raise InputError(f"The result is a {type(result).__name__}, not a ClusteringResult: pass what ticlust.fit "
+                         "returns or ticlust.load_result reads.")
+
+
 def fitted_scale(items, result: ClusteringResult):
     """Scale new items with the training stack's range, so that predictions match the fit."""
     if isinstance(items, Stack) and "input_range" in result.config:
-        items = Stack(items.source, *result.config["input_range"], items.pictures)
+        lo, hi = result.config["input_range"]
+        check_fitted_range(items, lo, hi)
+        items = Stack(items.source, lo, hi, items.pictures)
     return items
 
 
@@ -137,12 +150,18 @@ def align_one(result: ClusteringResult, item, device: str = "auto", index: int |
     ``ticlust.curation``). ``index``: the item's place in the fitted stack, if it
     is one of them — its scores are then the result's own (the inspector agrees with the assignment).
     """
+    check_result(result)
     spec = get_method(result.method)
-    if index is not None and not 0 <= int(index) < result.n:
-        raise InputError(f"index = {index} is outside the fitted stack of {result.n} items.")
-    item = np.asarray(item)[None]
+    if index is not None and (isinstance(index, bool) or not isinstance(index, (int, np.integer))
+                              or not 0 <= index < result.n):
+        raise InputError(f"index = {index!r} must be a whole number between 0 and {result.n - 1}, an item of the "
+                         f"fitted stack (or None for a new item).")
     lo, hi = result.config.get("input_range", (0.0, 1.0))
-    stack = Stack(item, lo, hi)
+    stack = prepare([item], spec, to_predict=True)
+    if isinstance(stack, Stack):
+        check_fitted_range(stack, lo, hi)
+        check_same_items(stack, result.prototypes.shape[1:])
+        stack = Stack(stack.source, lo, hi)
 
     def work(dev, _seed):
         if spec.align is not None and result.state is not None:   # an edited result's warps are stale until refined

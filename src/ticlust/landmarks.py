@@ -41,27 +41,40 @@ def read_landmarks_csv(path: str | Path) -> tuple[np.ndarray, list[str]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"There is no landmark file at {path}: check the path.")
-    with open(path, newline="") as fh:
-        reader = csv.DictReader(fh)
-        header = [h.strip().lower() for h in (reader.fieldnames or [])]
-        need = ("shape_id", "landmark", "x", "y")
-        missing = [c for c in need if c not in header]
-        if missing:
-            raise InputError(f"{path.name} lacks the column(s) {', '.join(missing)}: a landmark CSV needs the columns shape_id, landmark, x, y.")
-        names = dict(zip(header, reader.fieldnames))
-        sid, lm, xs, ys = [], [], [], []
-        for line, row in enumerate(reader, start=2):
-            try:
-                lm.append(int(float(row[names["landmark"]])))
-                xs.append(float(row[names["x"]]))
-                ys.append(float(row[names["y"]]))
-            except (TypeError, ValueError):
-                raise InputError(f"Line {line} of {path.name} has a non-numeric landmark, x or y: fix that row.") from None
-            sid.append(str(row[names["shape_id"]]).strip())
+    # utf-8-sig: a CSV saved by Excel starts with a byte-order mark, which must not become part of the first column's name
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:
+            sid, lm, xs, ys = _landmark_rows(csv.DictReader(fh), path.name)
+    except UnicodeDecodeError:
+        raise InputError(f"{path.name} is not UTF-8 text: save the landmark table as a UTF-8 CSV.") from None
+    except csv.Error as exc:
+        raise InputError(f"{path.name} is not a readable CSV ({exc}): save the landmark table as a plain CSV.") from None
     if not sid:
         raise InputError(f"{path.name} has a header but no landmark rows: add one row per landmark.")
     coords = np.stack([np.asarray(ys), np.asarray(xs)], axis=1)  # (row, col) as napari would hold them
     return points_to_landmarks(coords, sid, np.asarray(lm))
+
+
+def _landmark_rows(reader: csv.DictReader, name: str) -> tuple[list, list, list, list]:
+    """The shape ids, landmark indices, x and y of a landmark CSV's rows, checked line by line."""
+    header = [h.strip().lower() for h in (reader.fieldnames or [])]
+    missing = [c for c in ("shape_id", "landmark", "x", "y") if c not in header]
+    if missing:
+        raise InputError(f"{name} lacks the column(s) {', '.join(missing)}: a landmark CSV needs the columns shape_id, landmark, x, y.")
+    names = dict(zip(header, reader.fieldnames))
+    sid, lm, xs, ys = [], [], [], []
+    for line, row in enumerate(reader, start=2):
+        try:
+            index = float(row[names["landmark"]])
+            xs.append(float(row[names["x"]]))
+            ys.append(float(row[names["y"]]))
+        except (TypeError, ValueError):
+            raise InputError(f"Line {line} of {name} has a non-numeric landmark, x or y: fix that row.") from None
+        if not index.is_integer():
+            raise InputError(f"Line {line} of {name} has landmark {index:g}, not a whole number: number the landmarks 0, 1, 2, ... in every shape.")
+        lm.append(int(index))
+        sid.append(str(row[names["shape_id"]]).strip())
+    return sid, lm, xs, ys
 
 
 def write_landmarks_csv(path: str | Path, landmarks, ids=None) -> Path:
@@ -89,7 +102,7 @@ def read_tps(path: str | Path) -> tuple[np.ndarray, list[str]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"There is no .tps file at {path}: check the path.")
-    lines = path.read_text(errors="replace").splitlines()
+    lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()   # -sig: Excel's byte-order mark
     shapes, ids = [], []
     i = 0
     while i < len(lines):

@@ -71,8 +71,14 @@ class Stack:
         """Items ``start:stop`` as normalised float32."""
         if self._cache is not None:
             return self._cache[start:stop]
-        raw = np.asarray(self.source[start:stop], dtype=np.float32)
-        return (raw - np.float32(self.lo)) / np.float32(self.hi - self.lo)
+        raw = np.asarray(self.source[start:stop])
+        if np.can_cast(raw.dtype, np.float32):
+            raw = raw.astype(np.float32, copy=False)
+            return (raw - np.float32(self.lo)) / np.float32(self.hi - self.lo)
+        # float64 / wide integers: scale before rounding to float32, so that values below float32's range
+        # (1e-300) or differences finer than its precision (1 + 1e-12) keep their spread instead of
+        # collapsing to one value (or to 0/0)
+        return ((raw.astype(np.float64, copy=False) - self.lo) / (self.hi - self.lo)).astype(np.float32)
 
     def batches(self, batch_size: int) -> Iterator[tuple[int, np.ndarray]]:
         for start in range(0, self.n, batch_size):

@@ -172,6 +172,11 @@ def _part_objects(part: Path) -> int:
     return int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
 
 
+def _first_line(exc: Exception) -> str:
+    """An exception's message, first line only (a sentence of ours must stay one line)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
 def _reason(exc: Exception) -> str:
     """Why a field was left out, in one sentence: ours as it is, anything else with its type."""
     return str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}"
@@ -322,16 +327,28 @@ def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> 
     with closing(steps.map(_survey, [(s, options) for s in specs], "measuring masks")) as results:
         surveys = sorted(results, key=lambda s: s.field)
     crop = _crop_of(surveys, options, listing)
-    write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
-    (root / "fields").mkdir(exist_ok=True)
-    _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
-    shutil.rmtree(root / "tmp", ignore_errors=True)
-    (root / "tmp").mkdir()
     attrs = {"format": FORMAT, "options": options, "crop": crop,
              "input": {"path": str(Path(input).resolve()), "fields": len(specs), "digest": _digest(listing)},
              "complete": False, "objects": 0, "failed": 0}
-    _write_attributes(root, attrs)
+    with _write_errors(root, "before any field was cut"):
+        write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
+        (root / "fields").mkdir(exist_ok=True)
+        _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
+        shutil.rmtree(root / "tmp", ignore_errors=True)
+        (root / "tmp").mkdir()
+        _write_attributes(root, attrs)
     return attrs
+
+
+@contextmanager
+def _write_errors(root: Path, progress: str):
+    """An OSError while writing the store's own files (a full disk, a read-only folder) as one sentence:
+    what failed, how far the run got (``progress``) and how to go on."""
+    try:
+        yield
+    except OSError as exc:
+        raise InputError(f"Writing to {root} failed ({exc.strerror or _first_line(exc)}) {progress}: free space (or "
+                         "fix the folder's permissions) and run the same command again to finish the store.") from None
 
 
 def _crop_of(surveys, options: dict, listing) -> dict:
@@ -366,7 +383,8 @@ def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldR
     todo = [s for s in specs if not (root / "fields" / part_name(s.index)).exists()]
     attrs = read_attributes(root)
     if todo and attrs["complete"]:
-        _write_attributes(root, {**attrs, "complete": False})
+        with _write_errors(root, "before any field was cut"):
+            _write_attributes(root, {**attrs, "complete": False})
     failed = []
     with closing(steps.map(_extract, [(s, plan, str(root)) for s in todo], "cutting fields")) as results:
         for r in results:
@@ -410,16 +428,13 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
             if buffer:
                 writer.write_table(pa.concat_tables(buffer), row_group_size=ROW_GROUP)
 
-    try:
+    with _write_errors(root, "with every field done"):
         write_atomic(root / "table.parquet", write)
         errors = {r.field: r.error for r in failed}
         left = listing[listing["field_index"].isin(list(errors))].copy()
         left["error"] = [errors[f] for f in left["field_index"]]
         write_atomic(root / "failed.parquet", lambda tmp: left.to_parquet(tmp, index=False))
         _write_attributes(root, {**read_attributes(root), "complete": True, "objects": total, "failed": len(failed)})
-    except OSError as exc:
-        raise InputError(f"Writing to {root} failed ({exc.strerror or exc}) with every field done: free space and run "
-                         "the same command again to finish the store.") from None
 
 
 # ---- running the steps -----------------------------------------------------------------------------
@@ -532,32 +547,34 @@ class ObjectStore:
     def table(self):
         """One row per object, in crop order: field, image, labels, the manifest's columns, then label,
         frame, centroid, bbox, area, touches_border, scale, angle (see docs/objects.md)."""
-        import pandas as pd
-
-        return pd.read_parquet(self.path / "table.parquet")
+        return self._read_table("table.parquet").to_pandas()
 
     @cached_property
     def fields(self):
         """The input's listing: one row per field (field, image, labels, the manifest's columns)."""
-        import pandas as pd
-
-        return pd.read_parquet(self.path / "fields.parquet")
+        return self._read_table("fields.parquet").to_pandas()
 
     @cached_property
     def failed(self):
         """The fields left out: their listing row and ``error``, the reason in one sentence."""
-        import pandas as pd
-
-        return pd.read_parquet(self.path / "failed.parquet")
+        return self._read_table("failed.parquet").to_pandas()
 
     @cached_property
     def _parts(self):
         """The parts that hold objects, in table order, and how many each holds (from the table's field_index)."""
-        import pyarrow.parquet as pq
-
-        field = pq.read_table(self.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
+        field = self._read_table("table.parquet", columns=["field_index"]).column("field_index").to_numpy()
         ids, counts = np.unique(field, return_counts=True)
         return [self.path / "fields" / part_name(int(i)) for i in ids], counts
+
+    def _read_table(self, name: str, columns=None):
+        """One of the store's Parquet files as an Arrow table; a missing or damaged one is refused by name."""
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(self.path / name, columns=columns)
+        except Exception as exc:      # pyarrow's errors (ArrowInvalid, OSError, ...) have no common base of ours
+            raise InputError(f"{self.path} is damaged: its {name} cannot be read ({_first_line(exc)}); extract "
+                             "the plate again into a new store.") from None
 
     @cached_property
     def crops(self) -> LazyStack:
@@ -594,8 +611,24 @@ class LazyStack:
         if k not in self._open:
             import zarr
 
-            self._open[k] = zarr.open_array(self.paths[k], mode="r")
+            self._open[k] = self._checked(k, lambda: zarr.open_array(self.paths[k], mode="r"))
         return self._open[k]
+
+    def _read(self, k: int, key, orthogonal: bool = False) -> np.ndarray:
+        """``part[key]`` (``.oindex[key]`` when ``orthogonal``) of part ``k``, read now."""
+        part = self._part(k)
+        return self._checked(k, lambda: np.asarray(part.oindex[key] if orthogonal else part[key]))
+
+    def _checked(self, k: int, read):
+        """``read()``; a chunk or array that cannot be read (damaged, truncated, deleted) is refused in one
+        sentence naming the store, the field and how to cut that field again."""
+        try:
+            return read()
+        except Exception as exc:     # zarr and its codecs raise many kinds (RuntimeError, ValueError, OSError, ...)
+            part = self.paths[k].parent
+            raise InputError(f"{part.parent.parent} is damaged: the {self.paths[k].name} of field {int(part.name)} "
+                             f"cannot be read ({_first_line(exc)}); delete {part} and run the same ticlust extract "
+                             "command again to cut that field anew.") from None
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
@@ -607,7 +640,7 @@ class LazyStack:
             if not 0 <= i < len(self):
                 raise IndexError(f"index {first} is out of range for {len(self)} objects")
             k = int(np.searchsorted(self.offsets, i, side="right")) - 1
-            return np.asarray(self._part(k)[i - int(self.offsets[k])])[rest]
+            return self._read(k, i - int(self.offsets[k]))[rest]
         index = np.arange(len(self))[first] if isinstance(first, slice) else self._indices(first)
         out = np.empty((len(index),) + self.shape[1:], self.dtype)
         part = np.searchsorted(self.offsets, index, side="right") - 1
@@ -615,9 +648,9 @@ class LazyStack:
             sel = np.flatnonzero(part == k)
             local = index[sel] - self.offsets[k]
             if len(local) > 1 and np.all(np.diff(local) == 1):
-                out[sel] = self._part(int(k))[int(local[0]):int(local[-1]) + 1]
+                out[sel] = self._read(int(k), slice(int(local[0]), int(local[-1]) + 1))
             else:
-                out[sel] = self._part(int(k)).oindex[local]
+                out[sel] = self._read(int(k), local, orthogonal=True)
         return out[(slice(None),) + rest] if rest else out
 
     def _indices(self, first) -> np.ndarray:
@@ -642,7 +675,7 @@ class LazyStack:
     def __iter__(self):
         """One crop after another, each part read once."""
         for k in range(len(self.paths)):
-            yield from np.asarray(self._part(k)[...])
+            yield from self._read(k, ...)
 
 
 __all__ = ["extract", "open_objects", "ObjectStore", "LazyStack", "extract_field", "survey_field", "Plan",

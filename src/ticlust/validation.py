@@ -1,6 +1,7 @@
 """Checks on what users pass in: image stacks, landmark sets, K. Each failure is one InputError sentence."""
 from __future__ import annotations
 
+import hashlib
 import warnings
 
 import numpy as np
@@ -18,20 +19,28 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
     """
     if isinstance(data, Stack):
         return data
-    data = from_torch(data)
+    data = from_torch(data, name)
     if isinstance(data, (list, tuple)):
         try:
-            data = np.stack([np.asarray(d) for d in data]) if len(data) else np.empty((0,))
+            data = np.stack([np.asarray(from_torch(d, name)) for d in data]) if len(data) else np.empty((0,))
         except ValueError:
             raise InputError(f"The {name} images differ in size: crop or resize them to one size first.") from None
     if not hasattr(data, "shape") or not hasattr(data, "dtype"):
         raise InputError(f"The {name} is a {type(data).__name__}, not an array: pass a NumPy, memory-mapped or dask array.")
+    if any(not isinstance(s, (int, np.integer)) for s in data.shape):
+        raise InputError(f"The {name} has shape {tuple(data.shape)}, with sizes not known yet (a dask array after "
+                         "boolean indexing): call its compute_chunk_sizes() first.")
     shape = tuple(int(s) for s in data.shape)
-    kind = np.dtype(data.dtype).kind
+    try:
+        kind = np.dtype(data.dtype).kind
+    except TypeError:
+        kind = "?"
     if kind not in "biuf":
-        raise InputError(f"The {name} has dtype {data.dtype}: ticlust needs numbers (integer or floating point images).")
+        raise InputError(f"The {name} has dtype {data.dtype}: ticlust needs real numbers (integer or floating point "
+                         "images; take the magnitude or the real part of complex data first).")
     if len(shape) == 0 or shape[0] == 0 or int(np.prod(shape)) == 0:
-        raise InputError(f"The {name} is empty: give a stack of at least 2 images.")
+        raise InputError(f"The {name} is empty (shape {shape}): give a stack of at least {1 if to_predict else 2} "
+                         f"{'item' if to_predict else 'images'}.")
     data, shape = channels_last(data, shape, name)
     ndim = len(shape)
     if ndim == 1 or (ndim == 2 and not allow_vectors):
@@ -56,7 +65,7 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
         raise InputError(f"The {name} holds values up to {max(abs(lo), abs(hi)):.3g}, beyond what float32 arithmetic can hold: rescale the data (e.g. divide by its maximum) first.")
     if hi <= lo and not to_predict:
         raise InputError(f"Every value in the {name} is {lo:g}: the images are constant, so there is nothing to cluster.")
-    return Stack(data, lo, hi if hi > lo else lo + 1.0)
+    return Stack(data, lo, hi if hi > lo else lo + max(1.0, abs(lo)))   # a span float64 can tell from lo
 
 
 MAX_CHANNELS = 8
@@ -93,6 +102,35 @@ def check_k(k, n: int) -> int:
     if k < 1 or k > n:
         raise InputError(f"K = {k} is out of range: it must be between 1 and the number of items ({n}).")
     return k
+
+
+def check_distinct(stack: Stack, k: int) -> None:
+    """Refuse K larger than the number of distinct items (as the method sees them: normalised float32),
+    before any work: K clusters of fewer distinct images leave some empty, split identical items or give
+    NaN scores. The scan stops as soon as K distinct items are seen. (Landmark methods keep their own
+    handling of identical shapes: every cluster non-empty, finite scores; tests/test_shape_kmeans.py.)"""
+    seen: set[bytes] = set()
+    for _, block in stack.batches(SCAN_BATCH):
+        rows = np.ascontiguousarray(block.reshape(len(block), -1) + 0.0)    # + 0.0: -0.0 and 0.0 are one value
+        for row in rows:
+            seen.add(hashlib.blake2b(row.tobytes(), digest_size=16).digest())
+            if len(seen) >= k:
+                return
+    raise InputError(f"K = {k} but the input holds only {len(seen)} distinct item{'s' if len(seen) != 1 else ''}: "
+                     f"lower K to at most {len(seen)} (or drop the duplicates).")
+
+
+def check_fitted_range(stack: Stack, lo: float, hi: float) -> None:
+    """New items scaled with a fit's input range [lo, hi] must stay where float32 distances are finite
+    (squared differences summed over every value); items of another scale are refused rather than
+    assigned by overflowed scores."""
+    if stack.n == 0:
+        return
+    span = hi - lo
+    far = max(abs(stack.lo - lo), abs(stack.hi - lo)) / span
+    if far > np.sqrt(FLOAT32_MAX / (4 * stack.dim)):
+        raise InputError(f"The new items hold values from {stack.lo:.3g} to {stack.hi:.3g}, far outside the range the "
+                         f"result was fitted on ({lo:.3g} to {hi:.3g}): give items on the scale of the training data.")
 
 
 def check_batch_size(batch_size) -> int:
@@ -139,17 +177,20 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
     ``to_predict`` accepts a single shape (it can be assigned, not clustered).
     """
     if isinstance(data, (list, tuple)):
+        data = [from_torch(d, name) for d in data]
         counts = {np.shape(d)[0] if np.ndim(d) == 2 else -1 for d in data}
         if len(counts) > 1:
             raise InputError(f"The shapes have different numbers of landmarks ({', '.join(map(str, sorted(counts)))}): every shape needs the same landmarks in the same order.")
         data = np.asarray(data) if len(data) else np.empty((0, 0, 2))
-    arr = np.asarray(from_torch(data))
+    arr = np.asarray(from_torch(data, name))
     if arr.dtype.kind not in "biuf":
         raise InputError(f"The {name} have dtype {arr.dtype}: give numeric (x, y) coordinates.")
+    arr = arr.astype(np.float64)     # a copy; float16 / integer checks below compare in float64
     if arr.ndim != 3 or arr.shape[2] != 2:
         raise InputError(f"The {name} have shape {arr.shape}: give an array shaped (shapes, landmarks, 2) of 2-D coordinates.")
     if arr.shape[0] < (1 if to_predict else 2):
-        raise InputError(f"There are {arr.shape[0]} shapes: give at least {1 if to_predict else 2} to {'assign' if to_predict else 'cluster'}.")
+        raise InputError(f"There {'is' if arr.shape[0] == 1 else 'are'} {arr.shape[0]} shape{'' if arr.shape[0] == 1 else 's'}: "
+                         f"give at least {1 if to_predict else 2} to {'assign' if to_predict else 'cluster'}.")
     if arr.shape[1] < 3:
         raise InputError(f"Each shape has {arr.shape[1]} landmarks: at least 3 are needed to describe a shape.")
     if not np.isfinite(arr).all():
@@ -157,11 +198,24 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
         raise InputError(f"The {name} contain NaN or infinite coordinates (first in shape {bad}): fix or drop those shapes.")
     if np.abs(arr).max() > FLOAT32_MAX / 2:
         raise InputError(f"The {name} hold coordinates up to {np.abs(arr).max():.3g}, too large to compute with: rescale them (e.g. to millimetres or pixels) first.")
-    return arr.astype(np.float64, copy=True)
+    return arr
 
 
-def from_torch(data):
-    """A torch tensor as a NumPy array (detached, on the CPU); anything else unchanged."""
-    if type(data).__module__.startswith("torch") and hasattr(data, "detach"):
-        return data.detach().cpu().numpy()
-    return data
+def from_torch(data, name: str = "input"):
+    """A torch tensor as a NumPy array (detached, on the CPU; the caller's tensor is never touched);
+    anything else unchanged. Floating types NumPy lacks (bfloat16, float8) become float32 and complex32
+    becomes complex64 (which the callers refuse by name)."""
+    if not (type(data).__module__.startswith("torch") and hasattr(data, "detach")):
+        return data
+    import torch
+
+    tensor = data.detach()
+    try:
+        if tensor.is_complex() and tensor.dtype not in (torch.complex64, torch.complex128):
+            tensor = tensor.to(torch.complex64)
+        elif tensor.is_floating_point() and tensor.dtype not in (torch.float16, torch.float32, torch.float64):
+            tensor = tensor.to(torch.float32)
+        return tensor.cpu().numpy()
+    except (TypeError, RuntimeError, NotImplementedError):
+        raise InputError(f"The {name} is a torch tensor ({tensor.dtype}, {tensor.layout}, on {tensor.device}) that "
+                         "cannot be read as an array: pass a dense CPU tensor of numbers.") from None
