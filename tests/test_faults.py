@@ -196,8 +196,6 @@ def test_a_disk_full_while_writing_the_table_stops_with_one_sentence_and_a_rerun
     assert files(store) == files(ref.path)
 
 
-@pytest.mark.xfail(strict=True, reason="plate_run.predict_part lets the OSError of a full disk through as it is "
-                   "(plate_run.py is not this change's to edit)")
 def test_a_disk_full_while_predicting_stops_with_one_sentence_and_a_rerun_finishes(plate, tmp_path, monkeypatch,
                                                                                    full_disk):
     import pyarrow.parquet as pq
@@ -236,8 +234,6 @@ def test_a_damaged_chunk_is_named_with_its_store_and_field_and_cut_again(plate, 
     assert files(store.path) == files(ref.path)
 
 
-@pytest.mark.xfail(strict=True, reason="plate_run.predict_part reads the crops with zarr directly, so a damaged "
-                   "chunk surfaces as zarr's RuntimeError (plate_run.py is not this change's to edit)")
 def test_predicting_a_store_with_a_damaged_chunk_names_the_store_and_field(plate, tmp_path):
     folder, _, result, _ = plate
     store = ticlust.extract(folder, tmp_path / "s.zarr")

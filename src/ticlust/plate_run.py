@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
-from .store import ObjectStore, part_name, progress_sink, read_attributes
+from .store import LazyStack, ObjectStore, _write_errors, part_name, progress_sink, read_attributes
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
 PREDICTIONS = "predictions.parquet"
@@ -307,27 +307,31 @@ def predict_part(task: PartTask) -> PartReport:
         return PartReport(task.field, n, True, 0.0)
     result = _loaded(task.result, task.digest)
     landmarks = get_method(result.method).inputs == ("landmarks",)
-    source = zarr.open_array(part / ("masks" if landmarks else "crops"), mode="r")
+    array = part / ("masks" if landmarks else "crops")
+    meta = json.loads((array / "zarr.json").read_text())
+    source = LazyStack([array], [n], tuple(meta["shape"][1:]), np.dtype(meta["data_type"]))   # a damaged chunk: one sentence
+    chunk = int(meta["chunk_grid"]["configuration"]["chunk_shape"][0])
     step = task.batch_size or CHUNK
     chunks, pictures = [], None
     tmp_aligned = part / f"{PART_ALIGNED}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     try:
-        for s in range(0, n, step):
-            block = np.asarray(source[s:min(s + step, n)])
-            items = contours(block, result_points(result)) if landmarks else block
-            if not task.save_aligned:
-                chunks.append(predict_items(result, items, task.device, task.batch_size))
-                continue
-            cols, aligned, kind = predict_items(result, items, task.device, task.batch_size, aligned=True)
-            chunks.append(cols)
-            if pictures is None:
-                pictures = zarr.create_array(tmp_aligned, shape=(n, *aligned.shape[1:]), dtype="float32",
-                                             chunks=source.chunks[:1] + aligned.shape[1:],
-                                             attributes={"ticlust_result": task.digest, "aligned_kind": kind})
-            pictures[s:s + len(aligned)] = np.asarray(aligned, np.float32)
-        if pictures is not None:
-            shutil.rmtree(part / PART_ALIGNED, ignore_errors=True)   # another result's pictures
-            os.replace(tmp_aligned, part / PART_ALIGNED)
+        with _write_errors(Path(task.store), f"while predicting field {task.field}"):
+            for s in range(0, n, step):
+                block = np.asarray(source[s:min(s + step, n)])
+                items = contours(block, result_points(result)) if landmarks else block
+                if not task.save_aligned:
+                    chunks.append(predict_items(result, items, task.device, task.batch_size))
+                    continue
+                cols, aligned, kind = predict_items(result, items, task.device, task.batch_size, aligned=True)
+                chunks.append(cols)
+                if pictures is None:
+                    pictures = zarr.create_array(tmp_aligned, shape=(n, *aligned.shape[1:]), dtype="float32",
+                                                 chunks=(chunk, *aligned.shape[1:]),
+                                                 attributes={"ticlust_result": task.digest, "aligned_kind": kind})
+                pictures[s:s + len(aligned)] = np.asarray(aligned, np.float32)
+            if pictures is not None:
+                shutil.rmtree(part / PART_ALIGNED, ignore_errors=True)   # another result's pictures
+                os.replace(tmp_aligned, part / PART_ALIGNED)
     finally:
         shutil.rmtree(tmp_aligned, ignore_errors=True)
     cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
@@ -335,8 +339,9 @@ def predict_part(task: PartTask) -> PartReport:
     table = pa.table(cols).replace_schema_metadata({"ticlust_result": task.digest, "method": result.method})
     tmp = part / f"{PART_PREDICTIONS}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, out)
+        with _write_errors(Path(task.store), f"while predicting field {task.field}"):
+            pq.write_table(table, tmp)
+            os.replace(tmp, out)
     finally:
         if tmp.exists():
             tmp.unlink()
