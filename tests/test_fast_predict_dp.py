@@ -98,6 +98,7 @@ def test_dti_predict_matches_the_previous_computation(glyphs, saved):
     before = held.copy()
     out = ticlust.predict(loaded, held, device="cpu", aligned=False)
     labels, scores = _dti_reference(loaded, held)
+    assert not np.allclose(out.params["affine"], np.eye(2, 3), atol=1e-4), "untrained heads: the encoder would not matter"
     assert np.array_equal(out.labels, labels)
     assert np.allclose(out.scores, scores, rtol=1e-4, atol=1e-6)
     assert np.array_equal(held, before), "predict changed its input"
