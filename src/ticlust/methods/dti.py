@@ -28,7 +28,7 @@ from ..transforms import TransformSequence, lattice_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
 from .base import Method, param, register, seed_everything
-from .dti_net import BatchedMLP, ResNetEncoder
+from .dti_net import BatchedMLP, InferenceEncoder, ResNetEncoder
 from .invariances import invariances_param
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
@@ -147,13 +147,14 @@ class DTIModel(nn.Module):
     def cluster_parameters(self):
         return [p for n, p in self.named_parameters() if not n.startswith(("encoder.", "heads."))]
 
-    def predict_params(self, x: torch.Tensor, active: int, autocast: bool = False) -> list[torch.Tensor]:
-        """Per-module parameters (B, K, P_m) for the first ``active`` modules (fp32)."""
+    def predict_params(self, x: torch.Tensor, active: int, autocast: bool = False, encoder: nn.Module | None = None) -> list[torch.Tensor]:
+        """Per-module parameters (B, K, P_m) for the first ``active`` modules (fp32). ``encoder``: what reads the
+        items (default: the model's own; inference passes its ``InferenceEncoder``)."""
         if active == 0:
             return []
         ctx = torch.autocast(device_type=x.device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
         with ctx:
-            feats = self.encoder(x)
+            feats = (self.encoder if encoder is None else encoder)(x)
             out = [self.heads[m](feats) for m in range(active)]
         return [o.float() for o in out]
 
@@ -574,12 +575,13 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None)
 
 
 @torch.no_grad()
-def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg):
+def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg, encoder=None):
     """Every prototype transformed onto every image of a batch: (per-module params, (B, K, C, H, W), scores (B, K)).
 
     Scores are squared distances (K-means) or negative joint log-likelihoods (GMM): lower is closer.
+    ``encoder``: see ``DTIModel.predict_params``.
     """
-    params = model.predict_params(xb, active, autocast)
+    params = model.predict_params(xb, active, autocast, encoder)
     recon = model.transform(model.prototypes[None], params, active)
     if gmm:
         var = model.transform(model.variances[None], params, active, spatial_only=True)
@@ -596,6 +598,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
     written into the per-item arrays (``Assignments``). ``pinned`` (N,): clusters the user fixed items to
     (-1: free); those are assigned and aligned there."""
     model.eval()
+    encoder = InferenceEncoder(model.encoder)
     modules, gmm = model.sequence.names, model.gmm
     active = len(modules)
     channels_last = _channels_last(stack)
@@ -607,7 +610,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
     for i, (s, batch) in enumerate(stack.batches(batch_size)):
         yield Progress(i, n_batches, float("nan"), "Aligning every image")
         xb = to_nchw(torch.from_numpy(batch).to(device))
-        params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg)
+        params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg, encoder)
         labels = keep_pinned(score.argmin(1), None if pinned is None else pinned[s:s + len(batch)])
         fields = {"scores": score, "labels": labels}
         if gmm:
@@ -726,7 +729,8 @@ class DTIKMeans(Method):
         model.eval()
         xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
         with torch.no_grad():
-            _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, self.gmm, cfg)
+            _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, self.gmm, cfg,
+                                            InferenceEncoder(model.encoder))
         return from_nchw(recon[0].float(), _channels_last(stack)).cpu().numpy(), scores[0].float().cpu().numpy()
 
 

@@ -131,6 +131,12 @@ def scattering_batch(cfg: PSSCConfig, op: "Scatterer") -> int:
     return max(1, min(cfg.batch_size, cfg.batch_size * 1024 // area))
 
 
+def scattered(op: "Scatterer", batch: np.ndarray, step: int) -> torch.Tensor:
+    """The features of a batch, scattered ``step`` images at a time: the wavelet maps of a few dozen 32×32
+    images stay in the CPU's cache, those of hundreds do not (measured: 1.5× the CPU time at 256)."""
+    return torch.cat([op(batch[i:i + step]) for i in range(0, len(batch), step)])
+
+
 def scattering_features(stack: Stack, cfg: PSSCConfig, device: torch.device, timing: dict):
     """Generator: yields Progress while scattering; returns the (N, F) float32 features (cached on disk)."""
     path = None
@@ -585,7 +591,7 @@ class PSSC(Method):
             reps, transfer = torch.from_numpy(state.representatives).to(device), torch.from_numpy(state.transfer).to(device)
         out = Assignments(stack.n)     # every step is row by row: each batch's outputs are written as it is done
         for s, b in stack.batches(batch_size or cfg.predict_batch_size):
-            f = op(b) if op is not None else torch.as_tensor(b, device=device).reshape(len(b), -1)
+            f = scattered(op, b, scattering_batch(cfg, op)) if op is not None else torch.as_tensor(b, device=device).reshape(len(b), -1)
             if scales is not None:
                 f = (f.reshape(len(b), len(scales), -1) / torch.from_numpy(scales).to(device)[None, :, None]).reshape(len(b), -1)
             z = (f.to(device) - mean) @ basis
