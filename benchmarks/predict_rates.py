@@ -131,6 +131,16 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def write(out: str, rows: list[dict], argv: list[str]) -> None:
+    lines = ["# Predict rates (issue 29 item 5)", "",
+             f"`python benchmarks/predict_rates.py {' '.join(argv)}`; {platform.machine()} {platform.processor() or ''}, "
+             f"{torch.get_num_threads()} threads, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')}. Load "
+             "averages (1/5/15 min) beside each row: under load the objects/s are not speed claims, the ratio of the "
+             "fast and exact columns of one row is (taken back to back).", "", *table(rows), ""]
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(out, lambda tmp: tmp.write_text("\n".join(lines)))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
@@ -152,14 +162,7 @@ def main(argv=None) -> int:
         for method in args.methods:
             rows.append(measure(data, method))
             print(table(rows)[-1], flush=True)
-    lines = ["# Predict rates (issue 29 item 5)", "",
-             f"`python benchmarks/predict_rates.py {' '.join(argv if argv is not None else sys.argv[1:])}`; "
-             f"{platform.machine()} {platform.processor() or ''}, {torch.get_num_threads()} threads, torch {torch.__version__}, "
-             f"{time.strftime('%Y-%m-%d %H:%M')}. Load averages (1/5/15 min) beside each row: under load the objects/s "
-             "are not speed claims, the ratio of the fast and exact columns of one row is (taken back to back).", "",
-             *table(rows), ""]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(args.out, lambda tmp: tmp.write_text("\n".join(lines)))
+            write(args.out, rows, argv if argv is not None else sys.argv[1:])   # after every row: a stopped run keeps its rows
     print(f"wrote {args.out}")
     return 0
 
