@@ -200,11 +200,33 @@ class Alignments:
         """Per-item warps (N, ...) as one pair per item (N, 1, ...)."""
         return Alignments(self.theta[:, None], None if self.nu is None else self.nu[:, None])
 
+    def take(self, pick: torch.Tensor) -> Alignments:
+        """The pairs (B, m) picked by centroid index ``pick`` (B, m) out of these (B, K) pairs."""
+        return Alignments(_along(self.theta, pick), _along(self.nu, pick), _along(self.losses, pick))
+
+    def put(self, pick: torch.Tensor, part: Alignments) -> None:
+        """Write the (B, m) pairs ``part`` back at centroid indices ``pick`` (B, m), in place."""
+        for whole, rows in ((self.theta, part.theta), (self.nu, part.nu), (self.losses, part.losses)):
+            if whole is not None:
+                whole.scatter_(1, _index_like(pick, rows), rows)
+
     def reset(self, centroids) -> None:
         """Identity warps onto the given centroids (restarted on a raw item: identity aligns it exactly)."""
         self.theta[:, centroids] = 0
         if self.nu is not None:
             self.nu[:, centroids] = 0
+
+
+def _index_like(pick: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Centroid indices (B, m) expanded over the per-pair dimensions of t (B, K or m, ...)."""
+    return pick.view(*pick.shape, *([1] * (t.ndim - 2))).expand(*pick.shape, *t.shape[2:])
+
+
+def _along(t: torch.Tensor | None, pick: torch.Tensor) -> torch.Tensor | None:
+    """t (B, K, ...) at centroid indices pick (B, m): (B, m, ...)."""
+    if t is None:
+        return None
+    return t.gather(1, _index_like(pick, t))
 
 
 def _assigned_pair(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
@@ -257,8 +279,13 @@ class Aligner:
 
     def __init__(self, size: tuple[int, int], landmarks: int | None, device, *, lowpass: float = 0.0,
                  padding: str = "zeros", max_scale: float = math.inf, max_shift: float = math.inf,
-                 max_displacement: float = math.inf, linear: str = "affine"):
+                 max_displacement: float = math.inf, linear: str = "affine", lean: bool = False):
         self.size = size
+        # lean: sampling grids made by one matrix product (``_grid_maps``) and each item sampled once for all its
+        # pairs (``warp_pairs``): several times faster to differentiate, equal up to float roundoff. Predict's fast
+        # path uses it; the fit keeps the elementwise form its pinned results were made with
+        self.lean = lean
+        self._maps: dict[bool, tuple[torch.Tensor, torch.Tensor]] = {}
         self.linear = linear
         self.max_scale, self.max_shift = max_scale, max_shift
         self.max_nu = max_displacement * 2.0 / (landmarks - 1) if landmarks else math.inf
@@ -319,9 +346,35 @@ class Aligner:
         nu = torch.zeros(n, k, self.n_landmarks, 2, device=self.device) if self.landmarks else None
         return Alignments(theta, nu, torch.full((n, k), math.inf, device=self.device))
 
+    def _grid_maps(self, low: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """The identity grid (2P,) and the linear map (6 [+ 2ℓ], 2P) with grid = identity + [θ, ν] @ map, (x, y)
+        interleaved per pixel: gx = (1 + θ₀) px + θ₁ py + θ₂ + Σ_j B_pj ν_jx, gy likewise with θ₃ θ₄ θ₅ and ν_jy.
+        The backward of one product is one product, where the elementwise form reduces six broadcasts."""
+        if low not in self._maps:
+            pts = self.low_points if low else self.points
+            px, py = pts[:, 0], pts[:, 1]
+            one, zero = torch.ones_like(px), torch.zeros_like(px)
+            rows = [(px, zero), (py, zero), (one, zero), (zero, px), (zero, py), (zero, one)]
+            maps = torch.stack([torch.stack(r, -1).reshape(-1) for r in rows])
+            if self.landmarks and not low:
+                n = self.n_landmarks
+                tps = torch.zeros(n, 2, pts.shape[0], 2, device=pts.device, dtype=pts.dtype)
+                tps[:, 0, :, 0] = self.basis.T
+                tps[:, 1, :, 1] = self.basis.T
+                maps = torch.cat([maps, tps.reshape(2 * n, -1)])
+            self._maps[low] = (pts.reshape(-1), maps)
+        return self._maps[low]
+
     def grid(self, warps: Alignments, low: bool = False) -> torch.Tensor:
         """Sampling grids (..., h, w, 2) for affine parameters (..., 6) and displacements (..., ℓ, 2)."""
         theta, nu = warps.theta, warps.nu
+        if self.lean:
+            identity, maps = self._grid_maps(low)
+            params = theta.reshape(-1, 6)
+            if nu is not None and not low:
+                params = torch.cat([params, nu.reshape(-1, 2 * self.n_landmarks)], 1)
+            flat = torch.addmm(identity, params, maps[: params.shape[1]])
+            return flat.reshape(*theta.shape[:-1], *(self.low_size if low else self.size), 2)
         pts = self.low_points if low else self.points
         p = theta.reshape(-1, 6)
         px, py = pts[:, 0], pts[:, 1]
@@ -336,11 +389,17 @@ class Aligner:
 
     def warp_pairs(self, x: torch.Tensor, warps: Alignments, low: bool = False) -> torch.Tensor:
         """Items x (B, C, H, W) warped by the (B, K) pair warps: (B, K, C, h, w)."""
-        return warp(x[:, None], self.grid(warps, low), padding_mode=self.padding)
+        grid = self.grid(warps, low)
+        if self.lean:   # the K grids of an item stacked into one tall grid: no K copies of the item
+            b, k, h, w = grid.shape[:4]
+            return warp(x, grid.reshape(b, k * h, w, 2), padding_mode=self.padding).unflatten(-2, (k, h)).transpose(1, 2)
+        return warp(x[:, None], grid, padding_mode=self.padding)
 
     def pair_losses(self, x: torch.Tensor, mu: torch.Tensor, warps: Alignments, low: bool = False) -> torch.Tensor:
-        """||T(x_i, ν_ik) − μ_k||² for all pairs, (B, K)."""
-        return ((self.warp_pairs(x, warps, low) - mu[None]) ** 2).sum((-3, -2, -1))
+        """||T(x_i, ν_ik) − μ_k||² for all pairs, (B, K): centroids mu (K, C, H, W) shared by every item, or
+        (B, K, C, H, W) of each pair's own (predict's candidates, ``Alignments.take``)."""
+        target = mu if mu.ndim == x.ndim + 1 else mu[None]
+        return ((self.warp_pairs(x, warps, low) - target) ** 2).sum((-3, -2, -1))
 
     def align(self, x: Pyramid, mu: Pyramid, start: Alignments, schedule: Schedule, moments: Moments | None = None):
         """Improve the (B, K) alignments of items x onto centroids mu, warm-started from ``start`` (generator).

@@ -1,0 +1,106 @@
+"""ST/AI K-means' fast predict (issue 29 item 5): a short alignment to every centroid screens the candidates,
+only ``predict_candidates`` of them per image get the full alignment. Checked against the exact path
+(``predict_candidates=0``: every centroid aligned in full) on separated kinds, on the objects route's crops
+(one and three channels), for repeatability, and for a hot loop that stays on the device."""
+import inspect
+
+import numpy as np
+import pytest
+import torch
+
+import ticlust
+from ticlust.methods import st_kmeans
+from ticlust.nuclei import nuclei_field
+from ticlust.object_route import objects_route
+from ticlust.samples import glyphs_sample
+from ticlust.transforms.align import Aligner, Alignments
+
+FIT = dict(steps=6, affine_steps=4, max_iter=3, predict_steps=10)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _predict(result, x, candidates):
+    """Predict with the fitted result, its number of candidates set (0: the exact path)."""
+    result.config = {**result.config, "predict_candidates": candidates}
+    return ticlust.predict(result, x, device="cpu")
+
+
+def _nuclei(seed: int, channels: int = 1):
+    """Crops of a small generated field of nuclei (round, elongated, dividing) by the objects route, its
+    parameters for objects and the true kinds; three channels (RGB) when asked: the field, it halved and it mirrored."""
+    f = nuclei_field(n=60, shape=(320, 320), seed=seed)
+    field = f.image if channels == 1 else np.stack([f.image, f.image // 2, f.image[:, ::-1]], -1)
+    route = objects_route(field, f.labels, "ai-kmeans")
+    return route.items, route.params, f.kind_of(route.table["label"])
+
+
+@pytest.mark.parametrize("method,extra", [("ai-kmeans", {}), ("st-kmeans", {"invariances": "deformable", "landmarks": 3})])
+def test_fast_path_gives_the_exact_labels_on_separated_kinds(method, extra):
+    crops, params, _ = _nuclei(3)
+    new, _, _ = _nuclei(4)
+    res = ticlust.fit(crops, method, k=3, device="cpu", seed=0, **{**params, **FIT, **extra})
+    exact = _predict(res, new, 0)
+    fast = _predict(res, new, 1)          # one candidate: the screen alone decides
+    assert np.array_equal(fast.labels, exact.labels)
+    # every pair has a finite score, the chosen one the lowest (the others keep their screened distances)
+    assert np.all(np.isfinite(fast.scores)) and np.array_equal(fast.scores.argmin(1), fast.labels)
+    assert np.array_equal(_predict(res, crops, 1).labels, res.labels)   # the fit's items keep their clusters
+
+
+def test_candidates_k_is_the_exact_path_and_repeats():
+    fit_x, _ = glyphs_sample(n_per_class=6, size=16, seed=1)
+    new_x, _ = glyphs_sample(n_per_class=4, size=16, seed=2)
+    res = ticlust.fit(fit_x, "st-kmeans", k=4, device="cpu", seed=0, landmarks=3, **FIT)
+    exact = _predict(res, new_x, 0)
+    every = _predict(res, new_x, 4)
+    assert np.array_equal(every.labels, exact.labels) and np.array_equal(every.scores, exact.scores)
+    a, b = _predict(res, new_x, 2), _predict(res, new_x, 2)
+    assert np.array_equal(a.labels, b.labels) and np.array_equal(a.scores, b.scores)
+    assert np.array_equal(a.params["displacements"], b.params["displacements"])
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_objects_route_crops(channels):
+    crops, params, _ = _nuclei(3, channels)
+    assert crops.shape[-1] == 3 if channels == 3 else crops.ndim == 3
+    res = ticlust.fit(crops, "ai-kmeans", k=3, device="cpu", seed=0, **{**params, **FIT, "predict_steps": 30})
+    exact, fast = _predict(res, crops, 0), _predict(res, crops, 2)
+    assert fast.labels.shape == (len(crops),) and fast.scores.shape == (len(crops), 3)
+    assert fast.prototypes.shape == res.prototypes.shape
+    assert np.mean(fast.labels == exact.labels) >= 0.95
+    assert np.mean(fast.labels == res.labels) >= 0.95      # the fit's items keep (nearly all) their clusters
+
+
+def test_lean_kernels_equal_the_fit_kernels():
+    torch.manual_seed(0)
+    x, mu = torch.rand(5, 2, 12, 12), torch.rand(3, 2, 12, 12)
+    warps = Alignments(torch.randn(5, 3, 6) * 0.1, torch.randn(5, 3, 9, 2) * 0.05)
+    for low in (False, True):
+        plain = Aligner((12, 12), 3, "cpu", lowpass=0.2)
+        lean = Aligner((12, 12), 3, "cpu", lowpass=0.2, lean=True)
+        ours = lean.pyramid(x)
+        xs = ours.low if low else ours.full
+        assert torch.allclose(lean.grid(warps, low), plain.grid(warps, low), atol=1e-6)
+        assert torch.allclose(lean.warp_pairs(xs, warps, low), plain.warp_pairs(xs, warps, low), atol=1e-5)
+    # per-pair centroids (B, m, C, H, W) give the same losses as the shared ones they were taken from
+    pick = torch.tensor([[2, 0], [1, 2], [0, 1], [2, 1], [0, 2]])
+    shared = plain.pair_losses(x, mu, warps)
+    own = plain.pair_losses(x, mu[pick], warps.take(pick))
+    assert torch.allclose(own, shared.gather(1, pick))
+
+
+def test_hot_loop_stays_on_the_device():
+    """Nothing in the screen, the candidates' alignment or the lean kernels moves data to the host, so the
+    same code runs batched on a GPU (``--device cuda``) without a synchronising copy per step."""
+    for fn in (st_kmeans._screened, Aligner.grid, Aligner.warp_pairs, Aligner._grid_maps, Alignments.take,
+               Alignments.put, Aligner.pair_losses):
+        source = inspect.getsource(fn)
+        for host in (".cpu()", ".numpy()", ".item()", ".tolist()", "np."):
+            assert host not in source, (fn.__qualname__, host)
