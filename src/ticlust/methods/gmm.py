@@ -80,6 +80,8 @@ class GMMState(FittedState):
 class GMM(Method):
     name, title, paper = "gmm", "Gaussian mixture (diagonal, pixels)", "baseline"
     config, state, inputs = GMMConfig, GMMState, ("images", "vectors")
+    #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md); EM runs in this process.
+    cluster_steps = "the K-means start's Lloyd E-step, one task per chunk of batch_size items"
 
     def train(self, stack: Stack, cfg: GMMConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
