@@ -33,7 +33,7 @@ from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..events import Progress, Snapshot, drain
-from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param
 
@@ -229,14 +229,46 @@ def _check_images(stack: Stack, name: str) -> None:
         raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
 
 
+class _StackImages:
+    """A stack's images as (N, C, H, W), read and scaled on indexing (a slice or item numbers) onto ``device``:
+    what a fit holds instead of the whole stack as one tensor. It indexes like that tensor (``x[s]``,
+    ``x.shape``), so the loops below take either."""
+
+    def __init__(self, stack: Stack, device):
+        self.stack, self.device = stack, device
+        self.shape = (stack.n, stack.channels, *stack.item_shape[:2])
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.shape[0])
+            raw = self.stack.batch(start, stop)
+        else:
+            idx = torch.as_tensor(index).reshape(-1).cpu().numpy()
+            raw = self.stack.subset(idx).batch(0, len(idx))
+        return to_nchw(torch.from_numpy(raw).to(self.device))
+
+
+@dataclass
+class _StackPyramid:
+    """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
+    Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit."""
+
+    full: _StackImages
+    aligner: Aligner
+
+    def rows(self, idx) -> Pyramid:
+        return self.aligner.pyramid(self.full[idx])
+
+
 @dataclass
 class _Run:
-    """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass)."""
+    """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass):
+    a fit reads them from the stack batch by batch (``_StackPyramid``)."""
 
     cfg: AIKMeansConfig
     stack: Stack
     aligner: Aligner
-    x: Pyramid
+    x: Pyramid | _StackPyramid
     repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
 
     def items(self, images: torch.Tensor) -> np.ndarray:
@@ -394,9 +426,13 @@ class AIKMeans(Method):
             return best
         return (yield from self._fit(stack, cfg, device, seed))
 
-    def _start(self, stack: Stack, cfg, x: torch.Tensor, device) -> _Run:
+    def _start(self, stack: Stack, cfg, x: torch.Tensor | None, device) -> _Run:
+        """The run on images ``x`` (N, C, H, W) in hand, or (None) on the stack's, read batch by batch."""
         if not cfg.chunk:
             cfg = dataclasses.replace(cfg, chunk=auto_chunk(stack, cfg.k, device))
+        if x is None:
+            aligner = self.aligner(cfg, tuple(stack.item_shape[:2]), device)
+            return _Run(cfg, stack, aligner, _StackPyramid(_StackImages(stack, device), aligner))
         aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
         return _Run(cfg, stack, aligner, aligner.pyramid(x))
 
@@ -404,10 +440,10 @@ class AIKMeans(Method):
         """One run from K-means++ centroids, Lloyd iterations or mini-batches (generator; returns the result)."""
         start = time.perf_counter()
         rng = seed_everything(seed)
-        x = to_nchw(stack.tensor(device))
-        mu = kmeans_plus_plus(x.reshape(x.shape[0], -1), cfg.k, rng).reshape(cfg.k, *x.shape[1:])
+        rows = Rows(stack, device, in_memory_bytes=0)              # streamed: the stack is never one tensor
+        mu = to_nchw(kmeans_plus_plus(rows, cfg.k, rng).reshape(cfg.k, *stack.item_shape)).contiguous()
         init = mu.clone()
-        run = self._start(stack, cfg, x, device)
+        run = self._start(stack, cfg, None, device)
         if cfg.mode == "minibatch":
             mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
         else:
@@ -425,9 +461,8 @@ class AIKMeans(Method):
         """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
         t0 = time.perf_counter()
         self.validate(stack)
-        x = to_nchw(stack.tensor(device))
         mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
-        run = self._start(stack, cfg, x, device)
+        run = self._start(stack, cfg, None, device)
         mu, pairs, labels, history, iters = yield from self._curriculum(run, mu, pinned.to(device))
         timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, timing=timing,
