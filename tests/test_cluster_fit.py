@@ -1,7 +1,7 @@
 """Fitting on an object store's sample with the fit's per-chunk steps on a dask.distributed cluster (issue
-"Beyond one machine", item 1): kmeans' Lloyd E-step as one task per chunk, read by the workers from the
-store, gives the labels of the in-process fit and its prototypes to float tolerance — in-process,
-``--workers 1`` and a real local cluster of two worker processes."""
+"Beyond one machine", item 1): kmeans' Lloyd E-step (and gmm's) as one task per chunk, read by the workers
+from the store, gives the labels of the in-process fit and its prototypes to float tolerance — in-process,
+``workers=1`` and a real local cluster of two worker processes."""
 import sys
 
 import cloudpickle
@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 
 import ticlust
+from ticlust.cli import main
 from ticlust.nuclei import write_nuclei_plate
 from ticlust.plate_run import fit_store
-from ticlust.result import load_result
-
-from test_store import cli
 
 distributed = pytest.importorskip("distributed")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -37,6 +35,12 @@ def store(tmp_path_factory):
     return ticlust.extract(manifest, folder / "plate.zarr")
 
 
+@pytest.fixture(scope="module")
+def reference(store):
+    """The in-process fit (result, sample index)."""
+    return fit_store(store, **FIT)
+
+
 def _same_fit(got, ref):
     assert np.array_equal(got.labels, ref.labels)
     np.testing.assert_allclose(got.prototypes, ref.prototypes, rtol=1e-5, atol=1e-6)
@@ -44,27 +48,28 @@ def _same_fit(got, ref):
     assert len(got.history) == len(ref.history) and got.config["fit_sample"] == ref.config["fit_sample"]
 
 
-def test_kmeans_lloyd_runs_on_the_cluster_with_the_in_process_result(store, client):
-    ref, index = fit_store(store, **FIT)
+def test_kmeans_lloyd_runs_on_the_cluster_with_the_in_process_result(store, client, reference):
+    ref, index = reference
     assert len(index) == 160 and len(ref.history) > 2
     with distributed.get_task_stream(client) as stream:
         got, got_index = fit_store(store, client=client, **FIT)
     _same_fit(got, ref)
     assert np.array_equal(got_index, index)
-    tasks = [t for t in stream.data if t["key"].startswith("e_step")]
+    tasks = [t for t in stream.data if t["key"].startswith("chunk_task")]
     # one task per chunk and Lloyd iteration (the final assignment is made in this process), on both workers
     assert len(tasks) == 4 * (len(ref.history) - 1)
     assert len({t["worker"] for t in tasks}) == 2
     assert client.status == "running"                                # the caller's client is left open
 
 
-def test_gmm_sends_its_kmeans_start_to_the_cluster(store, client):
+def test_gmm_sends_its_kmeans_start_and_em_e_step_to_the_cluster(store, client):
     params = dict(FIT, method="gmm", max_iter=5, kmeans_iter=20)
     ref, _ = fit_store(store, **params)
     with distributed.get_task_stream(client) as stream:
         got, _ = fit_store(store, client=client, **params)
-    assert any(t["key"].startswith("e_step") for t in stream.data)
-    assert np.array_equal(got.labels, ref.labels)
+    # 4 chunks: the K-means start's iterations, then every EM iteration's E-step
+    assert len([t for t in stream.data if t["key"].startswith("chunk_task")]) >= 4 * (len(ref.history) + 1)
+    assert np.array_equal(got.labels, ref.labels) and len(got.history) == len(ref.history)
     np.testing.assert_allclose(got.prototypes, ref.prototypes, rtol=1e-4, atol=1e-5)
 
 
@@ -76,23 +81,18 @@ def test_a_method_without_chunk_steps_fits_here_and_says_so(store, client):
     assert not stream.data
 
 
-def test_cli_fit_workers_1_matches_in_process(store, tmp_path):
-    """``ticlust fit STORE --workers 1`` (a local cluster started for the fit and closed after it)."""
-    flags = ["--method", "kmeans", "--k", "3", "--fit-sample", "160", "--seed", "1", "--device", "cpu",
-             "--set", "batch_size=40", "--quiet"]
-    here = cli("fit", store.path, *flags, "-o", tmp_path / "here.npz")
-    assert here.returncode == 0, here.stderr
-    one = cli("fit", store.path, *flags, "--workers", "1", "-o", tmp_path / "one.npz")
-    assert one.returncode == 0, one.stderr
-    _same_fit(load_result(tmp_path / "one.npz"), load_result(tmp_path / "here.npz"))
+def test_workers_1_starts_a_local_cluster_for_the_fit_and_matches_in_process(store, reference):
+    got, _ = fit_store(store, workers=1, **FIT)                # a LocalCluster started and closed by the fit
+    _same_fit(got, reference[0])
 
 
-def test_cli_fit_refuses_a_cluster_it_cannot_use(store, tmp_path):
+def test_cli_fit_takes_workers_and_scheduler_for_a_store_only(store, tmp_path, capsys):
     out = tmp_path / "r.npz"
-    gone = cli("fit", store.path, "--k", "3", "--scheduler", "tcp://127.0.0.1:1", "-o", out, "--quiet")
-    assert gone.returncode == 2 and "Cannot reach the dask scheduler at tcp://127.0.0.1:1" in gone.stderr
-    assert len(gone.stderr.strip().splitlines()) <= 2 and not out.exists()
+    assert main(["fit", str(store.path), "--k", "3", "--scheduler", "tcp://127.0.0.1:1", "-o", str(out), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "Cannot reach the dask scheduler at tcp://127.0.0.1:1" in err and len(err.strip().splitlines()) <= 2
+    assert not out.exists()
     stack = tmp_path / "x.npy"
     np.save(stack, np.random.default_rng(0).random((20, 8, 8), np.float32))
-    refused = cli("fit", stack, "--workers", "2", "-o", out)
-    assert refused.returncode == 2 and "apply to an object store" in refused.stderr and not out.exists()
+    assert main(["fit", str(stack), "--workers", "2", "-o", str(out)]) == 2
+    assert "apply to an object store" in capsys.readouterr().err and not out.exists()

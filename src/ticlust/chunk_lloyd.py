@@ -1,6 +1,8 @@
-"""Lloyd's k-means over an object store's crops, one E-step task per chunk of objects (docs/cluster.md).
+"""Lloyd's k-means (and gmm's EM) over an object store's crops, one E-step task per chunk of objects
+(docs/cluster.md).
 
-The E-step is :func:`ticlust.kernels.lloyd_e_step`, a pure function of a chunk of rows and the centres. Here
+The E-step is :func:`ticlust.kernels.lloyd_e_step` (or ``methods.gmm.em_e_step``), a pure function of a
+chunk of rows and the current parameters, run by :func:`chunk_task`. Here
 a task names its chunk instead of carrying it — the store's path, the objects' numbers, the stack's
 normalisation and the centres in; the chunk's sufficient statistics (:class:`~ticlust.kernels.LloydStep`:
 per-cluster sums and counts, inertia, labels, farthest items) out — so a :class:`~ticlust.cluster.Backend`
@@ -14,6 +16,7 @@ the backend its chunks run on. ``ticlust.fit_store(..., workers=, scheduler=, cl
 from __future__ import annotations
 
 import dataclasses
+
 import numpy as np
 
 from .cluster import LOCAL, Backend
@@ -22,9 +25,9 @@ from .stack import Stack
 
 class StoreSample(Stack):
     """Objects ``index`` of the store at ``path`` as a Stack (``stack``: their crops, validated; held in this
-    process for the k-means++ start and the final assignment) whose Lloyd E-step runs on ``backend``: one
-    task per chunk, the worker reading the chunk's crops from the store by path. A part of it
-    (``blocks``, ``subset``) is a plain Stack."""
+    process for the k-means++ start and the final assignment) whose per-chunk kernels (the Lloyd E-step,
+    gmm's EM E-step: ``kernels.Rows.map_chunks``) run on ``backend``: one task per chunk, the worker
+    reading the chunk's crops from the store by path. A part of it (``blocks``, ``subset``) is a plain Stack."""
 
     def __init__(self, stack: Stack, path, index, backend: Backend):
         super().__init__(stack.source, stack.lo, stack.hi, stack.pictures)
@@ -33,34 +36,38 @@ class StoreSample(Stack):
     def like(self, source) -> Stack:
         return Stack(source, self.lo, self.hi, self.pictures)
 
-    def lloyd_e_steps(self, centers, pinned, chunk: int) -> list:
-        """The E-step of every chunk of ``chunk`` objects through the backend, in chunk order, on the
-        centres' device (see :meth:`ticlust.kernels.Rows.e_steps`)."""
-        c = centers.detach().cpu().numpy()
-        tasks = [(self.path, self.index[s:s + chunk], self.lo, self.hi, c,
-                  None if pinned is None else pinned[s:s + chunk].cpu().numpy(), s) for s in range(0, self.n, chunk)]
-        return [_on(step, centers.device) for step in self.backend.map(e_step, tasks)]
+    def map_chunks(self, fn, args: tuple, pinned, chunk: int) -> list:
+        """``fn`` (a pure kernel) on every chunk of ``chunk`` objects through the backend, the values in chunk
+        order and on the arguments' device (see :meth:`ticlust.kernels.Rows.map_chunks`): a task carries
+        the store's path and the chunk's object numbers, not its crops."""
+        import torch
+
+        device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
+        args = tuple(a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args)
+        tasks = [(fn, self.path, self.index[s:s + chunk], self.lo, self.hi, args,
+                  None if pinned is None else pinned[s:s + chunk].cpu(), s) for s in range(0, self.n, chunk)]
+        return [_on(value, device) for value in self.backend.map(chunk_task, tasks)]
 
 
-def e_step(task: tuple):
-    """Task (store path, object numbers (n,), lo, hi, centres (K, D) float32, pinned (n,) or None, start):
-    the chunk's :class:`~ticlust.kernels.LloydStep`, its crops read from the store and scaled as
-    ``Stack(crops, lo, hi)`` scales them (so the rows are those of the fit's stack, bit for bit)."""
+def chunk_task(task: tuple):
+    """Task (kernel, store path, object numbers (n,), lo, hi, arguments, pinned (n,) or None, start): the
+    kernel on the chunk's rows, its crops read from the store and scaled as ``Stack(crops, lo, hi)``
+    scales them (so the rows are those of the fit's stack, bit for bit)."""
     import torch
 
-    from .kernels import lloyd_e_step
     from .store import open_objects
 
-    path, index, lo, hi, centers, pinned, start = task
+    fn, path, index, lo, hi, args, pinned, start = task
     rows = Stack(open_objects(path).crops[np.asarray(index)], lo, hi).batch(0, len(index))
     x = torch.from_numpy(np.ascontiguousarray(rows.reshape(len(index), -1)))
-    return lloyd_e_step(x, torch.from_numpy(centers), None if pinned is None else torch.from_numpy(pinned), int(start))
+    return fn(x, *args, pinned=pinned, start=int(start))
 
 
-def _on(step, device):
-    """A LloydStep with its tensors on ``device`` (a worker computes on its CPU)."""
-    return dataclasses.replace(step, **{f.name: getattr(step, f.name).to(device) for f in dataclasses.fields(step)
-                                        if hasattr(getattr(step, f.name), "to")})
+def _on(value, device):
+    """A kernel's record (a dataclass of tensors and numbers) with its tensors on ``device`` (a worker
+    computes on its CPU)."""
+    return dataclasses.replace(value, **{f.name: getattr(value, f.name).to(device) for f in dataclasses.fields(value)
+                                         if hasattr(getattr(value, f.name), "to")})
 
 
 def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300, tol: float = 1e-4,
@@ -80,4 +87,4 @@ def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300,
         yield it, inertia, c.numpy(), labels.numpy()
 
 
-__all__ = ["StoreSample", "e_step", "lloyd_store"]
+__all__ = ["StoreSample", "chunk_task", "lloyd_store"]

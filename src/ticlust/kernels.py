@@ -32,8 +32,8 @@ class Rows:
 
     def __init__(self, source, device: torch.device | str = "cpu", batch_size: int = 8192,
                  in_memory_bytes: int = IN_MEMORY_BYTES):
-        # a stack whose Lloyd E-step runs elsewhere (chunk_lloyd.StoreSample) says so with lloyd_e_steps
-        self.remote = source if callable(getattr(source, "lloyd_e_steps", None)) else None
+        # a stack whose chunk steps run elsewhere (chunk_lloyd.StoreSample) says so with its own map_chunks
+        self.remote = source if callable(getattr(source, "map_chunks", None)) else None
         if isinstance(source, Stack) and source.n * source.dim * 4 <= in_memory_bytes:
             source = source.tensor(device, flat=True)
         self.source, self.device, self.batch_size = source, torch.device(device), int(batch_size)
@@ -75,22 +75,15 @@ class Rows:
         """Squared distances (N, K) of every row to ``centers``."""
         return torch.cat([squared_distances(x, centers) for _, x in self.chunks()])
 
-    def e_steps(self, centers: torch.Tensor, pinned: torch.Tensor | None = None) -> list["LloydStep"]:
-        """Every chunk's Lloyd E-step (:func:`lloyd_e_step`), in chunk order. Here by default; a stack that
-        knows where its items live and a backend to run on (a store's fit sample on a dask cluster,
-        ``ticlust.chunk_lloyd.StoreSample``) sends each chunk there instead, as one task."""
+    def map_chunks(self, fn, args: tuple = (), pinned: torch.Tensor | None = None) -> list:
+        """``fn(rows, *args, pinned=…, start=…)`` for every chunk of rows (its pinned items, its first item
+        number), the values in chunk order. ``fn`` is a pure kernel (:func:`lloyd_e_step`, gmm's E-step), so
+        where it runs changes nothing: here by default; a stack that knows where its items live and a
+        backend to run on (a store's fit sample on a dask cluster, ``ticlust.chunk_lloyd.StoreSample``)
+        sends each chunk there as one task instead."""
         if self.remote is not None:
-            return self.remote.lloyd_e_steps(centers, pinned, self.batch_size)
-        return [lloyd_e_step(x, centers, None if pinned is None else pinned[s:s + len(x)], s) for s, x in self.chunks()]
-
-    def weighted_sums(self, weights: torch.Tensor, squares: bool = False) -> torch.Tensor:
-        """weights.T @ rows (K, D) for weights (N, K), or weights.T @ rows² with ``squares``."""
-        out = None
-        for start, x in self.chunks():
-            w = weights[start:start + len(x)].to(x.dtype)
-            part = w.T @ (x * x if squares else x)
-            out = part if out is None else out + part
-        return out
+            return self.remote.map_chunks(fn, args, pinned, self.batch_size)
+        return [fn(x, *args, pinned=None if pinned is None else pinned[s:s + len(x)], start=s) for s, x in self.chunks()]
 
 
 def as_rows(x, batch_size: int = 8192) -> Rows:
@@ -215,8 +208,9 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batc
     """Lloyd iterations from ``centers``; yields (iteration, inertia, centres, labels) after each update.
 
     ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed batch by batch). Each iteration is the E-step
-    of every chunk (:meth:`Rows.e_steps`: here, or one task per chunk on a cluster) and an M-step that
-    reduces their sums and counts in chunk order, so it is the same iteration wherever the chunks ran.
+    of every chunk (:func:`lloyd_e_step` through :meth:`Rows.map_chunks`: here, or one task per chunk on a
+    cluster) and an M-step that reduces their sums and counts in chunk order, so it is the same iteration
+    wherever the chunks ran.
     Stops when no label changes or the total squared centre shift falls below ``tol`` times the mean
     per-feature variance (scikit-learn's rule). An emptied cluster is moved to the item that is farthest
     from its centre. ``pinned`` (N,): a cluster per item that the user fixed (-1: free); those items keep it.
@@ -225,7 +219,7 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batc
     tol_abs = tol * x.mean_variance()
     labels = None
     for it in range(1, max_iter + 1):
-        steps = x.e_steps(centers, pinned)
+        steps = x.map_chunks(lloyd_e_step, (centers,), pinned)
         sums, counts = steps[0].sums, steps[0].counts
         for step in steps[1:]:                       # the M-step: a reduce in chunk order
             sums, counts = sums + step.sums, counts + step.counts
