@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--fit-sample", type=int, metavar="N", help="INPUT an object store (ticlust extract): fit on a "
                      "seeded sample of N objects spread over its fields (default: all objects, up to "
                      f"{STORE_FIT_ALL:,})")
-    cluster_options(fit, "with an object store: run the fit's per-chunk steps (kmeans' Lloyd E-step)")
+    cluster_options(fit, "with an object store: run the fit's per-chunk steps (kmeans' and gmm's E-steps)")
 
     predict = sub.add_parser("predict", parents=[common], help="assign every object of a store (or a stack, or a "
                              "field with --labels) with a saved result, in chunks, resumable on a store")

@@ -135,9 +135,10 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
 
     Where it runs, as for ``extract`` and ``predict`` (docs/cluster.md): in this process by default;
     ``workers=N`` (a local dask cluster started for the fit), ``scheduler`` or ``client`` (a running one)
-    send the steps a method declares (``cluster_steps``: kmeans' Lloyd E-step, one task per chunk of the
-    sample, read by the workers from the store) to the cluster, with the same labels and prototypes to
-    float tolerance. The other methods fit in this process and say so in one line (a warning)."""
+    send the steps a method declares (``cluster_steps``: kmeans' Lloyd E-step, gmm's K-means and EM
+    E-steps; one task per chunk of the sample, read by the workers from the store) to the cluster, with
+    the same labels and prototypes to float tolerance. The other methods fit in this process and say so
+    in one line (a warning); no cluster is started for them."""
     from .api import fit, object_params, prepare
     from .chunk_lloyd import StoreSample
     from .cluster import backend_for, stderr_notice
