@@ -96,3 +96,30 @@ def test_cli_fit_takes_workers_and_scheduler_for_a_store_only(store, tmp_path, c
     np.save(stack, np.random.default_rng(0).random((20, 8, 8), np.float32))
     assert main(["fit", str(stack), "--workers", "2", "-o", str(out)]) == 2
     assert "apply to an object store" in capsys.readouterr().err and not out.exists()
+
+
+# ---- ai/st-kmeans' fit reads its stack batch by batch (issue 28: no N×H×W array beyond a batch) --------
+class Reads:
+    """An array that records how many items each read takes."""
+
+    def __init__(self, data):
+        self.data, self.shape, self.dtype, self.ndim, self.sizes = data, data.shape, data.dtype, data.ndim, []
+
+    def __getitem__(self, key):
+        out = self.data[key]
+        self.sizes.append(len(out))
+        return out
+
+
+def test_an_aligning_fit_reads_the_stack_a_chunk_at_a_time():
+    """ai-kmeans (st-kmeans runs the same loop): 80 items read at most chunk × 8 = 64 at a time."""
+    from ticlust.samples import glyphs_sample
+    from ticlust.validation import as_stack
+
+    images, _ = glyphs_sample(n_per_class=20, size=16, seed=0)
+    source = Reads(images)
+    stack = as_stack(source)
+    source.sizes.clear()                                                 # the validation's scan is not the fit
+    result = ticlust.fit(stack, method="ai-kmeans", k=2, device="cpu", chunk=8, max_iter=2, steps=1, affine_steps=1)
+    assert result.n == 80 and len(source.sizes) > 10
+    assert max(source.sizes) <= 8 * 8 and stack._cache is None          # never the stack as one array

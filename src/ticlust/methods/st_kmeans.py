@@ -477,10 +477,10 @@ class AIKMeans(Method):
         """One run from K-means++ centroids, Lloyd iterations or mini-batches (generator; returns the result)."""
         start = time.perf_counter()
         rng = seed_everything(seed)
-        rows = Rows(stack, device, in_memory_bytes=0)              # streamed: the stack is never one tensor
+        run = self._start(stack, cfg, None, device)
+        rows = Rows(stack, device, run.cfg.chunk * 8, in_memory_bytes=0)   # streamed: never the whole stack at once
         mu = to_nchw(kmeans_plus_plus(rows, cfg.k, rng).reshape(cfg.k, *stack.item_shape)).contiguous()
         init = mu.clone()
-        run = self._start(stack, cfg, None, device)
         if cfg.mode == "minibatch":
             mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
         else:
