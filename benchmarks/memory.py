@@ -2,6 +2,7 @@
 not requested ("One house for a million objects", items 1–2).
 
     python benchmarks/memory.py [--src SRC] [--label after] [--n-per-class 5000] [--threads 2]
+                                [--methods ai-kmeans,st-kmeans] [--cases fit]
 
 The stack is ``ticlust.samples.glyphs_sample(n_per_class=5000)`` (4 classes, 20,000 items of 32×32),
 written once as a uint8 .npy memmap (20 MiB; 78 MiB as float32, 80 MiB for an N×H×W float32 array).
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--n-per-class", type=int, default=5000)
     ap.add_argument("--methods", default=",".join(PARAMS))
+    ap.add_argument("--cases", default="fit,predict", help="fit, predict or both (comma-separated)")
     ap.add_argument("--child", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--out", default=str(HERE.parent / "results" / "memory.md"))
     args = ap.parse_args()
@@ -92,7 +94,7 @@ def main() -> None:
         path = Path(tmp) / "glyphs.npy"
         np.save(path, np.round(np.clip(images, 0, 1) * 255).astype(np.uint8))
         for method in args.methods.split(","):
-            for case in ("fit", "predict"):
+            for case in args.cases.split(","):
                 out = subprocess.run([sys.executable, str(HERE), "--child", str(path), method, case, "--src", args.src,
                                       "--threads", str(args.threads)], capture_output=True, text=True)
                 if out.returncode:
@@ -101,7 +103,8 @@ def main() -> None:
                 print(method, case, rows[-1][2], flush=True)
     n = len(images)
     lines = [f"## {args.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-             f"`python benchmarks/memory.py --label {args.label} --src {args.src}`: {n:,} glyphs of 32×32 (uint8 memmap), "
+             f"`python benchmarks/memory.py --label {args.label} --src {args.src} --methods {args.methods} "
+             f"--cases {args.cases}`: {n:,} glyphs of 32×32 (uint8 memmap), "
              f"CPU, {args.threads} torch threads on a 2-core machine shared with other jobs, load average {load_average()} "
              f"when it finished. An N×H×W float32 array is {n * 32 * 32 * 4 / 2**20:.0f} MiB here.", "",
              "| method | case | peak RSS (MiB) | baseline (MiB) | above baseline (MiB) | seconds | per-item pictures kept |",

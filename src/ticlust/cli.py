@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     fit.add_argument("--fit-sample", type=int, metavar="N", help="INPUT an object store (ticlust extract): fit on a "
                      "seeded sample of N objects spread over its fields (default: all objects, up to "
                      f"{STORE_FIT_ALL:,})")
+    cluster_options(fit, "with an object store: run the fit's per-chunk steps (kmeans' and gmm's E-steps)")
 
     predict = sub.add_parser("predict", parents=[common], help="assign every object of a store (or a stack, or a "
                              "field with --labels) with a saved result, in chunks, resumable on a store")
@@ -286,6 +287,9 @@ def _fit(args) -> int:
     if args.fit_sample is not None:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
                          "--max-images N.")
+    if args.workers is not None or args.scheduler is not None:
+        raise InputError("--workers and --scheduler apply to an object store (ticlust extract): a stack or a field is "
+                         "fitted in this process.")
     check_outputs({"INPUT": args.input, "--labels": args.labels},
                   {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv})
     for flag, target in (("-o", args.output), ("--csv", args.csv)):
@@ -380,7 +384,8 @@ def _fit_store(args) -> int:
         warnings.simplefilter("always")
         warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
         result, index = fit_store(store, method=args.method, k=k, sample=args.fit_sample, seed=args.seed,
-                                  device=args.device, runs=args.runs, progress=not args.quiet, **_params(args))
+                                  device=args.device, runs=args.runs, progress=not args.quiet, workers=args.workers,
+                                  scheduler=args.scheduler, **_params(args))
     out = result.save(args.output)
     if args.csv:                     # the sample's rows of the store's table, with their clusters
         import pyarrow.parquet as pq

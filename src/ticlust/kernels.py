@@ -11,6 +11,7 @@ records, so a caller can show progress and cancel between steps.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
@@ -31,6 +32,8 @@ class Rows:
 
     def __init__(self, source, device: torch.device | str = "cpu", batch_size: int = 8192,
                  in_memory_bytes: int = IN_MEMORY_BYTES):
+        # a stack whose chunk steps run elsewhere (chunk_lloyd.StoreSample) says so with its own map_chunks
+        self.remote = source if callable(getattr(source, "map_chunks", None)) else None
         if isinstance(source, Stack) and source.n * source.dim * 4 <= in_memory_bytes:
             source = source.tensor(device, flat=True)
         self.source, self.device, self.batch_size = source, torch.device(device), int(batch_size)
@@ -72,14 +75,15 @@ class Rows:
         """Squared distances (N, K) of every row to ``centers``."""
         return torch.cat([squared_distances(x, centers) for _, x in self.chunks()])
 
-    def weighted_sums(self, weights: torch.Tensor, squares: bool = False) -> torch.Tensor:
-        """weights.T @ rows (K, D) for weights (N, K), or weights.T @ rows² with ``squares``."""
-        out = None
-        for start, x in self.chunks():
-            w = weights[start:start + len(x)].to(x.dtype)
-            part = w.T @ (x * x if squares else x)
-            out = part if out is None else out + part
-        return out
+    def map_chunks(self, fn, args: tuple = (), pinned: torch.Tensor | None = None) -> list:
+        """``fn(rows, *args, pinned=…, start=…)`` for every chunk of rows (its pinned items, its first item
+        number), the values in chunk order. ``fn`` is a pure kernel (:func:`lloyd_e_step`, gmm's E-step), so
+        where it runs changes nothing: here by default; a stack that knows where its items live and a
+        backend to run on (a store's fit sample on a dask cluster, ``ticlust.chunk_lloyd.StoreSample``)
+        sends each chunk there as one task instead."""
+        if self.remote is not None:
+            return self.remote.map_chunks(fn, args, pinned, self.batch_size)
+        return [fn(x, *args, pinned=None if pinned is None else pinned[s:s + len(x)], start=s) for s, x in self.chunks()]
 
 
 def as_rows(x, batch_size: int = 8192) -> Rows:
@@ -173,31 +177,61 @@ def partition_means(x: torch.Tensor, labels: torch.Tensor, fallback: torch.Tenso
     return torch.where(counts[:, None] > 0, means, fallback.to(device=x.device, dtype=x.dtype))
 
 
+@dataclass(frozen=True)
+class LloydStep:
+    """One chunk's sufficient statistics for a Lloyd iteration (its E-step), which the M-step reduces."""
+
+    sums: torch.Tensor        # (K, D): the sum of the chunk's rows assigned to each centre
+    counts: torch.Tensor      # (K,): how many rows each centre got
+    inertia: float            # the chunk's squared distances to the assigned centres, summed
+    labels: torch.Tensor      # (n,): the chunk's assignment, pinned items kept
+    far: torch.Tensor         # (m,), m ≤ K: the chunk's largest own distances, descending
+    far_index: torch.Tensor   # (m,): their item numbers (the chunk's start added)
+
+
+def lloyd_e_step(x: torch.Tensor, centers: torch.Tensor, pinned: torch.Tensor | None = None,
+                 start: int = 0) -> LloydStep:
+    """The E-step of one chunk of rows ``x`` (n, D) against ``centers`` (K, D): a pure function, so the
+    in-process loop and a cluster's workers (``ticlust.chunk_lloyd``) run the very same arithmetic.
+    ``pinned`` (n,): the chunk's user-fixed clusters (-1: free); ``start``: the chunk's first item number."""
+    k = centers.shape[0]
+    d2 = squared_distances(x, centers)
+    labels = keep_pinned(d2.argmin(1), pinned)
+    own = d2.gather(1, labels[:, None])[:, 0]
+    one_hot = torch.nn.functional.one_hot(labels, k).to(centers.dtype)
+    far = torch.argsort(own, descending=True)[:k]
+    return LloydStep(one_hot.T @ x, one_hot.sum(0), float(own.sum()), labels, own[far], far + start)
+
+
 def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batch_size: int = 8192,
           pinned: torch.Tensor | None = None) -> Iterator[tuple[int, float, torch.Tensor, torch.Tensor]]:
     """Lloyd iterations from ``centers``; yields (iteration, inertia, centres, labels) after each update.
 
-    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed batch by batch). Stops when no label
-    changes or the total squared centre shift falls below ``tol`` times the mean per-feature variance
-    (scikit-learn's rule). An emptied cluster is moved to the item that is farthest from its centre.
-    ``pinned`` (N,): a cluster per item that the user fixed (-1: free); those items keep it.
+    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed batch by batch). Each iteration is the E-step
+    of every chunk (:func:`lloyd_e_step` through :meth:`Rows.map_chunks`: here, or one task per chunk on a
+    cluster) and an M-step that reduces their sums and counts in chunk order, so it is the same iteration
+    wherever the chunks ran.
+    Stops when no label changes or the total squared centre shift falls below ``tol`` times the mean
+    per-feature variance (scikit-learn's rule). An emptied cluster is moved to the item that is farthest
+    from its centre. ``pinned`` (N,): a cluster per item that the user fixed (-1: free); those items keep it.
     """
     x = as_rows(x, batch_size)
     tol_abs = tol * x.mean_variance()
     labels = None
-    k = centers.shape[0]
     for it in range(1, max_iter + 1):
-        d2, new_labels = assign(x, centers)
-        new_labels = keep_pinned(new_labels, pinned)
-        inertia = float(d2.gather(1, new_labels[:, None]).sum())
-        one_hot = torch.nn.functional.one_hot(new_labels, k).to(centers.dtype)
-        sums = x.weighted_sums(one_hot)   # a matrix product: much faster than index_add_ on the CPU
-        counts = one_hot.sum(0)
+        steps = x.map_chunks(lloyd_e_step, (centers,), pinned)
+        sums, counts = steps[0].sums, steps[0].counts
+        for step in steps[1:]:                       # the M-step: a reduce in chunk order
+            sums, counts = sums + step.sums, counts + step.counts
+        new_labels = torch.cat([step.labels for step in steps])
+        inertia = sum(step.inertia for step in steps)
         new_centers = sums / counts.clamp_min(1)[:, None]
         empty = torch.nonzero(counts == 0).flatten()
         if len(empty):
-            far = torch.argsort(d2.gather(1, new_labels[:, None])[:, 0], descending=True)[: len(empty)]
-            new_centers[empty] = x.take(far.cpu().numpy())
+            far = torch.cat([step.far for step in steps])
+            index = torch.cat([step.far_index for step in steps])
+            pick = index[torch.argsort(far, descending=True, stable=True)[: len(empty)]]
+            new_centers[empty] = x.take(pick.cpu().numpy())
         shift = float(((new_centers - centers) ** 2).sum())
         converged = labels is not None and bool(torch.equal(labels, new_labels))
         centers, labels = new_centers, new_labels

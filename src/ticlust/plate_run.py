@@ -24,7 +24,7 @@ import shutil
 import time
 import uuid
 import warnings
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -129,12 +129,22 @@ def contours(masks: np.ndarray, n_points: int) -> np.ndarray:
 
 
 def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int | None = None, seed: int = 0,
-              device: str = "auto", runs: int = 1, progress: bool | None = None, **params):
+              device: str = "auto", runs: int = 1, progress: bool | None = None, workers: int | None = None,
+              scheduler: str | None = None, client=None, **params):
     """Fit ``method`` on a seeded sample of ``sample`` objects of an object store (all of them when None),
     spread over its fields (:func:`sample_objects`), with the objects route's parameters
     (``api.object_params``: similarity invariances for the aligning methods). Shape methods fit the
-    contours of the objects' masks. Returns the result, its config holding ``fit_sample`` and ``store``."""
-    from .api import fit, object_params
+    contours of the objects' masks. Returns the result, its config holding ``fit_sample`` and ``store``.
+
+    Where it runs, as for ``extract`` and ``predict`` (docs/cluster.md): in this process by default;
+    ``workers=N`` (a local dask cluster started for the fit), ``scheduler`` or ``client`` (a running one)
+    send the steps a method declares (``cluster_steps``: kmeans' Lloyd E-step, gmm's K-means and EM
+    E-steps; one task per chunk of the sample, read by the workers from the store) to the cluster, with
+    the same labels and prototypes to float tolerance. The other methods fit in this process and say so
+    in one line (a warning); no cluster is started for them."""
+    from .api import fit, object_params, prepare
+    from .chunk_lloyd import StoreSample
+    from .cluster import backend_for, stderr_notice
     from .methods import get_method
 
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
@@ -148,9 +158,20 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
             raise InputError(f"--fit-sample {sample!r} must be a whole number of objects, at least 2.")
         index = sample_objects(fields, int(sample), seed)
     n_points = int(params.pop("n_points", N_POINTS)) if landmarks else N_POINTS
+    steps = getattr(spec, "cluster_steps", None)
+    cluster = any(v is not None for v in (workers, scheduler, client))
+    if cluster and steps is None:
+        warnings.warn(f"{spec.name} fits in this process (its training has no per-chunk step to distribute); "
+                      "ticlust predict assigns the store's objects on the cluster.", stacklevel=2)
+    # a scheduler that cannot be reached fails here, before the sample is read
+    backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None) \
+        if cluster and steps is not None else None
     items = store_items(store, index, landmarks, n_points)
-    result = fit(items, method=method, k=k, device=device, seed=seed, runs=runs, progress=progress,
-                 **object_params(method, params))
+    with backend or nullcontext():
+        if backend is not None:
+            items = StoreSample(prepare(items, spec), store.path.resolve(), index, backend)
+        result = fit(items, method=method, k=k, device=device, seed=seed, runs=runs, progress=progress,
+                     **object_params(method, params))
     result.config["store"] = {"path": str(store.path.resolve()), "digest": store_digest(store),
                               "options": store.options, "crop": store.attributes["crop"], "objects": len(store)}
     if landmarks:

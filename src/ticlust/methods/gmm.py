@@ -37,33 +37,71 @@ def component_log_likelihoods(x, means: torch.Tensor, variances: torch.Tensor, l
                       for _, xb in x.chunks()])
 
 
-def m_step(x, resp: torch.Tensor, variance_floor: float):
-    """Weights, means and diagonal variances from responsibilities (N, K); ``x`` rows or a tensor."""
-    x = as_rows(x)
-    nk = resp.sum(0) + 10 * torch.finfo(resp.dtype).eps
-    means = x.weighted_sums(resp) / nk[:, None]
-    second = x.weighted_sums(resp, squares=True) / nk[:, None]
-    variances = (second - means * means).clamp_min(variance_floor)
-    return torch.log(nk / x.n), means, variances
+@dataclass(frozen=True)
+class EMStep:
+    """One chunk's E-step under the current parameters: its log-likelihoods and what the next M-step reduces."""
+
+    nk: torch.Tensor         # (K,): the chunk's responsibilities summed
+    sums: torch.Tensor       # (K, D): responsibilities.T @ rows
+    squares: torch.Tensor    # (K, D): responsibilities.T @ rows²
+    nll: float               # the chunk's negative log-likelihood, summed
+    loglik: torch.Tensor     # (n, K): log π_k + log N(x | μ_k, σ²_k)
+
+
+def weighted_moments(x: torch.Tensor, resp: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A chunk's responsibility sums (K,), weighted sums (K, D) and weighted sums of squares (K, D)."""
+    resp = resp.to(x.dtype)
+    return resp.sum(0), resp.T @ x, resp.T @ (x * x)
+
+
+def em_e_step(x: torch.Tensor, log_weights: torch.Tensor, means: torch.Tensor, variances: torch.Tensor,
+              pinned: torch.Tensor | None = None, start: int = 0) -> EMStep:
+    """The E-step of one chunk of rows (n, D): a pure function, run here or as a cluster task
+    (``kernels.Rows.map_chunks``). ``pinned`` (n,): components the user fixed items to (-1: free);
+    their responsibilities are one-hot."""
+    loglik = component_log_likelihoods(x, means, variances, log_weights)
+    norm = torch.logsumexp(loglik, 1)
+    resp = torch.exp(loglik - norm[:, None])
+    if pinned is not None:
+        fixed = pinned >= 0
+        resp[fixed] = torch.nn.functional.one_hot(pinned[fixed], resp.shape[1]).to(resp.dtype)
+    return EMStep(*weighted_moments(x, resp), float(-norm.sum()), loglik)
+
+
+def m_step(nk: torch.Tensor, sums: torch.Tensor, squares: torch.Tensor, n: int, variance_floor: float):
+    """Weights, means and diagonal variances from the summed E-step statistics of n items."""
+    nk = nk + 10 * torch.finfo(nk.dtype).eps
+    means = sums / nk[:, None]
+    variances = (squares / nk[:, None] - means * means).clamp_min(variance_floor)
+    return torch.log(nk / n), means, variances
+
+
+def _reduced(parts):
+    """(nk, sums, squares) added up chunk by chunk, in chunk order."""
+    total = list(parts[0])
+    for part in parts[1:]:
+        total = [a + b for a, b in zip(total, part)]
+    return total
 
 
 def em(x, resp: torch.Tensor, max_iter: int, tol: float, variance_floor: float, pinned: torch.Tensor | None = None):
     """EM from initial responsibilities; yields (iteration, mean NLL, log_weights, means, variances, log-lik).
 
-    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed: each iteration is two passes over the items).
-    ``pinned`` (N,): components the user fixed items to (-1: free); their responsibilities stay one-hot.
+    ``x``: (N, D) rows as a tensor or :class:`Rows` (streamed: one pass over the items per iteration). Each
+    iteration is the M-step from the statistics in hand, then :func:`em_e_step` on every chunk
+    (``Rows.map_chunks``: here, or one task per chunk on a cluster), whose statistics, summed in chunk
+    order, feed the next M-step. ``pinned`` (N,): components the user fixed items to (-1: free); their
+    responsibilities stay one-hot.
     """
     x = as_rows(x)
+    stats = _reduced([weighted_moments(xb, resp[s:s + len(xb)]) for s, xb in x.chunks()])
     previous = math.inf
     for it in range(1, max_iter + 1):
-        log_weights, means, variances = m_step(x, resp, variance_floor)
-        loglik = component_log_likelihoods(x, means, variances, log_weights)
-        norm = torch.logsumexp(loglik, 1)
-        nll = float(-norm.mean())
-        resp = torch.exp(loglik - norm[:, None])
-        if pinned is not None:
-            fixed = pinned >= 0
-            resp[fixed] = torch.nn.functional.one_hot(pinned[fixed], resp.shape[1]).to(resp.dtype)
+        log_weights, means, variances = m_step(*stats, x.n, variance_floor)
+        steps = x.map_chunks(em_e_step, (log_weights, means, variances), pinned)
+        stats = _reduced([(step.nk, step.sums, step.squares) for step in steps])
+        nll = sum(step.nll for step in steps) / x.n
+        loglik = torch.cat([step.loglik for step in steps])
         yield it, nll, log_weights, means, variances, loglik
         if previous - nll < tol:
             break
@@ -80,6 +118,8 @@ class GMMState(FittedState):
 class GMM(Method):
     name, title, paper = "gmm", "Gaussian mixture (diagonal, pixels)", "baseline"
     config, state, inputs = GMMConfig, GMMState, ("images", "vectors")
+    #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): Rows.map_chunks per chunk.
+    cluster_steps = "the K-means start's Lloyd E-step and EM's E-step, one task per chunk of batch_size items"
 
     def train(self, stack: Stack, cfg: GMMConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)

@@ -33,7 +33,7 @@ from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..events import Progress, Snapshot, drain
-from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param
 
@@ -126,20 +126,48 @@ def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs:
                      chunk: int) -> torch.Tensor:
     """Eq. 4: the mean of the warped members, summed chunk by chunk (the warped items are never held
     all at once). An emptied cluster restarts on the worst-fitted item."""
-    k = mu.shape[0]
     own = pairs.assigned(labels)
     sums = torch.zeros_like(mu)
     with torch.no_grad():
         for s in _chunks(x.shape[0], chunk * 8):
             sums.index_add_(0, labels[s], aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0])
-    counts = torch.bincount(labels, minlength=k)
-    new = sums / counts.clamp_min(1).to(mu.dtype).view(-1, 1, 1, 1)
+    return _means(sums, torch.bincount(labels, minlength=mu.shape[0]), pairs, labels, x)
+
+
+def _means(sums: torch.Tensor, counts: torch.Tensor, pairs: Alignments, labels: torch.Tensor, x) -> torch.Tensor:
+    """Eq. 4 from the members' warped sums (K, C, H, W) and counts (K,); an emptied cluster restarts on the
+    worst-fitted item (its pairs' warps reset to identity)."""
+    new = sums / counts.clamp_min(1).to(sums.dtype).view(-1, 1, 1, 1)
     empty = torch.nonzero(counts == 0).flatten()
     if len(empty):
         worst = torch.argsort(pairs.losses.gather(1, labels[:, None])[:, 0], descending=True)[: len(empty)]
         new[empty] = x[worst]
         pairs.reset(empty)
     return new
+
+
+@dataclass
+class _ChunkStep:
+    """One chunk's Lloyd E-step: its alignments, labels, and its members' warped sums and counts per cluster."""
+
+    pairs: Alignments
+    labels: torch.Tensor      # (n,)
+    sums: torch.Tensor        # (K, C, H, W)
+    counts: torch.Tensor      # (K,)
+
+
+def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedule: Schedule,
+            pinned: torch.Tensor | None = None):
+    """Algo. 2's E-step on one chunk of items ``x`` (generator): every (item, centroid) alignment improved
+    from ``start``, each item assigned to its cheapest centroid (``pinned`` ≥ 0 kept), and the members'
+    warped images summed per cluster. A pure function of its arguments, run chunk by chunk over the stack
+    (``_lloyd``); the M-step adds the chunks' sums in chunk order. Returns a :class:`_ChunkStep`."""
+    pairs = yield from aligner.align(x, mu, start, schedule)
+    labels = keep_pinned(pairs.losses.argmin(1), pinned)
+    with torch.no_grad():
+        warped = aligner.warp_pairs(x.full, pairs.assigned(labels).as_pairs())[:, 0]
+    sums = torch.zeros_like(mu.full).index_add_(0, labels, warped)
+    return _ChunkStep(pairs, labels, sums, torch.bincount(labels, minlength=mu.full.shape[0]))
 
 
 def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, warped: torch.Tensor) -> None:
@@ -240,14 +268,46 @@ def _check_images(stack: Stack, name: str) -> None:
         raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
 
 
+class _StackImages:
+    """A stack's images as (N, C, H, W), read and scaled on indexing (a slice or item numbers) onto ``device``:
+    what a fit holds instead of the whole stack as one tensor. It indexes like that tensor (``x[s]``,
+    ``x.shape``), so the loops below take either."""
+
+    def __init__(self, stack: Stack, device):
+        self.stack, self.device = stack, device
+        self.shape = (stack.n, stack.channels, *stack.item_shape[:2])
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.shape[0])
+            raw = self.stack.batch(start, stop)
+        else:
+            idx = torch.as_tensor(index).reshape(-1).cpu().numpy()
+            raw = self.stack.subset(idx).batch(0, len(idx))
+        return to_nchw(torch.from_numpy(raw).to(self.device))
+
+
+@dataclass
+class _StackPyramid:
+    """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
+    Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit."""
+
+    full: _StackImages
+    aligner: Aligner
+
+    def rows(self, idx) -> Pyramid:
+        return self.aligner.pyramid(self.full[idx])
+
+
 @dataclass
 class _Run:
-    """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass)."""
+    """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass):
+    a fit reads them from the stack batch by batch (``_StackPyramid``)."""
 
     cfg: AIKMeansConfig
     stack: Stack
     aligner: Aligner
-    x: Pyramid
+    x: Pyramid | _StackPyramid
     repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
 
     def items(self, images: torch.Tensor) -> np.ndarray:
@@ -293,7 +353,8 @@ def _lloyd_ticker(run: _Run, stages: int = 1) -> Ticker:
 
 def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pairs: Alignments | None = None,
            ticker: Ticker | None = None, done: int = 0):
-    """Algo. 2: alignment of every pair, argmin assignment, Eq. 4 centroids, until no label changes.
+    """Algo. 2: the E-step (alignment of every pair, argmin assignment, warped sums per cluster: ``_e_step``)
+    chunk by chunk, then Eq. 4 centroids, until no label changes.
     ``pinned`` (N,): clusters the user fixed (-1: free); with any, the repair move (``_reseed``) is off.
     ``pairs``: the alignments to start from (default identity); ``done``: Lloyd iterations of an earlier stage
     (progress and the repairs log count on from it). Returns (centroids, alignments, labels,
@@ -304,18 +365,26 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
     pairs = run.aligner.zeros(n, cfg.k) if pairs is None else pairs
     history, prev = [], None
     for it in range(1, cfg.max_iter + 1):
-        yield from run.align_all(mu, pairs, schedule)
-        labels = keep_pinned(pairs.losses.argmin(1), pinned)
+        targets, parts, sums, counts = run.aligner.pyramid(mu), [], None, None
+        for s in _chunks(n, cfg.chunk):
+            step = yield from _e_step(run.aligner, run.x.rows(s), targets, pairs.rows(s), schedule,
+                                      None if pinned is None else pinned[s])
+            pairs[s] = step.pairs
+            parts.append(step.labels)
+            sums = step.sums if sums is None else sums + step.sums           # the M-step's reduce, in chunk order
+            counts = step.counts if counts is None else counts + step.counts
+        labels = torch.cat(parts)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
         yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {done + it}")
         if it == cfg.max_iter:
             break
         move = _reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk) if cfg.reseed and pinned is None else None
-        if move is not None:
+        if move is not None:            # labels moved: the members' warped sums are taken again
             run.repairs.append((done + it, *move))
         if prev is not None and torch.equal(prev, labels) and move is None:
             break
-        mu = _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
+        mu = _means(sums, counts, pairs, labels, run.x.full) if move is None else \
+            _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
         prev = labels
         yield Snapshot(run.items(mu))
     return mu, pairs, labels, history, it
@@ -449,9 +518,13 @@ class AIKMeans(Method):
             return best
         return (yield from self._fit(stack, cfg, device, seed))
 
-    def _start(self, stack: Stack, cfg, x: torch.Tensor, device) -> _Run:
+    def _start(self, stack: Stack, cfg, x: torch.Tensor | None, device) -> _Run:
+        """The run on images ``x`` (N, C, H, W) in hand, or (None) on the stack's, read batch by batch."""
         if not cfg.chunk:
             cfg = dataclasses.replace(cfg, chunk=auto_chunk(stack, cfg.k, device))
+        if x is None:
+            aligner = self.aligner(cfg, tuple(stack.item_shape[:2]), device)
+            return _Run(cfg, stack, aligner, _StackPyramid(_StackImages(stack, device), aligner))
         aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
         return _Run(cfg, stack, aligner, aligner.pyramid(x))
 
@@ -459,10 +532,10 @@ class AIKMeans(Method):
         """One run from K-means++ centroids, Lloyd iterations or mini-batches (generator; returns the result)."""
         start = time.perf_counter()
         rng = seed_everything(seed)
-        x = to_nchw(stack.tensor(device))
-        mu = kmeans_plus_plus(x.reshape(x.shape[0], -1), cfg.k, rng).reshape(cfg.k, *x.shape[1:])
+        run = self._start(stack, cfg, None, device)
+        rows = Rows(stack, device, run.cfg.chunk * 8, in_memory_bytes=0)   # streamed: never the whole stack at once
+        mu = to_nchw(kmeans_plus_plus(rows, cfg.k, rng).reshape(cfg.k, *stack.item_shape)).contiguous()
         init = mu.clone()
-        run = self._start(stack, cfg, x, device)
         if cfg.mode == "minibatch":
             mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
         else:
@@ -480,9 +553,8 @@ class AIKMeans(Method):
         """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
         t0 = time.perf_counter()
         self.validate(stack)
-        x = to_nchw(stack.tensor(device))
         mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
-        run = self._start(stack, cfg, x, device)
+        run = self._start(stack, cfg, None, device)
         mu, pairs, labels, history, iters = yield from self._curriculum(run, mu, pinned.to(device))
         timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
         return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, timing=timing,
