@@ -258,7 +258,7 @@ def test_sample_data_opens_from_menu_and_says_its_class_count(make_napari_viewer
     assert "4 classes" in widget.status.value      # the widget says so too, before anyone runs K = 10
 
 
-def test_gui_command_fits_the_screen_and_uses_the_plugin_route(qtbot):
+def test_gui_command_fits_the_screen_and_uses_the_plugin_route(qtbot, make_napari_viewer):   # its fresh napari app
     """`ticlust gui` opened wider than a 1600x1000 screen with Run cut off."""
     from qtpy.QtGui import QGuiApplication
 

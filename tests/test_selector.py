@@ -297,8 +297,10 @@ def test_the_docks_text_box_reads_the_same_grammar(make_napari_viewer, qtbot):
 
 # ---- ticlust gui ------------------------------------------------------------------------------------
 @pytest.fixture
-def gui(qtbot):
-    """What `ticlust gui` calls (napari's event loop is not entered): the viewer and its ticlust dock."""
+def gui(qtbot, make_napari_viewer):
+    """What `ticlust gui` calls (napari's event loop is not entered): the viewer and its ticlust dock.
+    make_napari_viewer is asked for (not used) for its fresh napari app: a viewer built outside it after other
+    viewer tests registers napari's plugin commands a second time."""
     from ticlust.cli import gui_viewer
     from ticlust._napari.widget import TiclustWidget
 

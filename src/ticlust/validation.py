@@ -110,7 +110,10 @@ def check_distinct(stack: Stack, k: int) -> None:
     NaN scores. The scan stops as soon as K distinct items are seen. (Landmark methods keep their own
     handling of identical shapes: every cluster non-empty, finite scores; tests/test_shape_kmeans.py.)"""
     seen: set[bytes] = set()
-    for _, block in stack.batches(SCAN_BATCH):
+    start, size = 0, max(64, 4 * k)        # small reads first: K distinct items usually turn up at once
+    while start < stack.n:
+        block = stack.batch(start, min(start + size, stack.n))
+        start, size = start + len(block), min(2 * size, SCAN_BATCH)
         rows = np.ascontiguousarray(block.reshape(len(block), -1) + 0.0)    # + 0.0: -0.0 and 0.0 are one value
         for row in rows:
             seen.add(hashlib.blake2b(row.tobytes(), digest_size=16).digest())
