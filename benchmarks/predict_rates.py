@@ -7,7 +7,7 @@ Two kinds of data, each fitted once per method on a sample and predicted on held
   mnist   MNIST 32×32 (the 28×28 digits zero-padded by 2 pixels), K = 10: fit on the first --fit items of a
           seeded shuffle of MNIST-test, predict the next --new items;
   nuclei  generated nuclei fields (ticlust.nuclei: round, elongated, dividing), cut by the objects route with
-          its parameters for objects, K = 3: fit on field seed 0, predict the crops of fields seed 1, 2, ...
+          its parameters for objects, K = 3: fit on fields seeded 0, 1, ..., predict the objects of fields seeded 10,000, ...
 Per (data, method): the fit's settings (short ones for the slow methods, written in the table), predict
 objects/s at --threads threads, ACC (Hungarian, against the truth) of the default predict, and for ST/AI
 K-means also of the exact predict (``predict_candidates=0``: every centroid aligned in full, as before the
@@ -69,22 +69,23 @@ def mnist(folder: Path, n_fit: int, n_new: int) -> Data:
     return Data("mnist", 10, x[fit], y[fit], x[new], y[new], {})
 
 
-def _nuclei_crops(seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    f = nuclei_field(n=n, seed=seed)
-    route = objects_route(f.image, f.labels, "ai-kmeans")
-    return route.items, f.kind_of(route.table["label"])
+def _nuclei_crops(first_seed: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` objects cut by the objects route from generated fields of 250 nuclei, seeds first_seed, +1, ..."""
+    xs, ys, seed = [], [], first_seed
+    while sum(len(x) for x in xs) < n:
+        f = nuclei_field(n=250, seed=seed)
+        route = objects_route(f.image, f.labels, "ai-kmeans")
+        xs.append(route.items)
+        ys.append(f.kind_of(route.table["label"]))
+        seed += 1
+    return np.concatenate(xs)[:n], np.concatenate(ys)[:n]
 
 
 def nuclei(n_fit: int, n_new: int) -> Data:
-    fit_x, fit_y = _nuclei_crops(0, max(n_fit, 300))
-    fit_x, fit_y = fit_x[:n_fit], fit_y[:n_fit]
-    xs, ys, seed = [], [], 1
-    while sum(len(x) for x in xs) < n_new:
-        x, y = _nuclei_crops(seed, 600)
-        xs.append(x)
-        ys.append(y)
-        seed += 1
-    return Data("nuclei", 3, fit_x, fit_y, np.concatenate(xs)[:n_new], np.concatenate(ys)[:n_new], {"objects": True})
+    """Fit on fields seeded from 0, predict the objects of fields seeded from 10,000 (never the same field)."""
+    fit_x, fit_y = _nuclei_crops(0, n_fit)
+    new_x, new_y = _nuclei_crops(10_000, n_new)
+    return Data("nuclei", 3, fit_x, fit_y, new_x, new_y, {"objects": True})
 
 
 def _timed_predict(result, x, **config) -> tuple[np.ndarray, float]:
