@@ -60,3 +60,12 @@ def size_groups():
         assert np.allclose(size, np.sqrt(((x - x.mean(1, keepdims=True)) ** 2).sum((1, 2))))   # sizes kept
         return form, x
     return fit
+
+
+@pytest.fixture(scope="module")
+def client():
+    """A real dask cluster for a test module: two single-threaded worker processes on 127.0.0.1, dashboard off."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
+                                  dashboard_address=None) as local, distributed.Client(local) as c:
+        yield c

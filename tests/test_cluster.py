@@ -27,14 +27,6 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])   # the workers need
 
 
 @pytest.fixture(scope="module")
-def client():
-    """A real cluster: two single-threaded worker processes on 127.0.0.1, dashboard off."""
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
-                                  dashboard_address=None) as local, distributed.Client(local) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def plate(tmp_path_factory):
     """A generated plate of 8 fields and its store, extracted in this process (the reference)."""
     folder = tmp_path_factory.mktemp("plate")

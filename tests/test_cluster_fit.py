@@ -21,14 +21,6 @@ FIT = dict(method="kmeans", k=3, sample=160, seed=1, device="cpu", batch_size=40
 
 
 @pytest.fixture(scope="module")
-def client():
-    """A real cluster: two single-threaded worker processes on 127.0.0.1, dashboard off."""
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
-                                  dashboard_address=None) as local, distributed.Client(local) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
 def store(tmp_path_factory):
     folder = tmp_path_factory.mktemp("fitplate")
     manifest = write_nuclei_plate(folder / "plate", fields=6, n=40, shape=(256, 256), seed=7)
