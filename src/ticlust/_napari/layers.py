@@ -596,15 +596,9 @@ def paint_objects(viewer, labels_layer, table: dict, result: ClusteringResult, n
     frame, centroid, …) with the result's cluster, score and runner-up, keyed by value (``index``).
     The input Labels layer is read, never changed.
     """
-    source = labels_layer.data
-    painted = np.zeros(source.shape, dtype=np.int32)
-    time = painted.ndim == 3
-    for pos in range(len(table["label"])):
-        t = int(table["frame"][pos])
-        box = (slice(int(table["bbox_y0"][pos]), int(table["bbox_y1"][pos])),
-               slice(int(table["bbox_x0"][pos]), int(table["bbox_x1"][pos])))
-        window = (t, *box) if time else box
-        painted[window][np.asarray(source[window]) == table["label"][pos]] = pos + 1
+    from ..plate_view import object_values
+
+    painted = object_values(labels_layer.data, table["label"], table["frame"])
     colors = {None: np.zeros(4), 0: np.zeros(4)}
     shown = np.where(result.pinned == OUTLIER, -1, result.labels) if result.pinned is not None else result.labels
     colors.update({pos + 1: cluster_color(int(c)) for pos, c in enumerate(shown)})   # outliers in grey
