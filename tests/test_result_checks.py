@@ -321,7 +321,7 @@ def test_export_replaces_its_own_files_and_names_left_over_ones(exported, capsys
 
 def test_export_gallery_checks_its_arguments(saved, glyphs, tmp_path):
     res = load_result(saved)
-    with pytest.raises(InputError, match="max_items = 0 must be a whole number of at least 1"):
+    with pytest.raises(InputError, match="max_items=0 must be a whole number of members shown per cluster, at least 1"):
         export_gallery(res, glyphs, tmp_path / "g", max_items=0)
     with pytest.raises(InputError, match="fitted on 16×16"):
         export_gallery(res, glyphs[:, :8], tmp_path / "g")

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, whole_number
 from .events import Done, Event, Progress
 from .execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, stream, versions, with_eta  # noqa: F401
 from .methods import get_method
@@ -69,8 +69,7 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
     """Training as a :class:`~ticlust.execute.Job`: the input validated and the config made now (errors
     are raised here, before anything runs), the fit's config stamped on the result at the end."""
     spec = get_method(method)
-    if isinstance(runs, bool) or not isinstance(runs, (int, np.integer)) or runs < 1:
-        raise InputError(f"runs = {runs!r} must be a whole number of at least 1.")
+    whole_number(runs, "runs", 1)
     seed = check_seed(seed)
     items = prepare(data, spec)
     if isinstance(items, Stack):

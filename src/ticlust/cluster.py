@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import InputError
+from .errors import InputError, whole_number
 
 #: Seconds to wait for a scheduler at ``scheduler=ADDRESS`` before giving up.
 CONNECT_TIMEOUT = 10.0
@@ -225,10 +225,7 @@ def backend_for(workers: int | None = None, scheduler: str | None = None, client
         return DaskBackend(connect(scheduler), notice=notice, own_client=True)
     if workers is None:
         return LOCAL
-    if isinstance(workers, bool) or not hasattr(workers, "__index__") or workers < 1:
-        raise InputError(f"workers={workers!r} must be a whole number of worker processes, at least 1 (or None: in "
-                         "this process).")
-    workers = int(workers)
+    workers = whole_number(workers, "workers", 1, "worker processes", none_means="in this process")
     if tasks is not None:
         workers = max(1, min(workers, int(tasks)))
     return DaskBackend(workers=workers, notice=notice)

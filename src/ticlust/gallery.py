@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from .atomic import write_atomic
-from .errors import InputError
+from .errors import InputError, whole_number
 from .result import ClusteringResult
 from .stack import Stack
 from .validation import as_stack, check_same_items
@@ -69,9 +69,7 @@ def gallery_stack(result: ClusteringResult, images) -> Stack:
 
 def check_max_items(max_items) -> int:
     """Members shown per cluster: a whole number of at least 1."""
-    if isinstance(max_items, bool) or not isinstance(max_items, (int, np.integer)) or max_items < 1:
-        raise InputError(f"max_items = {max_items!r} must be a whole number of at least 1 (members shown per cluster).")
-    return int(max_items)
+    return whole_number(max_items, "max_items", 1, "members shown per cluster")
 
 
 def gallery_files(result: ClusteringResult, folder: str | Path) -> list[Path]:

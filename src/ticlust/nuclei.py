@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from .errors import InputError
+from .errors import InputError, whole_number
 from .objects import objects_from_labels
 
 KINDS = ("round", "elongated", "dividing")
@@ -154,9 +154,7 @@ def _place(reach: np.ndarray, shape, spacing: float, rng: np.random.Generator, t
 
 
 def _count(n) -> int:
-    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-        raise InputError(f"n={n!r} must be a whole number of nuclei, at least 1.")
-    return int(n)
+    return whole_number(n, "n", 1, "nuclei")
 
 
 def _shape(shape) -> tuple[int, int]:

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from scipy import ndimage
 
-from .errors import InputError
+from .errors import InputError, whole_number
 
 TABLE_COLUMNS = ("label", "frame", "centroid_y", "centroid_x", "bbox_y0", "bbox_x0", "bbox_y1", "bbox_x1",
                  "area", "touches_border", "scale", "angle")
@@ -291,7 +291,7 @@ def crop_needs(labels, *, keep_border: bool = False, rescale: bool = False, orie
     field = _Field(labels, labels, None, None)
     table, where = _measure(field)
     table, where = _select(table, where, keep_border, "clustering", least=0)
-    return _needs(field, table, where, rescale or orient, False, _whole(margin, "margin", 0))[0]
+    return _needs(field, table, where, rescale or orient, False, whole_number(margin, "margin", 0))[0]
 
 
 def auto_size(needs: np.ndarray, rescale: bool, max_size: int = MAX_AUTO_SIZE) -> int:
@@ -319,10 +319,10 @@ def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normal
     _check_image(image)
     _check_labels(labels)
     field = _Field(image, labels, channel_axis, channels)
-    margin = _whole(margin, "margin", 0)
-    max_size = _whole(max_size, "max_size", 4)
+    margin = whole_number(margin, "margin", 0)
+    max_size = whole_number(max_size, "max_size", 4)
     if size is not None:
-        size = _whole(size, "size", 4)
+        size = whole_number(size, "size", 4)
     dtype = np.dtype(image.dtype)
     fill_value = _fill(fill, dtype)
     table, where = _measure(field)
@@ -367,12 +367,6 @@ def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normal
         if with_masks:
             masks[pos] = obj
     return out, masks, table
-
-
-def _whole(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise InputError(f"{name}={value!r} must be a whole number of at least {low}.")
-    return int(value)
 
 
 def _round4(n: int | float) -> int:
@@ -480,7 +474,7 @@ def shapes_from_labels(labels, n_points: int = 64, *, keep_border: bool = False,
     :func:`objects_from_labels`.
     """
     _check_labels(labels)
-    n_points = _whole(n_points, "n_points", 3)
+    n_points = whole_number(n_points, "n_points", 3)
     if start not in ("major-axis", "east"):
         raise InputError(f"start={start!r} is not known: choose 'major-axis' or 'east'.")
     field = _Field(labels, labels, None, None)

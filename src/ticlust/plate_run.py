@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, whole_number
 from .store import LazyStack, ObjectStore, _write_errors, part_name, progress_sink, read_attributes
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
@@ -154,8 +154,7 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     if sample is None:
         index = np.arange(len(fields))
     else:
-        if isinstance(sample, bool) or not isinstance(sample, (int, np.integer)) or sample < 2:
-            raise InputError(f"--fit-sample {sample!r} must be a whole number of objects, at least 2.")
+        whole_number(sample, "--fit-sample", 2, "objects")
         index = sample_objects(fields, int(sample), seed)
     n_points = int(params.pop("n_points", N_POINTS)) if landmarks else N_POINTS
     steps = getattr(spec, "cluster_steps", None)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, whole_number
 from .store import ObjectStore
 
 #: Crops per cluster in a gallery.
@@ -200,8 +200,7 @@ def gallery_sample(predictions, per_cluster: int = GALLERY_PER_CLUSTER, seed: in
 
     if predictions is None:
         raise InputError("The store has no predictions yet: run ticlust predict RESULT STORE first.")
-    if isinstance(per_cluster, bool) or not isinstance(per_cluster, (int, np.integer)) or per_cluster < 1:
-        raise InputError(f"per_cluster={per_cluster!r} must be a whole number of objects, at least 1.")
+    whole_number(per_cluster, "per_cluster", 1, "objects")
     rng = np.random.default_rng(int(seed))
     clusters = predictions["cluster"].to_numpy()
     fields = predictions["field_index"].to_numpy()

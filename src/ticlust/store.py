@@ -34,7 +34,7 @@ import numpy as np
 
 from .atomic import write_atomic
 from .cluster import Backend, backend_for, stderr_notice
-from .errors import InputError
+from .errors import InputError, whole_number
 from .objects import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
 from .plate import FieldSpec, list_fields, open_field
 
@@ -245,9 +245,8 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
 
 def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dict:
     """The extraction options as the store records them, checked."""
-    if crop_size is not None and (isinstance(crop_size, bool) or not isinstance(crop_size, (int, np.integer))
-                                  or crop_size < 4):
-        raise InputError(f"crop_size={crop_size!r} must be a whole number of pixels, at least 4 (or None: fit the objects).")
+    if crop_size is not None:
+        whole_number(crop_size, "crop_size", 4, "pixels", none_means="fit the objects")
     if channel is not None and (isinstance(channel, bool) or not isinstance(channel, (int, np.integer))):
         raise InputError(f"channel={channel!r} must be a channel index (or None: all channels).")
     return {"crop_size": None if crop_size is None else int(crop_size), "keep_border": bool(keep_border),

@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from .errors import InputError
+from .errors import InputError, whole_number
 from .stack import SCAN_BATCH, Stack
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
@@ -138,9 +138,7 @@ def check_fitted_range(stack: Stack, lo: float, hi: float) -> None:
 
 def check_batch_size(batch_size) -> int:
     """A batch size must be a whole number of at least 1."""
-    if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size < 1:
-        raise InputError(f"batch_size = {batch_size!r} must be a whole number of at least 1.")
-    return int(batch_size)
+    return whole_number(batch_size, "batch_size", 1)
 
 
 def check_seed(seed) -> int:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import InputError
+from .errors import InputError, whole_number
 
 
 def random_affines(rng: np.random.Generator, n: int, rotation: float = 30.0, scale: tuple[float, float] = (0.8, 1.2),
@@ -75,8 +75,7 @@ def _warp(x: np.ndarray, grids: torch.Tensor) -> np.ndarray:
 
 
 def _check(n_transforms, test_fraction):
-    if isinstance(n_transforms, bool) or not isinstance(n_transforms, (int, np.integer)) or n_transforms < 3:
-        raise InputError(f"n_transforms = {n_transforms!r} must be a whole number of at least 3.")
+    whole_number(n_transforms, "n_transforms", 3)
     if not 0 < test_fraction < 1:
         raise InputError(f"test_fraction = {test_fraction!r} must lie strictly between 0 and 1.")
 
