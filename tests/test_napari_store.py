@@ -39,15 +39,27 @@ def plate(tmp_path_factory):
 
 
 @pytest.fixture
-def panel(plate, make_napari_viewer):
+def panel(plate, make_napari_viewer, qtbot):
     """A viewer with the store opened the way a user opens it (File > Open on the folder: the store reader)."""
     viewer = make_napari_viewer()
     _, store, _, _ = plate
     assert reader.get_store_reader(str(store.path)) is reader.read_store
     viewer.open(str(store.path), plugin="napari-ticlust")
     _, docked = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    assert isinstance(docked, StorePanel) and docked.store is not None
+    assert isinstance(docked, StorePanel)
+    settle(qtbot, docked)
+    assert docked.store is not None
     return viewer, docked
+
+
+def settle(qtbot, panel) -> None:
+    """Wait until the panel's workers (open, field, load, apply) are done and their results drawn."""
+    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+
+
+def pick(qtbot, panel, field_index: int) -> None:
+    panel.pick(field_index)
+    settle(qtbot, panel)
 
 
 def field_file(manifest, store, field_index: int):
@@ -177,7 +189,7 @@ def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, 
 def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, panel, qtbot):
     manifest, store, km, predictions = plate
     viewer, panel = panel
-    panel.pick(3)
+    pick(qtbot, panel, 3)
     assert panel.well.value == "A02" and panel.field.value == 3
     assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 3))
     objects = viewer.layers["s objects"]
@@ -191,21 +203,21 @@ def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, pan
     assert objects.features["cluster"].tolist() == predictions["cluster"].iloc[rows].tolist()
     assert "painted by cluster" in panel.status.value
     # Apply result on another field: the same clusters as the store's predictions, painted when done
-    panel.pick(1)
+    pick(qtbot, panel, 1)
     panel.load_result(km)
-    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    settle(qtbot, panel)
     assert panel.result is not None and panel.apply_button.enabled and "Loaded km.npz" in panel.status.value
     worker = panel.apply_result()
     assert worker is not None and panel.apply_button.text == "Cancel"
-    qtbot.waitUntil(lambda: panel.worker is None, timeout=30_000)
+    settle(qtbot, panel)
     rows = plate_view.field_rows(store, 1)
     assert panel.applied[0] == 1
     assert panel.applied[1]["cluster"].tolist() == predictions["cluster"].to_numpy()[rows].tolist()
     assert viewer.layers["s objects"].features["cluster"].tolist() == panel.applied[1]["cluster"].tolist()
     assert "km.npz applied" in panel.status.value and panel.progress.value == panel.progress.max
-    panel.pick(0)                      # another field shows the store's predictions; back on field 1, the applied ones
+    pick(qtbot, panel, 0)        # another field shows the store's predictions; back on field 1, the applied ones
     assert "the store's predictions" in panel.status.value
-    panel.pick(1)
+    pick(qtbot, panel, 1)
     assert "km.npz applied" in panel.status.value
 
 
@@ -221,15 +233,15 @@ def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
         return (yield from events)
 
     monkeypatch.setattr(store_panel, "assign_field", held)
-    panel.pick(2)
+    pick(qtbot, panel, 2)
     panel.load_result(km)
-    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    settle(qtbot, panel)
     before = viewer.layers["s objects"].colormap
     panel.apply_result()
     qtbot.waitUntil(lambda: panel.progress.value > 0, timeout=30_000)
     panel.cancel()
     go_on.set()
-    qtbot.waitUntil(lambda: panel.worker is None, timeout=30_000)
+    settle(qtbot, panel)
     assert panel.applied is None and viewer.layers["s objects"].colormap is before
     assert panel.status.value == "Cancelled: nothing was changed." and panel.apply_button.text == "Apply result"
 
@@ -238,36 +250,217 @@ def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path, qtbot):
     manifest, store, _, _ = plate
     viewer, panel = panel
     assert reader.get_store_reader(str(tmp_path)) is None and reader.get_store_reader([str(store.path)]) is None
-    assert not panel.open_store(tmp_path) and "is not an object store" in panel.status.value
+    panel.open_store(tmp_path)
+    settle(qtbot, panel)
+    assert "is not an object store" in panel.status.value
     assert panel.store is store or panel.store.path == store.path            # the open store stays
     other = tmp_path / "other.npz"
     ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu").save(other)
     panel.load_result(other)
-    qtbot.waitUntil(lambda: panel.loader is None, timeout=30_000)
+    settle(qtbot, panel)
     assert panel.result is None and not panel.apply_button.enabled and "fitted on 20×20 crops" in panel.status.value
     image = manifest.parent / store.fields["image"][1]
     moved = image.with_name("moved.tif")
     image.rename(moved)
     try:
-        panel.pick(1)
+        pick(qtbot, panel, 1)
         assert "There is no image file at" in panel.status.value and "s field" not in viewer.layers
     finally:
         moved.rename(image)
-    panel.pick(0)
+    pick(qtbot, panel, 0)
     assert "s field" in viewer.layers
 
 
-def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(plate, make_napari_viewer, tmp_path):
+def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(plate, make_napari_viewer, tmp_path,
+                                                                                qtbot):
     manifest, _, _, _ = plate
     fresh = ticlust.extract(manifest.parent, tmp_path / "fresh.zarr")       # the folder: no manifest columns
     viewer = make_napari_viewer()
     _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    assert panel.open_store(fresh.path)
+    panel.open_store(fresh.path)
+    settle(qtbot, panel)
+    assert panel.store is not None and panel.store.path == fresh.path
     assert not panel.has_wells and panel.well.choices == () and list(panel.field.choices) == [0, 1, 2, 3]
     assert panel.group_by.choices == ("image",)
-    panel.pick(2)
+    pick(qtbot, panel, 2)
     assert np.array_equal(viewer.layers["fresh field"].data, field_file(manifest, fresh, 2))
     assert "no predictions yet" in panel.summary.value and "painted by object" in panel.status.value
     assert "fresh gallery" not in viewer.layers and panel.shares is None and not panel.export_button.enabled
     objects = viewer.layers["fresh objects"]
     assert objects.data.max() == len(plate_view.field_rows(fresh, 2)) and "cluster" not in objects.features
+
+
+# ---- Apply result on an image and its labels layer (no store) ------------------------------------------
+def field_layers(manifest, store, field_index: int):
+    """A field's image and its labels as a user has them in napari (e.g. Cellpose's), read from the plate's files."""
+    return (field_file(manifest, store, field_index),
+            tifffile.imread(manifest.parent / store.fields["labels"][field_index]))
+
+
+def clusters_by_label(labels, clusters) -> dict:
+    return dict(zip(np.asarray(labels).tolist(), np.asarray(clusters).tolist()))
+
+
+def test_assign_objects_cuts_as_the_result_was_fitted(plate):
+    """A result fitted on a store cuts new objects with the store's options and crop size; one fitted on a field's
+    objects (the route's defaults) cuts them as the route did: both give back the clusters of the objects fitted."""
+    manifest, store, km, predictions = plate
+    result = ticlust.load_result(km)
+    assert plate_view.route_options(result) == {"size": store.size, **{k: store.options[k] for k in plate_view.ROUTE_KEYS}}
+    image, labels = field_layers(manifest, store, 2)
+    events = plate_view.assign_objects(result, image, labels, device="cpu", block=6)
+    steps = []
+    while True:
+        try:
+            steps.append(next(events))
+        except StopIteration as stop:
+            table, columns = stop.value
+            break
+    assert steps[0].stage == "cutting objects" and steps[-1].step == steps[-1].total == len(table["label"])
+    rows = plate_view.field_rows(store, 2)
+    assert clusters_by_label(table["label"], columns["cluster"]) == \
+        clusters_by_label(store.table["label"].iloc[rows], predictions["cluster"].iloc[rows])
+    assert set(columns) >= {"cluster", "score", "runner_up", "runner_up_score"}
+    assert image.flags.writeable and np.array_equal(image, field_layers(manifest, store, 2)[0])     # read, not changed
+
+    from ticlust.object_route import objects_route
+    route = objects_route(image, labels, "kmeans")
+    own = ticlust.fit(route.items, "kmeans", k=3, seed=0, device="cpu")
+    assert plate_view.route_options(own)["size"] == route.items.shape[1]
+    _, again = drain_value(plate_view.assign_objects(own, image, labels, device="cpu"))
+    assert again["cluster"].tolist() == own.labels.tolist()
+
+
+def drain_value(events):
+    """A generator's return value, its events dropped."""
+    while True:
+        try:
+            next(events)
+        except StopIteration as stop:
+            return stop.value
+
+
+def test_assign_objects_refuses_what_does_not_fit_in_one_sentence(plate):
+    manifest, store, km, _ = plate
+    result = ticlust.load_result(km)
+    image, labels = field_layers(manifest, store, 0)
+    with pytest.raises(ticlust.InputError, match=r"The labels \(128×128\) do not segment the image \(256×256\)"):
+        drain_value(plate_view.assign_objects(result, image, labels[:128, :128]))
+    rgb = np.repeat(image[..., None], 3, axis=-1)
+    with pytest.raises(ticlust.InputError, match=rf"fitted on {store.size}×{store.size} crops but these objects give "
+                                                 rf"{store.size}×{store.size} crops with 3 channels"):
+        drain_value(plate_view.assign_objects(result, rgb, labels))
+
+
+def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate, make_napari_viewer, qtbot):
+    manifest, store, km, predictions = plate
+    image, labels = field_layers(manifest, store, 1)
+    viewer = make_napari_viewer()
+    viewer.add_image(image, name="cells")
+    viewer.add_labels(labels, name="cells_cp_masks", scale=(1, 1))
+    viewer.add_labels(labels[:100, :100], name="other masks")
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    assert panel.store is None and "Apply result also assign" in panel.summary.value
+    assert list(panel.target.choices) == [("cells", "cells_cp_masks"), (None, "other masks")]
+    assert panel.target.value == ("cells", "cells_cp_masks")
+    panel.load_result(km)
+    settle(qtbot, panel)
+    assert panel.apply_button.enabled
+    before = {layer.name for layer in viewer.layers}
+    worker = panel.apply_result()
+    assert worker is not None and panel.apply_button.text == "Cancel" and not panel.target.enabled
+    settle(qtbot, panel)
+    assert {layer.name for layer in viewer.layers} == before | {"cells objects by cluster"}
+    painted = viewer.layers["cells objects by cluster"]
+    features = painted.features
+    rows = plate_view.field_rows(store, 1)
+    assert clusters_by_label(features["label"], features["cluster"]) == \
+        clusters_by_label(store.table["label"].iloc[rows], predictions["cluster"].iloc[rows])
+    assert {"index", "score", "runner_up", "area"} <= set(features.columns)
+    for _, row in features.iterrows():          # each object's pixels carry its row's value, in its cluster's colour
+        on = painted.data == row["index"]
+        assert on.any() and (labels[on] == row["label"]).all()
+        assert np.allclose(painted.colormap.map(np.array([row["index"]]))[0], L.cluster_color(int(row["cluster"])))
+    assert np.array_equal(viewer.layers["cells_cp_masks"].data, labels)            # the user's layers unchanged
+    assert "objects of cells_cp_masks painted by cluster" in panel.status.value and "km.npz applied" in panel.status.value
+    panel.target.value = (None, "other masks")
+    assert panel.apply_result() is None and "No image layer has the shape of the labels layer 'other masks'" in \
+        panel.status.value
+
+
+def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari_viewer, qtbot, monkeypatch):
+    manifest, store, km, _ = plate
+    image, labels = field_layers(manifest, store, 3)
+    viewer = make_napari_viewer()
+    viewer.add_image(np.repeat(image[..., None], 3, axis=-1), name="rgb")       # crops of 3 channels: refused
+    viewer.add_image(image, name="cells")
+    viewer.add_labels(labels, name="masks")
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    panel.load_result(km)
+    settle(qtbot, panel)
+    names = {layer.name for layer in viewer.layers}
+    panel.target.value = ("rgb", "masks")
+    panel.apply_result()
+    settle(qtbot, panel)
+    assert "crops with 3 channels" in panel.status.value and {layer.name for layer in viewer.layers} == names
+    go_on = threading.Event()
+
+    def held(*args, **kwargs):            # the real assignment, held after its first step until the test cancels
+        events = plate_view.assign_objects(*args, **kwargs, block=5)
+        yield next(events)
+        go_on.wait(10)
+        return (yield from events)
+
+    monkeypatch.setattr(store_panel, "assign_objects", held)
+    panel.target.value = ("cells", "masks")
+    panel.apply_result()
+    qtbot.waitUntil(lambda: "Assigning" in panel.status.value, timeout=30_000)
+    panel.cancel()
+    go_on.set()
+    settle(qtbot, panel)
+    assert {layer.name for layer in viewer.layers} == names and panel.status.value == "Cancelled: nothing was changed."
+
+
+# ---- opening and field switching off the GUI thread ------------------------------------------------------
+def test_open_and_field_reads_run_in_workers_with_the_dock_disabled(plate, make_napari_viewer, qtbot, monkeypatch):
+    manifest, store, _, _ = plate
+    threads = []
+    for name in ("opened_store", "field_picture"):
+        real = getattr(store_panel, name)
+
+        def recorded(*args, _real=real, _name=name):
+            threads.append((_name, threading.current_thread()))
+            return _real(*args)
+
+        monkeypatch.setattr(store_panel, name, recorded)
+    viewer = make_napari_viewer()
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    worker = panel.open_store(store.path)
+    assert worker is not None and panel.store is None and "Opening s.zarr" in panel.status.value
+    assert not panel.open_button.enabled and not panel.field.enabled and panel.progress.max == 0     # busy
+    assert "s field" not in viewer.layers
+    settle(qtbot, panel)
+    assert panel.store.path == store.path and panel.open_button.enabled and panel.progress.max == 1
+    assert "s field" in viewer.layers and "s gallery" in viewer.layers
+    for field_index in (1, 2, 3):      # asked for in a row: the last one wins, a field in between may be skipped
+        panel.pick(field_index)
+    settle(qtbot, panel)
+    assert viewer.layers["s field"].metadata["field_index"] == 3 and panel.field.value == 3
+    assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 3))
+    assert threads[0][0] == "opened_store" and any(n == "field_picture" for n, _ in threads[1:])
+    assert all(thread is not threading.main_thread() for _, thread in threads)
+
+
+def test_a_failing_open_is_one_sentence_and_makes_no_layers(plate, make_napari_viewer, qtbot, tmp_path):
+    _, store, _, _ = plate
+    viewer = make_napari_viewer()
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    broken = tmp_path / "broken.zarr"
+    import shutil
+
+    shutil.copytree(store.path, broken)
+    pd.read_parquet(broken / "predictions.parquet").head(2).to_parquet(broken / "predictions.parquet")   # 2 rows, not one per object
+    panel.open_store(broken)
+    settle(qtbot, panel)
+    assert "holds 2 rows but the store" in panel.status.value and panel.store is None
+    assert len(viewer.layers) == 0 and panel.open_button.enabled and panel.summary.value.startswith("No store open")

@@ -23,6 +23,8 @@ GALLERY_PER_CLUSTER = 16
 APPLY_BLOCK = 256
 #: Columns of the listing that name a field's files, not a condition.
 FILE_COLUMNS = ("field_index", "image", "labels")
+#: The objects route's options besides the crop size, as a store records them.
+ROUTE_KEYS = ("keep_border", "channel", "orient", "normalize", "rescale")
 
 
 # ---- the store and its predictions ---------------------------------------------------------------
@@ -229,9 +231,8 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
     """Assign one field's objects with a fitted result, ``block`` objects at a time: a generator of Progress
     events that returns the assignment columns (cluster, score, runner_up, runner_up_score) in the field's
     object order. Refuses a result that cannot assign this store's objects (another crop size, …)."""
-    from .events import Progress
     from .methods import get_method
-    from .plate_run import N_POINTS, check_result_for_store, predict_items, result_points, store_items
+    from .plate_run import N_POINTS, check_result_for_store, result_points, store_items
 
     check_result_for_store(result, store)
     index = field_rows(store, field_index)
@@ -239,13 +240,78 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
         raise InputError("This field has no objects in the store: pick another field.")
     landmarks = get_method(result.method).inputs == ("landmarks",)
     items = store_items(store, index, landmarks, result_points(result) if landmarks else N_POINTS)
+    return (yield from assign_items(result, items, device, block))
+
+
+def assign_items(result, items, device: str = "auto", block: int = APPLY_BLOCK):
+    """Assign ``items`` with a fitted result, ``block`` at a time (a Cancel takes effect between blocks): a
+    generator of Progress events that returns the assignment columns, in item order."""
+    from .events import Progress
+    from .plate_run import predict_items
+
     chunks = []
-    for s in range(0, len(index), block):
+    for s in range(0, len(items), block):
         chunks.append(predict_items(result, items[s:s + block], device))
-        yield Progress(step=min(s + block, len(index)), total=len(index), stage="assigning objects")
+        yield Progress(step=min(s + block, len(items)), total=len(items), stage="assigning objects")
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
+
+
+# ---- a result on an image and its segmentation (no store) ---------------------------------------------
+def route_options(result) -> dict:
+    """How the objects a result was fitted on were cut: the objects route's options (size, keep_border, channel,
+    orient, normalize, rescale) as the result's store recorded them, or, for a result fitted without a store,
+    the route's defaults at its prototypes' size. New objects are cut the same way before they are assigned."""
+    from .objects import ROUTE_OPTIONS
+
+    fitted = result.config.get("store")
+    if fitted is not None:
+        options = fitted["options"]
+        return {"size": int(fitted["crop"]["size"]), **{k: options[k] for k in ROUTE_KEYS}}
+    return {"size": int(np.shape(result.prototypes)[1]), "keep_border": False, "channel": None, "rescale": False,
+            **ROUTE_OPTIONS}
+
+
+def assign_objects(result, image, labels, device: str = "auto", block: int = APPLY_BLOCK):
+    """Cut the objects of ``labels`` out of ``image`` as the result's objects were cut (:func:`route_options`;
+    a shape method's result: their contours) and assign them with the result, ``block`` at a time: a generator
+    of Progress events that returns ``(object table, assignment columns)``, one row per object. Labels that do
+    not segment the image, or crops of another size or channel count than the result's, are refused in one
+    sentence. The arrays are read, never changed."""
+    from .events import Progress
+    from .methods import get_method
+    from .object_route import objects_route
+    from .objects import labels_fit
+    from .plate_run import result_points
+
+    if not labels_fit(image, labels):
+        raise InputError(f"The labels ({_shape_words(np.shape(labels))}) do not segment the image "
+                         f"({_shape_words(np.shape(image))}): choose the labels layer made for that image.")
+    yield Progress(step=0, total=1, stage="cutting objects")
+    options = route_options(result)
+    route = objects_route(image, labels, result.method, {}, **options)
+    items = route.items
+    landmarks = get_method(result.method).inputs == ("landmarks",)
+    wanted = (result_points(result), 2) if landmarks else tuple(int(s) for s in np.shape(result.prototypes)[1:])
+    if tuple(items.shape[1:]) != wanted:
+        raise InputError(f"The result was fitted on {_item_words(wanted, landmarks)} but these objects give "
+                         f"{_item_words(items.shape[1:], landmarks)}: choose an image with the result's channels, or "
+                         "fit a result on these objects.")
+    columns = yield from assign_items(result, items, device, block)
+    return {c: np.asarray(v) for c, v in route.table.items()}, columns
+
+
+def _shape_words(shape) -> str:
+    return "×".join(str(int(s)) for s in shape)
+
+
+def _item_words(shape, landmarks: bool) -> str:
+    """An item's shape in words: ``36×36 crops with 3 channels``, ``contours of 64 points``."""
+    if landmarks:
+        return f"contours of {shape[0]} points"
+    return f"{shape[0]}×{shape[1]} crops" + (f" with {shape[2]} channels" if len(shape) > 2 else "")
 
 
 __all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_table",
            "FieldPicture", "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample",
-           "load_store_result", "assign_field", "GALLERY_PER_CLUSTER"]
+           "load_store_result", "assign_field", "assign_items", "route_options", "assign_objects",
+           "GALLERY_PER_CLUSTER"]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..result import OUTLIER, ClusteringResult
+from ..result import ClusteringResult
 
 CLUSTER_COLORS = np.array([
     [0.12, 0.47, 0.71], [1.00, 0.50, 0.05], [0.17, 0.63, 0.17], [0.84, 0.15, 0.16], [0.58, 0.40, 0.74],
@@ -588,25 +588,27 @@ def field_extent(layer) -> tuple[np.ndarray, np.ndarray]:
     return extent[0], extent[1]
 
 
-def paint_objects(viewer, labels_layer, table: dict, result: ClusteringResult, name: str):
+def paint_objects(viewer, labels_layer, table: dict, assigned: dict, name: str):
     """A Labels layer over the field with every kept object painted in its cluster's colour.
 
     Its values are the object's place in the stack + 1 (so that a time series, where an id names one
     object per frame, stays unambiguous), and its ``features`` are the per-object table (label id,
-    frame, centroid, …) with the result's cluster, score and runner-up, keyed by value (``index``).
-    The input Labels layer is read, never changed.
+    frame, centroid, …) with the assignment columns ``assigned`` (cluster, score, runner-up, …: a result's
+    :func:`assignment_features`, or what :func:`ticlust.plate_view.assign_objects` returns), keyed by value
+    (``index``); objects marked ``outlier`` are grey. The input Labels layer is read, never changed.
     """
+    from napari.utils.colormaps import DirectLabelColormap
+
     from ..plate_view import object_values
 
     painted = object_values(labels_layer.data, table["label"], table["frame"])
+    clusters = np.asarray(assigned["cluster"])
+    shown = np.where(np.asarray(assigned["outlier"], bool), -1, clusters) if "outlier" in assigned else clusters
     colors = {None: np.zeros(4), 0: np.zeros(4)}
-    shown = np.where(result.pinned == OUTLIER, -1, result.labels) if result.pinned is not None else result.labels
-    colors.update({pos + 1: cluster_color(int(c)) for pos, c in enumerate(shown)})   # outliers in grey
-    from napari.utils.colormaps import DirectLabelColormap
-
-    features = pd.DataFrame({"index": np.arange(1, result.n + 1), **{c: np.asarray(v) for c, v in table.items()}})
-    for key, values in assignment_features(result).items():
-        features[key] = values
+    colors.update({pos + 1: cluster_color(int(c)) for pos, c in enumerate(shown)})
+    features = pd.DataFrame({"index": np.arange(1, len(clusters) + 1), **{c: np.asarray(v) for c, v in table.items()}})
+    for key, values in assigned.items():
+        features[key] = np.asarray(values)
     kwargs = dict(colormap=DirectLabelColormap(color_dict=colors), features=features, opacity=0.55,
                   metadata={"ticlust_objects": True})
     if name in viewer.layers:

@@ -3,15 +3,19 @@
 Pick a well and a field: its image, with its objects painted by cluster once the store has predictions
 (``ticlust predict RESULT STORE``; before that, by object). Beside it, a gallery of each cluster sampled
 across the plate; in the dock, each cluster's share per well (or per another manifest column), exportable
-as CSV; and Apply result, which assigns the current field's objects with a loaded result in a worker thread.
-What is read and computed comes from :mod:`ticlust.plate_view` (no napari there); this module only draws.
+as CSV; and Apply result, which assigns with a loaded result the objects of the current field, or of an image
+layer and its labels layer (no store needed: cut as the result's objects were). Opening a store, reading a
+field and Apply result run in worker threads; what they read and compute comes from :mod:`ticlust.plate_view`
+(no napari there), and this module draws it in the GUI thread.
 
 No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
 """
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
+from napari.layers import Image, Labels
 from napari.qt.threading import create_worker
 from napari.utils.notifications import show_error
 from napari.viewer import Viewer
@@ -21,16 +25,20 @@ from qtpy.QtWidgets import QWidget
 
 from ..errors import InputError
 from ..events import Progress
-from ..plate_view import (GALLERY_PER_CLUSTER, assign_field, cluster_shares, condition_columns, field_picture,
-                          field_title, gallery_sample, load_store_result, read_predictions, write_shares)
+from ..objects import labels_fit
+from ..plate_view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
+                          field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
 from ..store import ObjectStore
 from . import layers as L
 
 #: The panel's name in napari.yaml (Plugins > ticlust > …).
 STORE_PANEL = "Plate (object store)"
 PANEL_WIDTH = 380     # the dock's width in pixels, as the ticlust widget's
-NO_STORE = "No store open: press Open store… or drag a STORE.zarr folder onto napari."
+NO_STORE = ("No store open: press Open store… or drag a STORE.zarr folder onto napari. Load result… and Apply "
+            "result also assign the objects of an image layer and its labels layer.")
 TRANSPARENT = np.zeros(4)
+#: The "apply to" choice that means the store's current field (the others are (image, labels) layer names).
+FIELD = "field"
 
 
 class SharePlot(QWidget):
@@ -81,6 +89,77 @@ class SharePlot(QWidget):
                                     16), Qt.AlignmentFlag.AlignHCenter, names[i])
 
 
+@dataclass
+class Gallery:
+    """A store's gallery, made off the GUI thread: the tiles (channels first unless ``rgb``), the raster of their
+    numbers (``factor`` raster pixels per tile pixel) and the objects shown per cluster (``metadata``)."""
+
+    grid: np.ndarray
+    rgb: bool
+    raster: np.ndarray
+    factor: int
+    metadata: dict
+
+
+def make_gallery(store: ObjectStore, predictions) -> Gallery | None:
+    """Up to GALLERY_PER_CLUSTER crops of each cluster, drawn across the plate's fields: one row per cluster, its
+    cluster number and size above its first crops (None before any prediction). Only the sampled crops are read."""
+    if predictions is None:
+        return None
+    picked = gallery_sample(predictions)
+    k = max(picked) + 1 if picked else 0
+    columns = max(2, min(GALLERY_PER_CLUSTER, max((len(v) for v in picked.values()), default=0)))
+    every = np.concatenate([v for v in picked.values()]) if picked else np.zeros(0, int)
+    wanted = np.unique(every)
+    crops = store.crops[wanted] if len(wanted) else np.zeros((0,) + store.crops.shape[1:])
+    tiles = np.zeros((k * columns,) + store.crops.shape[1:], np.float32)
+    texts, colors = [""] * (k * columns), [TRANSPARENT] * (k * columns)
+    sizes = np.bincount(predictions["cluster"].to_numpy().clip(0), minlength=k)
+    for c, members in picked.items():
+        tiles[c * columns:c * columns + len(members)] = crops[np.searchsorted(wanted, members)]
+        texts[c * columns], texts[c * columns + 1] = f"{c}", f"n={sizes[c]}"      # as the prototype numbers
+        colors[c * columns] = colors[c * columns + 1] = L.cluster_color(c)
+    scene = L.Scene(store.size, store.size, k * columns)
+    grid = L.tiles_grid(tiles, scene, columns)
+    rgb = grid.ndim == 3 and grid.shape[-1] == 3
+    if grid.ndim == 3 and not rgb:
+        grid = np.moveaxis(grid, -1, 0)
+    raster, factor = L.text_raster(scene, columns, texts, colors)
+    return Gallery(grid, rgb, raster, factor, {"ticlust_gallery": {c: v.tolist() for c, v in picked.items()},
+                                               "columns": columns})
+
+
+@dataclass
+class OpenedStore:
+    """Everything the panel shows of a store when it opens, read off the GUI thread: the store, its predictions'
+    few columns, the gallery, the shares per ``by`` and the first field (its picture, or why it cannot be read)."""
+
+    store: ObjectStore
+    predictions: object
+    gallery: Gallery | None
+    by: str
+    shares: object
+    field_index: int
+    picture: object
+    problem: str | None
+
+
+def opened_store(path) -> OpenedStore:
+    """Open the store at ``path`` and read what the panel shows first; an InputError when it is no (finished)
+    store or its predictions do not match it."""
+    store = ObjectStore(path)
+    predictions = read_predictions(store, ["field_index", "cluster", "image", *condition_columns(store)])
+    choices = condition_columns(store) + ["image"]
+    by = "well" if "well" in choices else choices[0]
+    shares = cluster_shares(predictions, by) if predictions is not None else None
+    first = int(store.fields["field_index"].iloc[0])     # the first well's first field: what the pickers show first
+    try:
+        picture, problem = field_picture(store, first), None
+    except InputError as exc:
+        picture, problem = None, str(exc)
+    return OpenedStore(store, predictions, make_gallery(store, predictions), by, shares, first, picture, problem)
+
+
 class StorePanel(Container):
     """Dock widget for an object store: a field with its objects by cluster, a gallery, shares, Apply result."""
 
@@ -93,8 +172,13 @@ class StorePanel(Container):
         self.result = None               # a loaded result, for Apply result
         self.result_path: Path | None = None
         self.applied: tuple | None = None   # (field index, assignment columns, result file name) of the last Apply
+        self.picture = None              # the field shown (plate_view.FieldPicture), or None
         self.worker = None               # Apply result's worker
         self.loader = None               # Load result's worker
+        self.opening = None              # the worker opening a store
+        self.reading = None              # the worker reading a field
+        self._wanted: int | None = None  # the field last asked for, and the one shown (or said unreadable)
+        self._shown: int | None = None
         self.has_wells = False           # whether the plate's manifest has a well column (a well picker)
         self._filling = False
 
@@ -110,6 +194,9 @@ class StorePanel(Container):
                                  tooltip="Which manifest column the cluster shares are counted per (well, "
                                          "condition, …)")
         self.export_button = PushButton(text="Export shares…", enabled=False)
+        self.target = ComboBox(label="apply to", choices=self._target_choices,
+                               tooltip="What Apply result assigns: the store's current field, or the objects of a "
+                                       "labels layer in its image layer, cut as the result's objects were")
         self.load_button = PushButton(text="Load result…")
         self.apply_button = PushButton(text="Apply result", enabled=False)
         self.progress = ProgressBar(label="progress", min=0, max=1, value=0)
@@ -119,8 +206,9 @@ class StorePanel(Container):
         self.plot = SharePlot()
         self.extend([self.open_button, self.summary, self.well, self.field, self.group_by])
         self.native.layout().addWidget(self.plot)
-        self.extend([self.export_button, Container(widgets=[self.load_button, self.apply_button], layout="horizontal",
-                                                   labels=False), self.progress, self.status])
+        self.extend([self.export_button, self.target,
+                     Container(widgets=[self.load_button, self.apply_button], layout="horizontal", labels=False),
+                     self.progress, self.status])
         self.native.setMinimumWidth(PANEL_WIDTH)
 
         self.open_button.changed.connect(self._ask_open)
@@ -140,41 +228,88 @@ class StorePanel(Container):
     def say(self, text: str) -> None:
         self.status.value = text
 
+    @property
+    def busy(self) -> bool:
+        """Whether a worker of the panel (open, field, load, apply) is running."""
+        return any(w is not None for w in (self.opening, self.reading, self.loader, self.worker))
+
+    def _controls(self) -> None:
+        """Enable what can be used now: nothing but Cancel while a store opens or a result is applied."""
+        opening, applying = self.opening is not None, self.worker is not None
+        for widget in (self.open_button, self.well, self.field, self.group_by, self.target):
+            widget.enabled = not (opening or applying)
+        self.load_button.enabled = not (opening or applying or self.loader is not None)
+        self.export_button.enabled = not opening and self.shares is not None
+        self.apply_button.enabled = applying or (not opening and self.loader is None and self.result is not None)
+        self.apply_button.text = "Cancel" if applying else "Apply result"
+
+    def _waiting(self, on: bool) -> None:
+        """The progress bar as a busy indicator (no steps to count) while a store opens or a field is read."""
+        if self.worker is None:            # Apply result counts its own steps
+            self.progress.max, self.progress.value = (0, 0) if on else (1, 0)
+
     # ---- opening -----------------------------------------------------------------------------------
-    def open_store(self, path) -> bool:
-        """Open an object store: fill the pickers, show its first field, the gallery and the shares. A folder
-        that is no (finished) store, or a broken predictions table, is refused with one sentence."""
-        try:
-            store = ObjectStore(path)
-            predictions = read_predictions(store, ["field_index", "cluster", "image", *condition_columns(store)])
-        except InputError as exc:
-            self.say(str(exc))
-            return False
+    def open_store(self, path):
+        """Open an object store in a worker thread (its listing, predictions, gallery crops, shares and first field
+        are read there, the dock disabled meanwhile) and show it in the GUI thread: the pickers, its first field,
+        the gallery and the shares. A folder that is no (finished) store, or a broken predictions table, is said in
+        one sentence and changes nothing. A store opened while another opens wins. Returns the worker."""
+        path = Path(path)
+
+        def job():
+            try:
+                return opened_store(path), None
+            except InputError as exc:
+                return None, str(exc)
+            except Exception as exc:       # said in the dock, in one sentence
+                return None, f"Opening {path.name} stopped with {type(exc).__name__}: {exc}"
+
+        worker = create_worker(job, _start_thread=False)
+        worker.returned.connect(lambda done: self._on_opened(worker, *done))
+        worker.finished.connect(lambda: self._on_open_finished(worker))
+        self.opening = worker
+        self._controls()
+        self._waiting(True)
+        self.say(f"Opening {path.name}…")
+        worker.start()
+        return worker
+
+    def _on_opened(self, worker, opened: OpenedStore | None, problem: str | None) -> None:
+        if worker is not self.opening:     # another store was asked for meanwhile
+            return
+        if problem is not None:
+            self.say(problem)
+            return
         self.cancel()
         before = self.names().values()
-        self.store, self.predictions, self.applied = store, predictions, None
+        self.store, self.predictions, self.applied, self.picture = opened.store, opened.predictions, None, None
         for name in set(before) - set(self.names().values()):   # another store's layers (same names: reused)
             if name in self.viewer.layers:
                 self.viewer.layers.remove(name)
-        listing = store.fields
+        listing = opened.store.fields
         self.has_wells = "well" in listing.columns
         self.well.visible = self.has_wells
         self._filling = True
         try:
-            for combo in (self.well, self.field, self.group_by):
+            for combo in (self.well, self.field, self.group_by, self.target):
                 combo.reset_choices()
-            if "well" in self.group_by.choices:
-                self.group_by.value = "well"
+            self.group_by.value = opened.by
+            self.target.value = FIELD
         finally:
             self._filling = False
-        method = "; no predictions yet" if predictions is None else "; predicted"
-        wells = f" in {listing['well'].nunique()} wells" if "well" in listing.columns else ""
-        self.summary.value = f"{store.path.name}: {len(store)} objects, {len(listing)} fields{wells}{method}"
-        self.show_gallery()
-        self.show_shares()
-        self._show_current()
-        self.apply_button.enabled = self.result is not None
-        return True
+        method = "; no predictions yet" if opened.predictions is None else "; predicted"
+        wells = f" in {listing['well'].nunique()} wells" if self.has_wells else ""
+        self.summary.value = f"{opened.store.path.name}: {len(opened.store)} objects, {len(listing)} fields{wells}{method}"
+        self._draw_gallery(opened.gallery)
+        self._set_shares(opened.shares, opened.by)
+        self._wanted = opened.field_index
+        self._draw_field(opened.field_index, opened.picture, opened.problem)
+
+    def _on_open_finished(self, worker) -> None:
+        if worker is self.opening:
+            self.opening = None
+            self._waiting(False)
+            self._controls()
 
     def _well_choices(self, _widget=None) -> list[str]:
         """The plate's wells, in the order the input lists them (none without a well column)."""
@@ -194,6 +329,20 @@ class StorePanel(Container):
     def _group_choices(self, _widget=None) -> list[str]:
         """What shares can be counted per: the manifest's columns, and the field's image."""
         return [] if self.store is None else condition_columns(self.store) + ["image"]
+
+    def _target_choices(self, _widget=None) -> list[tuple[str, object]]:
+        """What Apply result can assign: the store's current field, and every labels layer with each image layer it
+        segments (layers of ticlust's and of this panel left out)."""
+        choices = [("the store's current field", FIELD)] if self.store is not None else []
+        ours = set(self.names().values())
+        layers = [layer for layer in self.viewer.layers if layer.name not in ours and not L.is_ticlust_layer(layer.name)]
+        images = [layer for layer in layers if isinstance(layer, Image)]
+        for labels in (layer for layer in layers if isinstance(layer, Labels)):
+            fit = [image for image in images if labels_fit(image.data, labels.data)]
+            choices += [(f"{labels.name} in {image.name}", (image.name, labels.name)) for image in fit]
+            if not fit:                    # offered, so that Apply result can say why it cannot
+                choices.append((f"{labels.name} (no image of its shape)", (None, labels.name)))
+        return choices
 
     def _on_well(self, _=None) -> None:
         if not self._filling and self.store is not None:
@@ -220,18 +369,50 @@ class StorePanel(Container):
         self.field.value = int(field_index)
 
     # ---- a field ---------------------------------------------------------------------------------
-    def show_field(self, field_index: int) -> None:
-        """The field's image and its objects painted by cluster (by object before any prediction). A file that is
+    def show_field(self, field_index: int):
+        """Read field ``field_index`` (image, mask, rows) in a worker thread and draw it in the GUI thread. While a
+        field is being read, the latest one asked for waits and is read next (the others are skipped). Returns the
+        worker, or None when it waits."""
+        self._wanted = int(field_index)
+        if self.reading is not None:
+            return None
+        store, index = self.store, self._wanted
+
+        def job():
+            try:
+                return field_picture(store, index), None
+            except InputError as exc:
+                return None, str(exc)
+
+        worker = create_worker(job, _start_thread=False)
+        worker.returned.connect(lambda done: self._on_field_read(store, index, *done))
+        worker.finished.connect(self._on_read_finished)
+        self.reading = worker
+        self._waiting(True)
+        self.say(f"Reading {field_title(store.fields.iloc[index])}…")
+        worker.start()
+        return worker
+
+    def _on_field_read(self, store, field_index: int, picture, problem: str | None) -> None:
+        if store is self.store and field_index == self._wanted:
+            self._draw_field(field_index, picture, problem)
+
+    def _on_read_finished(self) -> None:
+        self.reading = None
+        self._waiting(self.opening is not None)
+        if self._wanted is not None and self._wanted != self._shown and self.opening is None:
+            self.show_field(self._wanted)
+
+    def _draw_field(self, field_index: int, picture, problem: str | None) -> None:
+        """The field's image and its objects painted by cluster (by object before any prediction); a file that is
         gone is said in the status line, and no stale field stays shown."""
         names = self.names()
-        title = field_title(self.store.fields.iloc[int(field_index)])
-        try:
-            picture = field_picture(self.store, field_index)
-        except InputError as exc:
+        self._shown, self.picture = field_index, picture
+        if problem is not None:
             for key in ("field", "objects"):
                 if names[key] in self.viewer.layers:
                     self.viewer.layers.remove(names[key])
-            self.say(f"{title}: {exc}")
+            self.say(f"{field_title(self.store.fields.iloc[field_index])}: {problem}")
             return
         if names["field"] in self.viewer.layers and self.viewer.layers[names["field"]].rgb != picture.rgb:
             self.viewer.layers.remove(names["field"])
@@ -273,38 +454,17 @@ class StorePanel(Container):
         self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
 
     # ---- the gallery ------------------------------------------------------------------------------
-    def show_gallery(self) -> None:
-        """Up to GALLERY_PER_CLUSTER crops of each cluster, drawn across the plate's fields: one row per cluster,
-        its cluster number and size above its first crops, under the field. Only the sampled crops are read."""
+    def _draw_gallery(self, gallery: Gallery | None) -> None:
+        """The gallery (:func:`make_gallery`) under the field, or none before any prediction."""
         names = self.names()
-        if self.predictions is None:
+        if gallery is None:
             for key in ("gallery", "gallery labels"):
                 if names[key] in self.viewer.layers:
                     self.viewer.layers.remove(names[key])
             return
-        picked = gallery_sample(self.predictions)
-        k = max(picked) + 1 if picked else 0
-        columns = max(2, min(GALLERY_PER_CLUSTER, max((len(v) for v in picked.values()), default=0)))
-        every = np.concatenate([v for v in picked.values()]) if picked else np.zeros(0, int)
-        wanted = np.unique(every)
-        crops = self.store.crops[wanted] if len(wanted) else np.zeros((0,) + self.store.crops.shape[1:])
-        tiles = np.zeros((k * columns,) + self.store.crops.shape[1:], np.float32)
-        texts, colors = [""] * (k * columns), [TRANSPARENT] * (k * columns)
-        sizes = np.bincount(self.predictions["cluster"].to_numpy().clip(0), minlength=k)
-        for c, members in picked.items():
-            tiles[c * columns:c * columns + len(members)] = crops[np.searchsorted(wanted, members)]
-            texts[c * columns], texts[c * columns + 1] = f"{c}", f"n={sizes[c]}"      # as the prototype numbers
-            colors[c * columns] = colors[c * columns + 1] = L.cluster_color(c)
-        scene = L.Scene(self.store.size, self.store.size, k * columns)
-        grid = L.tiles_grid(tiles, scene, columns)
-        rgb = grid.ndim == 3 and grid.shape[-1] == 3
-        if grid.ndim == 3 and not rgb:
-            grid = np.moveaxis(grid, -1, 0)
-        meta = {"ticlust_gallery": {c: v.tolist() for c, v in picked.items()}, "columns": columns}
-        L.set_image(self.viewer, names["gallery"], grid, metadata=meta,
-                    **({"rgb": True} if rgb else {"colormap": "gray"}))
-        raster, factor = L.text_raster(scene, columns, texts, colors)
-        L.set_text_layer(self.viewer, names["gallery labels"], raster, factor, (0.0, 0.0))
+        L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata,
+                    **({"rgb": True} if gallery.rgb else {"colormap": "gray"}))
+        L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, (0.0, 0.0))
         self._place_gallery()
 
     def _place_gallery(self) -> None:
@@ -325,9 +485,12 @@ class StorePanel(Container):
     def show_shares(self) -> None:
         """Each cluster's share per the chosen column, in the plot (and ready for Export shares…)."""
         by = self.group_by.value
-        self.shares = cluster_shares(self.predictions, by) if self.predictions is not None and by else None
-        self.plot.set_shares(self.shares, by or "")
-        self.export_button.enabled = self.shares is not None
+        self._set_shares(cluster_shares(self.predictions, by) if self.predictions is not None and by else None, by)
+
+    def _set_shares(self, shares, by) -> None:
+        self.shares = shares
+        self.plot.set_shares(shares, by or "")
+        self.export_button.enabled = shares is not None
 
     def export_shares(self, path) -> Path:
         """Write the share table shown to ``path`` (CSV, atomically)."""
@@ -337,10 +500,10 @@ class StorePanel(Container):
         self.say(f"Wrote the cluster shares per {self.group_by.value} to {out.name}.")
         return out
 
-    # ---- a result on the current field ------------------------------------------------------------
+    # ---- a result on the current field or on layers ----------------------------------------------
     def load_result(self, path):
         """Load a result for Apply result, in a worker thread (the first result of a session imports torch:
-        seconds); one sentence when it cannot assign this store's objects. Returns the worker."""
+        seconds); one sentence when it cannot assign the open store's objects. Returns the worker."""
         store, path = self.store, Path(path)
 
         def job():
@@ -352,7 +515,7 @@ class StorePanel(Container):
         self.loader = create_worker(job, _start_thread=False)
         self.loader.returned.connect(lambda done: self._on_loaded(path, *done))
         self.loader.finished.connect(self._on_load_finished)
-        self.load_button.enabled = self.apply_button.enabled = False
+        self._controls()
         self.say(f"Loading {path.name}…")
         self.loader.start()
         return self.loader
@@ -362,13 +525,12 @@ class StorePanel(Container):
             self.say(problem)
             return
         self.result, self.result_path = result, path
-        self.say(f"Loaded {path.name} ({result.method}, K = {result.k}): Apply result assigns the current field's "
-                 "objects.")
+        self.say(f"Loaded {path.name} ({result.method}, K = {result.k}): Apply result assigns the objects chosen in "
+                 "apply to.")
 
     def _on_load_finished(self) -> None:
         self.loader = None
-        self.load_button.enabled = self.worker is None
-        self.apply_button.enabled = self.store is not None and self.result is not None
+        self._controls()
 
     def _on_apply_clicked(self, _=None) -> None:
         if self.worker is not None:
@@ -377,31 +539,49 @@ class StorePanel(Container):
             self.apply_result()
 
     def apply_result(self):
-        """Assign the current field's objects with the loaded result in a worker thread (progress in the bar,
-        Cancel on the button); the objects layer is repainted in the GUI thread when it is done, and not at
-        all when it is cancelled or fails. Returns the worker (None when there is nothing to apply)."""
-        if self.store is None or self.result is None or self.field.value is None:
-            self.say("Open a store and load a result first.")
+        """Assign with the loaded result, in a worker thread (progress in the bar, Cancel on the button), the objects
+        chosen in ``apply to``: the store's current field (read from the store's crops), or the objects of a labels
+        layer in its image layer (cut as the result's objects were: ``plate_view.assign_objects``). When it is done
+        the field's objects layer is repainted, or ``<image> objects by cluster`` is painted over the image, in the
+        GUI thread; a cancelled or failed run changes no layer. Returns the worker (None when there is nothing to
+        apply)."""
+        target = self.target.value
+        if self.result is None or target is None or (target == FIELD and self.field.value is None):
+            self.say("Load a result, and open a store or add an image layer and its labels layer, first.")
             return None
-        field_index, result, store, name = int(self.field.value), self.result, self.store, self.result_path.name
+        result, name = self.result, self.result_path.name
+        if target == FIELD:
+            field_index, store = int(self.field.value), self.store
+            work, on_done = (lambda: assign_field(result, store, field_index)), self._on_applied
+            done = lambda columns: (field_index, columns, name)       # noqa: E731
+            what = field_title(store.fields.iloc[field_index])
+        else:
+            image_name, labels_name = target
+            labels = self.viewer.layers[labels_name].data
+            if image_name is None:
+                self.say(f"No image layer has the shape of the labels layer {labels_name!r} "
+                         f"({'×'.join(map(str, labels.shape))}): open the image it segments.")
+                return None
+            image = self.viewer.layers[image_name].data
+            work, on_done = (lambda: assign_objects(result, image, labels)), self._on_layers_applied
+            done = lambda assigned: (image_name, labels_name, *assigned, name)      # noqa: E731
+            what = f"{labels_name} in {image_name}"
 
         def job():
             try:
-                columns = yield from assign_field(result, store, field_index)
+                assigned = yield from work()
             except Exception as exc:   # reported in the GUI thread, in one sentence
                 yield exc
                 return None
-            return field_index, columns, name
+            return done(assigned)
 
         self.worker = create_worker(job, _start_thread=False)
         self.worker.yielded.connect(self._on_event)
-        self.worker.returned.connect(self._on_applied)
+        self.worker.returned.connect(on_done)
         self.worker.finished.connect(self._on_finished)
-        self.apply_button.text = "Cancel"
-        for widget in (self.open_button, self.well, self.field, self.load_button):
-            widget.enabled = False
-        self.progress.value = 0
-        self.say(f"Assigning the objects of {field_title(store.fields.iloc[field_index])}…")
+        self._controls()
+        self.progress.max, self.progress.value = 1, 0
+        self.say(f"Assigning the objects of {what}…")
         self.worker.start()
         return self.worker
 
@@ -422,18 +602,31 @@ class StorePanel(Container):
             self.progress.value = event.step
 
     def _on_applied(self, done) -> None:
+        """A field assigned: repainted now when it is the field shown (else when it is picked again)."""
         if done is None:
             return
         self.applied = done
-        if self.field.value == done[0]:
-            self.show_field(done[0])
+        if self.picture is not None and self.picture.field_index == done[0] and self._shown == done[0]:
+            self._paint(self.picture)
+
+    def _on_layers_applied(self, done) -> None:
+        """The objects of a labels layer assigned: ``<image> objects by cluster`` over the image, its features the
+        object table with cluster, score and runner-up (napari shows them under the mouse)."""
+        if done is None:
+            return
+        image_name, labels_name, table, columns, name = done
+        if labels_name not in self.viewer.layers:
+            self.say(f"The labels layer {labels_name!r} was removed meanwhile: nothing was painted.")
+            return
+        painted = L.paint_objects(self.viewer, self.viewer.layers[labels_name], table, columns,
+                                  L.layer_names(image_name)["painted"])
+        self.say(f"{len(columns['cluster'])} objects of {labels_name} painted by cluster in {painted.name!r} ({name} "
+                 "applied).")
 
     def _on_finished(self) -> None:
         cancelled = self.worker is not None and self.worker.abort_requested
         self.worker = None
-        self.apply_button.text = "Apply result"
-        for widget in (self.open_button, self.well, self.field, self.load_button):
-            widget.enabled = True
+        self._controls()
         if cancelled:
             self.say("Cancelled: nothing was changed.")
 

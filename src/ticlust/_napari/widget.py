@@ -434,7 +434,7 @@ class TiclustWidget(Container):
         self.assignments = L.assignment_features(result)
         if self.objects is not None and self.objects[2] is not None and len(self.objects[2]["label"]) == result.n:
             field, labels, table = self.objects     # a run (or a loaded result) on the objects of a field
-            L.paint_objects(self.viewer, labels, table, result, L.layer_names(field.name)["painted"])
+            L.paint_objects(self.viewer, labels, table, self.assignments, L.layer_names(field.name)["painted"])
         if isinstance(input_layer, Points):
             L.show_landmark_result(self.viewer, input_layer, result)
             input_layer.selected_data.events.items_changed.connect(self._on_points_selected)
