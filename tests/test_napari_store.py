@@ -306,7 +306,8 @@ def test_assign_objects_cuts_as_the_result_was_fitted(plate):
     objects (the route's defaults) cuts them as the route did: both give back the clusters of the objects fitted."""
     manifest, store, km, predictions = plate
     result = ticlust.load_result(km)
-    assert plate_view.route_options(result) == {"size": store.size, **{k: store.options[k] for k in plate_view.ROUTE_KEYS}}
+    options = {k: store.options[k] for k in plate_view.ROUTE_KEYS}
+    assert plate_view.route_options(result) == {"size": store.size, **options}
     image, labels = field_layers(manifest, store, 2)
     events = plate_view.assign_objects(result, image, labels, device="cpu", block=6)
     steps = []
@@ -382,7 +383,8 @@ def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate
         assert on.any() and (labels[on] == row["label"]).all()
         assert np.allclose(painted.colormap.map(np.array([row["index"]]))[0], L.cluster_color(int(row["cluster"])))
     assert np.array_equal(viewer.layers["cells_cp_masks"].data, labels)            # the user's layers unchanged
-    assert "objects of cells_cp_masks painted by cluster" in panel.status.value and "km.npz applied" in panel.status.value
+    assert "objects of cells_cp_masks painted by cluster" in panel.status.value
+    assert "km.npz applied" in panel.status.value
     panel.target.value = (None, "other masks")
     assert panel.apply_result() is None and "No image layer has the shape of the labels layer 'other masks'" in \
         panel.status.value
@@ -459,8 +461,40 @@ def test_a_failing_open_is_one_sentence_and_makes_no_layers(plate, make_napari_v
     import shutil
 
     shutil.copytree(store.path, broken)
-    pd.read_parquet(broken / "predictions.parquet").head(2).to_parquet(broken / "predictions.parquet")   # 2 rows, not one per object
+    table = pd.read_parquet(broken / "predictions.parquet")
+    table.head(2).to_parquet(broken / "predictions.parquet")            # 2 rows, not one per object
     panel.open_store(broken)
     settle(qtbot, panel)
     assert "holds 2 rows but the store" in panel.status.value and panel.store is None
     assert len(viewer.layers) == 0 and panel.open_button.enabled and panel.summary.value.startswith("No store open")
+
+
+def test_a_result_fitted_on_a_labels_layer_in_napari_is_applied_with_its_own_crop_options(make_napari_viewer, qtbot,
+                                                                                          tmp_path):
+    """The ticlust widget's run on a labels layer records how it cut the objects (here rescaled, not turned); the
+    plate panel's Apply result cuts the same layers that way and gives back the run's clusters."""
+    from ticlust._napari.widget import TiclustWidget
+
+    viewer = make_napari_viewer()
+    viewer.open_sample("napari-ticlust", "nuclei")
+    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust", "ticlust")
+    assert isinstance(widget, TiclustWidget)
+    widget.method.value, widget.input.value, widget.labels.value = "kmeans", "nuclei", "nuclei labels"
+    widget.k.value = 3
+    widget.extraction["rescale"].value, widget.extraction["orient"].value = True, False
+    widget.extraction["size"].value = 24
+    assert widget.start() is not None
+    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=60_000)
+    fitted = widget.result
+    assert fitted.config["objects"] == {"size": 24, "keep_border": False, "channel": None, "orient": False,
+                                        "normalize": True, "rescale": True}
+    widget.save_result(tmp_path / "fitted.npz")
+    viewer.layers.remove("nuclei objects by cluster")
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    panel.load_result(tmp_path / "fitted.npz")
+    settle(qtbot, panel)
+    assert panel.target.value == ("nuclei", "nuclei labels")
+    panel.apply_result()
+    settle(qtbot, panel)
+    features = viewer.layers["nuclei objects by cluster"].features
+    assert features["cluster"].tolist() == fitted.labels.tolist()

@@ -216,8 +216,8 @@ def gallery_sample(predictions, per_cluster: int = GALLERY_PER_CLUSTER, seed: in
 
 # ---- a result on one field ---------------------------------------------------------------------------
 def load_store_result(path, store: ObjectStore | None = None):
-    """A saved result, ready to assign this store's objects: refused with one sentence when it cannot (another
-    crop size, channel count or crop options; edited by hand and not refined)."""
+    """A saved result, ready to assign objects; with a ``store``, refused in one sentence when it cannot assign the
+    store's objects (another crop size, channel count or crop options; edited by hand and not refined)."""
     from .api import load_result
     from .plate_run import check_result_for_store
 
@@ -259,14 +259,18 @@ def assign_items(result, items, device: str = "auto", block: int = APPLY_BLOCK):
 # ---- a result on an image and its segmentation (no store) ---------------------------------------------
 def route_options(result) -> dict:
     """How the objects a result was fitted on were cut: the objects route's options (size, keep_border, channel,
-    orient, normalize, rescale) as the result's store recorded them, or, for a result fitted without a store,
-    the route's defaults at its prototypes' size. New objects are cut the same way before they are assigned."""
+    orient, normalize, rescale) as the result's store recorded them, or as the napari widget recorded them
+    (``config["objects"]``, a run on a labels layer), else the route's defaults at its prototypes' size. New
+    objects are cut the same way before they are assigned."""
     from .objects import ROUTE_OPTIONS
 
     fitted = result.config.get("store")
     if fitted is not None:
         options = fitted["options"]
         return {"size": int(fitted["crop"]["size"]), **{k: options[k] for k in ROUTE_KEYS}}
+    recorded = result.config.get("objects")
+    if recorded is not None:
+        return {"size": int(recorded["size"]), **{k: recorded[k] for k in ROUTE_KEYS}}
     return {"size": int(np.shape(result.prototypes)[1]), "keep_border": False, "channel": None, "rescale": False,
             **ROUTE_OPTIONS}
 

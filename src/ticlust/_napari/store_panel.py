@@ -299,7 +299,8 @@ class StorePanel(Container):
             self._filling = False
         method = "; no predictions yet" if opened.predictions is None else "; predicted"
         wells = f" in {listing['well'].nunique()} wells" if self.has_wells else ""
-        self.summary.value = f"{opened.store.path.name}: {len(opened.store)} objects, {len(listing)} fields{wells}{method}"
+        store = opened.store
+        self.summary.value = f"{store.path.name}: {len(store)} objects, {len(listing)} fields{wells}{method}"
         self._draw_gallery(opened.gallery)
         self._set_shares(opened.shares, opened.by)
         self._wanted = opened.field_index
@@ -335,7 +336,8 @@ class StorePanel(Container):
         segments (layers of ticlust's and of this panel left out)."""
         choices = [("the store's current field", FIELD)] if self.store is not None else []
         ours = set(self.names().values())
-        layers = [layer for layer in self.viewer.layers if layer.name not in ours and not L.is_ticlust_layer(layer.name)]
+        layers = [layer for layer in self.viewer.layers
+                  if layer.name not in ours and not L.is_ticlust_layer(layer.name)]
         images = [layer for layer in layers if isinstance(layer, Image)]
         for labels in (layer for layer in layers if isinstance(layer, Labels)):
             fit = [image for image in images if labels_fit(image.data, labels.data)]
