@@ -8,6 +8,7 @@ the store and predicted, in a temporary folder; the view shows well A03, site 1.
 """
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import napari
@@ -28,7 +29,11 @@ with tempfile.TemporaryDirectory() as tmp:
     viewer.window.resize(1600, 1000)
     viewer.open(str(store.path), plugin="napari-ticlust")
     _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    panel.pick(5)
+    for step in (lambda: None, lambda: panel.pick(5)):     # the store opens, then the field is read, in workers
+        step()
+        while panel.busy:
+            QApplication.processEvents()
+            time.sleep(0.01)
     for _ in range(20):
         QApplication.processEvents()
     viewer.screenshot(str(out), canvas_only=False)
