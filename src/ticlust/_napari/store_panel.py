@@ -385,6 +385,8 @@ class StorePanel(Container):
                 return field_picture(store, index), None
             except InputError as exc:
                 return None, str(exc)
+            except Exception as exc:       # said in the dock, in one sentence (and not asked for again)
+                return None, f"reading it stopped with {type(exc).__name__}: {exc}"
 
         worker = create_worker(job, _start_thread=False)
         worker.returned.connect(lambda done: self._on_field_read(store, index, *done))
@@ -608,7 +610,7 @@ class StorePanel(Container):
         if done is None:
             return
         self.applied = done
-        if self.picture is not None and self.picture.field_index == done[0] and self._shown == done[0]:
+        if self.picture is not None and self.picture.field_index == done[0]:
             self._paint(self.picture)
 
     def _on_layers_applied(self, done) -> None:
