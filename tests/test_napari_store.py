@@ -351,6 +351,9 @@ def test_assign_objects_refuses_what_does_not_fit_in_one_sentence(plate):
     with pytest.raises(ticlust.InputError, match=rf"fitted on {store.size}×{store.size} crops but these objects give "
                                                  rf"{store.size}×{store.size} crops with 3 channels"):
         drain_value(plate_view.assign_objects(result, rgb, labels))
+    small = ticlust.fit(np.random.default_rng(0).random((12, 8, 8)), "kmeans", k=2, device="cpu")   # 8×8 crops
+    with pytest.raises(ticlust.InputError, match=r"objects are larger than the 8×8 crop"):
+        drain_value(plate_view.assign_objects(small, image, labels))
 
 
 def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate, make_napari_viewer, qtbot):
