@@ -391,6 +391,8 @@ def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate
     panel.target.value = (None, "other masks")
     assert panel.apply_result() is None and "No image layer has the shape of the labels layer 'other masks'" in \
         panel.status.value
+    viewer.add_image(image[:100, :100], name="crop")          # layers added later are offered
+    assert ("crop", "other masks") in list(panel.target.choices)
 
 
 def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari_viewer, qtbot, monkeypatch):
