@@ -30,6 +30,7 @@ from ..api import load_result
 from ..result import ClusteringResult
 from . import layers as L
 from .curation_panel import CurationPanel
+from .store_panel import STORE_PANEL
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
@@ -503,7 +504,9 @@ class TiclustWidget(Container):
             self.assignments = L.assignment_features(result)
             self.save_button.enabled = True
             show_info(f"Loaded {Path(path).name}; open its input stack ({result.n} items) to see the assignments.")
-            self.status.value = f"Loaded {Path(path).name}: open its input stack ({result.n} items) and load it again."
+            self.status.value = (f"Loaded {Path(path).name}: open its input stack ({result.n} items) and load it "
+                                 "again; to assign new objects with it, use Apply result in Plugins > ticlust > "
+                                 f"{STORE_PANEL}.")
         return result
 
     def _ask_save(self, _=None) -> None:
