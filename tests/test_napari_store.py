@@ -341,6 +341,19 @@ def drain_value(events):
             return stop.value
 
 
+def test_a_shape_methods_result_assigns_the_contours_of_labels_as_of_the_store(plate):
+    """shape-kmeans fitted on the store (its masks' contours): the contours traced from a labels layer get the
+    clusters the store's masks get."""
+    manifest, store, _, _ = plate
+    result, _ = fit_store(store, "shape-kmeans", k=3, sample=30, seed=0, device="cpu")
+    image, labels = field_layers(manifest, store, 2)
+    table, columns = drain_value(plate_view.assign_objects(result, image, labels, device="cpu"))
+    from_store = drain_value(plate_view.assign_field(result, store, 2, device="cpu"))
+    rows = plate_view.field_rows(store, 2)
+    assert clusters_by_label(table["label"], columns["cluster"]) == \
+        clusters_by_label(store.table["label"].iloc[rows], from_store["cluster"])
+
+
 def test_assign_objects_refuses_what_does_not_fit_in_one_sentence(plate):
     manifest, store, km, _ = plate
     result = ticlust.load_result(km)
