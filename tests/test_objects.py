@@ -426,7 +426,16 @@ def test_cli_fit_field_with_labels_one_row_per_kept_object(tmp_path):
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(open(tmp_path / "o.csv")))
     assert {int(r["label"]) for r in rows} == ids - border and {"angle", "scale"} <= set(rows[0])
-    assert ticlust.load_result(tmp_path / "o.npz").prototypes.shape == (3, 24, 24)
+    fitted = ticlust.load_result(tmp_path / "o.npz")
+    assert fitted.prototypes.shape == (3, 24, 24)
+    assert fitted.config["objects"] == {"size": 24, "keep_border": False, "channel": None, "orient": True,
+                                        "normalize": True, "rescale": True}
+    # predict --labels with no crop flags cuts the objects as the fit recorded (rescaled, 24 px): same clusters
+    out = cli("predict", tmp_path / "o.npz", tmp_path / "field.tif", "--labels", tmp_path / "mask.tif",
+              "--csv", tmp_path / "p.csv", "--quiet")
+    assert out.returncode == 0, out.stderr
+    predicted = list(csv.DictReader(open(tmp_path / "p.csv")))
+    assert [(r["label"], r["cluster"]) for r in predicted] == [(r["label"], r["cluster"]) for r in rows]
     tifffile.imwrite(tmp_path / "small.tif", labels[:-1])
     out = cli("fit", tmp_path / "field.tif", "--labels", tmp_path / "small.tif", "-o", tmp_path / "x.npz", "--quiet")
     assert out.returncode == 2 and "labels have shape" in out.stderr and "Traceback" not in out.stderr

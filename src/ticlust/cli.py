@@ -328,6 +328,10 @@ def _fit(args) -> int:
         warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
         result = fit(data, method=args.method, k=k, device=args.device, seed=args.seed, runs=args.runs,
                      progress=not args.quiet, **params)
+    if args.labels is not None:
+        from .plate_view import record_route
+
+        record_route(result, vars(args))
     out = result.save(args.output)
     if args.csv:
         result.assignments_table(args.csv, names=names, columns=objects)
@@ -454,13 +458,21 @@ def _predict(args) -> int:
     if args.labels is not None:
         from .object_route import objects_route
 
+        from .plate_view import route_options
+
         mask, _ = read_input(args.labels)
-        _route_defaults(args)
-        shape = np.shape(result.prototypes)
-        size = args.crop_size if args.crop_size is not None else (None if get_method(result.method).inputs ==
-                                                                 ("landmarks",) else int(shape[1]))
-        route = objects_route(data, mask, result.method, {}, keep_border=args.keep_border, size=size,
-                              channel=args.channel, rescale=args.rescale, orient=args.orient, normalize=args.normalize)
+        if crop_given:      # the options given, the route's defaults for the rest
+            _route_defaults(args)
+            shape = np.shape(result.prototypes)
+            size = args.crop_size if args.crop_size is not None else (
+                None if get_method(result.method).inputs == ("landmarks",) else int(shape[1]))
+            options = dict(size=size, keep_border=args.keep_border, channel=args.channel, rescale=args.rescale,
+                           orient=args.orient, normalize=args.normalize)
+        else:               # cut as the result's objects were cut (its store's or its fit's record)
+            options = route_options(result)
+            if get_method(result.method).inputs == ("landmarks",):
+                options["size"] = None
+        route = objects_route(data, mask, result.method, {}, **options)
         data, columns = route.items, {c: np.asarray(v) for c, v in route.table.items()}
     elif crop_given:
         raise InputError("--keep-border, --crop-size, --channel, --rescale, --(no-)orient and --(no-)normalize only apply "

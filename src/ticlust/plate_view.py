@@ -275,6 +275,18 @@ def route_options(result) -> dict:
             **ROUTE_OPTIONS}
 
 
+def record_route(result, options: dict) -> None:
+    """Write into ``result.config["objects"]`` how its objects were cut out of a field (the route's ``options``;
+    a missing orient/normalize is the route's default), so that :func:`route_options` cuts new objects the same
+    way. Image results only: a shape method's contours have no crop."""
+    from .objects import ROUTE_OPTIONS
+
+    if np.ndim(result.prototypes) >= 3:
+        chosen = {k: options.get(k) for k in ROUTE_KEYS}
+        chosen.update({k: v for k, v in ROUTE_OPTIONS.items() if chosen[k] is None})
+        result.config["objects"] = {"size": int(np.shape(result.prototypes)[1]), **chosen}
+
+
 def assign_objects(result, image, labels, device: str = "auto", block: int = APPLY_BLOCK):
     """Cut the objects of ``labels`` out of ``image`` as the result's objects were cut (:func:`route_options`;
     a shape method's result: their contours) and assign them with the result, ``block`` at a time: a generator
@@ -317,5 +329,5 @@ def _item_words(shape, landmarks: bool) -> str:
 
 __all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_table",
            "FieldPicture", "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample",
-           "load_store_result", "assign_field", "assign_items", "route_options", "assign_objects",
+           "load_store_result", "assign_field", "assign_items", "route_options", "record_route", "assign_objects",
            "GALLERY_PER_CLUSTER"]

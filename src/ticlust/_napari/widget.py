@@ -25,7 +25,7 @@ from ..methods import available_methods, get_method
 from ..methods.base import param_infos
 from ..object_route import objects_route
 from ..objects import ROUTE_OPTIONS, labels_fit
-from ..plate_view import ROUTE_KEYS
+from ..plate_view import record_route
 from ..api import load_result
 from ..result import ClusteringResult
 from . import layers as L
@@ -332,10 +332,8 @@ class TiclustWidget(Container):
     def _show_run(self, result: ClusteringResult) -> None:
         """A run's result: shown, framed, nothing to undo. A run on the crops of a segmentation records how they
         were cut (``config["objects"]``), so that Apply result cuts new objects the same way."""
-        if self.objects is not None and result.prototypes.ndim >= 3:
-            options = {w.name: w.value for w in self.extraction}     # the form is locked while it runs
-            result.config["objects"] = {"size": int(result.prototypes.shape[1]),
-                                        **{k: options.get(k) for k in ROUTE_KEYS}}
+        if self.objects is not None:
+            record_route(result, {w.name: w.value for w in self.extraction})   # the form is locked while it runs
         self.curation.forget()
         self.show_result(result, self.viewer.layers[self.result_layer_name])
         self.status.value = (f"Done: {result.k} clusters in {result.timing.get('total_s', 0):.1f} s "
