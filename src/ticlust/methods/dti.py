@@ -314,14 +314,13 @@ def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, gai
     return a, j
 
 
-def initial_prototypes(x: Stack | torch.Tensor, k: int, init: str, rng: np.random.Generator,
-                       device: torch.device | str = "cpu") -> torch.Tensor:
+def initial_prototypes(x: StackImages | torch.Tensor, k: int, init: str, rng: np.random.Generator) -> torch.Tensor:
     """K images of the stack as (K, C, H, W): k-means++ seeding (spread out, so no two start on the same pattern)
-    or uniform (the paper). ``x``: a Stack, streamed batch by batch onto ``device`` (its items are never held
-    together), or images (N, C, H, W) in hand."""
+    or uniform (the paper). ``x``: the fit's images read from the stack (streamed through ``Rows``: never held
+    together) or images (N, C, H, W) in hand."""
     pick = kmeans_plus_plus if init == "k-means++" else random_init
-    if isinstance(x, Stack):
-        return to_nchw(pick(Rows(x, device, in_memory_bytes=0), k, rng).reshape(k, *x.item_shape))
+    if isinstance(x, StackImages):
+        return to_nchw(pick(Rows(x.stack, x.device, in_memory_bytes=0), k, rng).reshape(k, *x.stack.item_shape))
     return pick(x.flatten(1), k, rng).view(k, *x.shape[1:])
 
 
@@ -394,7 +393,7 @@ class DTIRun:
         self.modules = resolve_modules(cfg, self.x.shape[1], size)
         self.model = model = DTIModel(cfg, self.x.shape[1], size, self.modules, gmm).to(device)
         with torch.no_grad():
-            model.prototypes.copy_(initial_prototypes(stack, cfg.k, cfg.init, rng, device) if prototypes is None else prototypes)
+            model.prototypes.copy_(initial_prototypes(self.x, cfg.k, cfg.init, rng) if prototypes is None else prototypes)
         if device.type == "cpu":
             model.encoder.to(memory_format=torch.channels_last)
         if cfg.compile:

@@ -162,15 +162,13 @@ class _WarmStart:
 
     def column(self, j: int) -> Alignments:
         """Every item's warp onto centroid j (N, ...)."""
-        return self._gathered(lambda rows, s: Alignments(rows.theta[:, j], None if rows.nu is None else rows.nu[:, j]))
+        return self._gathered(lambda rows, s: rows.column(j))
 
     def copy_column(self, to: int, source: int) -> None:
         """Every item's warp and loss onto centroid ``source`` copied onto centroid ``to`` (the repair move)."""
         for s in _chunks(self.n, self.block):
             rows = self.rows(s)
-            for t in (rows.theta, rows.nu, rows.losses):
-                if t is not None:
-                    t[:, to] = t[:, source]
+            rows.copy_column(to, source)
             self[s] = rows
 
     def reset(self, centroids) -> None:
@@ -285,7 +283,7 @@ def _halves(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Te
     return sse1, gain, halves
 
 
-def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: _WarmStart, labels: torch.Tensor, j: int, means, chunk: int):
+def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments | _WarmStart, labels: torch.Tensor, j: int, means, chunk: int):
     """Each item's cheapest place other than its own cluster while cluster j splits: another cluster (its
     stored warp) or, on its warp onto j, one of j's half means. Returns costs (N,) and places (N,): a
     cluster, j for the first half, -1 for the second."""
@@ -306,7 +304,7 @@ def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: _WarmStart, labels: tor
     return cost, place
 
 
-def _reseed(aligner: Aligner, x: torch.Tensor, pairs: _WarmStart, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
+def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments | _WarmStart, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
     """Repair move for two centroids on one group and two groups under one (ours; the paper has none):
     drop centroid a and split cluster j in two (2-means of its members warped onto it, ``_halves``), a
     taking the second half with j's warps; a's members go to their cheapest other place (``_elsewhere``).
