@@ -314,13 +314,16 @@ def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, gai
     return a, j
 
 
+SEED_BATCH = 8192   # rows per batch of the k-means++ start's passes over the stack (Rows' default, as before)
+
+
 def initial_prototypes(x: StackImages | torch.Tensor, k: int, init: str, rng: np.random.Generator) -> torch.Tensor:
     """K images of the stack as (K, C, H, W): k-means++ seeding (spread out, so no two start on the same pattern)
     or uniform (the paper). ``x``: the fit's images read from the stack (streamed through ``Rows``: never held
     together) or images (N, C, H, W) in hand."""
     pick = kmeans_plus_plus if init == "k-means++" else random_init
     if isinstance(x, StackImages):
-        return to_nchw(pick(Rows(x.stack, x.device, in_memory_bytes=0), k, rng).reshape(k, *x.stack.item_shape))
+        return to_nchw(pick(Rows(x.stack, x.device, SEED_BATCH, in_memory_bytes=0), k, rng).reshape(k, *x.stack.item_shape))
     return pick(x.flatten(1), k, rng).view(k, *x.shape[1:])
 
 
