@@ -32,7 +32,7 @@ from ..validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..scratch import RowScratch
 from ..transforms import affine_matrix
-from ..transforms.align import Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
+from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
@@ -185,6 +185,55 @@ class _WarmStart:
 
     def close(self) -> None:
         self.scratch.close()
+
+
+class _MomentScratch:
+    """Mini-batch mode's per-pair Adam states (each stage's m and v per parameter and step counts, N×K×…) in a
+    :class:`RowScratch`, laid out from the first batch's states; rows never stored read as zeros, which is a
+    fresh Adam state. The same interface as :class:`Moments` (``rows``, ``store``); closed by its run."""
+
+    STAGES = ("affine", "warp")
+
+    def __init__(self, n: int, device):
+        self.n, self.device = n, device
+        self.scratch: RowScratch | None = None
+        self.counts: dict[str, int] = {}   # parameter tensors per stage present
+
+    def rows(self, idx) -> Moments:
+        if self.scratch is None:
+            return Moments()
+        at = _host_index(idx)
+
+        def read(name):
+            return torch.from_numpy(self.scratch.read(name, at)).to(self.device)
+
+        def state(stage):
+            if stage not in self.counts:
+                return None
+            count = self.counts[stage]
+            return AdamState([read(f"{stage}.m{i}") for i in range(count)], [read(f"{stage}.v{i}") for i in range(count)],
+                             read(f"{stage}.t"))
+        return Moments(*(state(stage) for stage in self.STAGES))
+
+    def store(self, idx, part: Moments, n: int) -> None:
+        states = {stage: getattr(part, stage) for stage in self.STAGES if getattr(part, stage) is not None}
+        if self.scratch is None:
+            self.counts = {stage: len(st.m) for stage, st in states.items()}
+            fields = {f"{stage}.t": tuple(st.t.shape[1:]) for stage, st in states.items()}
+            for stage, st in states.items():
+                for i, m in enumerate(st.m):
+                    fields[f"{stage}.m{i}"] = fields[f"{stage}.v{i}"] = tuple(m.shape[1:])
+            self.scratch = RowScratch(n, fields)
+        at = _host_index(idx)
+        for stage, st in states.items():
+            for i, (m, v) in enumerate(zip(st.m, st.v)):
+                self.scratch.write(f"{stage}.m{i}", at, m.detach().cpu().numpy())
+                self.scratch.write(f"{stage}.v{i}", at, v.detach().cpu().numpy())
+            self.scratch.write(f"{stage}.t", at, st.t.detach().cpu().numpy())
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            self.scratch.close()
 
 
 def _host_index(idx):
@@ -367,19 +416,22 @@ class _Run:
     aligner: Aligner
     x: Pyramid | _StackPyramid
     repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
-    warm_starts: list = dataclasses.field(default_factory=list)   # shared with a stage's copy (dataclasses.replace)
+    scratches: list = dataclasses.field(default_factory=list)   # shared with a stage's copy (dataclasses.replace)
+
+    def keep(self, scratch):
+        """``scratch`` (anything with ``close``: a warm start, mini-batch moments), closed with the run."""
+        self.scratches.append(scratch)
+        return scratch
 
     def warm_start(self) -> _WarmStart:
         """Identity warps of every item onto every centroid, losses unknown: the start of a fit's Lloyd loop."""
-        pairs = _WarmStart(self.aligner, self.stack.n, self.cfg.k, self.cfg.chunk)
-        self.warm_starts.append(pairs)
-        return pairs
+        return self.keep(_WarmStart(self.aligner, self.stack.n, self.cfg.k, self.cfg.chunk))
 
     def close(self) -> None:
-        """Remove every warm start's scratch (the fit calls it in a ``finally``: on error and cancel too)."""
-        for pairs in self.warm_starts:
-            pairs.close()
-        self.warm_starts.clear()
+        """Remove every scratch of the run (the fit calls it in a ``finally``: on error and cancel too)."""
+        for scratch in self.scratches:
+            scratch.close()
+        self.scratches.clear()
 
     def items(self, images: torch.Tensor) -> np.ndarray:
         """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C)."""
@@ -470,7 +522,7 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
     members (per-centroid step 1/count, as in mini-batch K-means). Ends with a full assignment pass.
     Returns (centroids, alignments, labels, distortion history, epochs)."""
     cfg, n = run.cfg, run.stack.n
-    pairs, moments = run.warm_start(), Moments()
+    pairs, moments = run.warm_start(), run.keep(_MomentScratch(n, mu.device))
     counts = torch.zeros(cfg.k, device=mu.device)
     labels = torch.full((n,), -1, dtype=torch.long, device=mu.device)
     batches = _chunks(n, cfg.batch_size)
