@@ -26,7 +26,6 @@ class Stack:
         self.lo = float(lo)
         self.hi = float(hi)
         self.pictures = pictures    # keep per-item pictures for every item: True, False, or None (by PICTURE_BYTES)
-        self._cache: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -69,9 +68,14 @@ class Stack:
 
     def batch(self, start: int, stop: int) -> np.ndarray:
         """Items ``start:stop`` as normalised float32."""
-        if self._cache is not None:
-            return self._cache[start:stop]
-        raw = np.asarray(self.source[start:stop])
+        return self._normalised(np.asarray(self.source[start:stop]))
+
+    def take(self, index) -> np.ndarray:
+        """The items at ``index`` (item numbers, in that order) as normalised float32: a random mini-batch
+        read from the source, as ``batch`` reads a slice."""
+        return self._normalised(np.asarray(self.source[np.asarray(index).reshape(-1)]))
+
+    def _normalised(self, raw: np.ndarray) -> np.ndarray:
         if np.can_cast(raw.dtype, np.float32):
             raw = raw.astype(np.float32, copy=False)
             return (raw - np.float32(self.lo)) / np.float32(self.hi - self.lo)
@@ -85,10 +89,9 @@ class Stack:
             yield start, self.batch(start, min(start + batch_size, self.n))
 
     def numpy(self) -> np.ndarray:
-        """All items as one normalised float32 array (kept for reuse)."""
-        if self._cache is None:
-            self._cache = np.concatenate([b for _, b in self.batches(SCAN_BATCH)], axis=0)
-        return self._cache
+        """All items as one normalised float32 array, read now and not kept: only for the few methods that
+        truly need the whole stack at once (docs/architecture.md lists them); the rest read batches."""
+        return np.concatenate([b for _, b in self.batches(SCAN_BATCH)], axis=0)
 
     def tensor(self, device: torch.device | str = "cpu", flat: bool = False) -> torch.Tensor:
         x = torch.from_numpy(self.numpy()).to(device)
@@ -97,6 +100,27 @@ class Stack:
     def subset(self, index) -> "Stack":
         """The items at ``index`` (read now), keeping this stack's normalisation."""
         return self.like(np.asarray(self.source[np.asarray(index)]))
+
+
+class StackImages:
+    """A stack's images as (N, C, H, W) float32 tensors on ``device``, read and scaled when indexed (a slice or
+    item numbers): what a fit holds instead of the whole stack as one tensor. It indexes like that tensor
+    (``x[s]``, ``x.shape``, ``len(x)``), so a fit's loops take either."""
+
+    def __init__(self, stack: Stack, device):
+        self.stack, self.device = stack, device
+        self.shape = (stack.n, stack.channels, *stack.item_shape[:2])
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index) -> torch.Tensor:
+        if isinstance(index, slice):
+            start, stop, _ = index.indices(self.shape[0])
+            raw = self.stack.batch(start, stop)
+        else:
+            raw = self.stack.take(torch.as_tensor(index).reshape(-1).cpu().numpy())
+        return to_nchw(torch.from_numpy(raw).to(self.device))
 
 
 def to_nchw(x: torch.Tensor) -> torch.Tensor:

@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from torch import nn
 from ..errors import InputError
-from ..stack import Stack, from_nchw, to_nchw
+from ..stack import Stack, StackImages, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
 from ..events import Progress, Snapshot, drain
-from ..kernels import bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
+from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
 from .base import Method, param, register, seed_everything
 from .dti_net import BatchedMLP, InferenceEncoder, ResNetEncoder
 from .invariances import invariances_param
@@ -314,11 +314,17 @@ def split_redundant_cluster(model: DTIModel, optimizer, removal: np.ndarray, gai
     return a, j
 
 
-def initial_prototypes(x_all: torch.Tensor, k: int, init: str, rng: np.random.Generator) -> torch.Tensor:
-    """K images of the stack: k-means++ seeding (spread out, so no two start on the same pattern) or uniform (the paper)."""
-    if init == "k-means++":
-        return kmeans_plus_plus(x_all.flatten(1), k, rng).view(k, *x_all.shape[1:])
-    return random_init(x_all.flatten(1), k, rng).view(k, *x_all.shape[1:])
+SEED_BATCH = 8192   # rows per batch of the k-means++ start's passes over the stack (Rows' default, as before)
+
+
+def initial_prototypes(x: StackImages | torch.Tensor, k: int, init: str, rng: np.random.Generator) -> torch.Tensor:
+    """K images of the stack as (K, C, H, W): k-means++ seeding (spread out, so no two start on the same pattern)
+    or uniform (the paper). ``x``: the fit's images read from the stack (streamed through ``Rows``: never held
+    together) or images (N, C, H, W) in hand."""
+    pick = kmeans_plus_plus if init == "k-means++" else random_init
+    if isinstance(x, StackImages):
+        return to_nchw(pick(Rows(x.stack, x.device, SEED_BATCH, in_memory_bytes=0), k, rng).reshape(k, *x.stack.item_shape))
+    return pick(x.flatten(1), k, rng).view(k, *x.shape[1:])
 
 
 def auto_batch_size(n: int) -> int:
@@ -386,7 +392,7 @@ class DTIRun:
         self.gen = torch.Generator().manual_seed(seed)   # batch order and re-seeding noise
         self.stack, self.cfg, self.device = stack, cfg, device
         self.channels_last = _channels_last(stack)
-        self.x = to_nchw(stack.tensor(device))            # (N, C, H, W)
+        self.x = StackImages(stack, device)   # (N, C, H, W), each mini-batch read from the stack when indexed
         self.modules = resolve_modules(cfg, self.x.shape[1], size)
         self.model = model = DTIModel(cfg, self.x.shape[1], size, self.modules, gmm).to(device)
         with torch.no_grad():
@@ -485,7 +491,7 @@ class DTIRun:
         cluster of two or more items, (its items, those of its second half). Large sets are read through a
         random sample of at most ``SPLIT_SAMPLE_BYTES`` of residuals (every item below that)."""
         model, active, bs, n = self.model, self.curriculum.active - 1, self.cfg.infer_batch_size, len(self.x)
-        cap = max(2 * model.k, SPLIT_SAMPLE_BYTES // (4 * self.x[0].numel()))
+        cap = max(2 * model.k, SPLIT_SAMPLE_BYTES // (4 * self.stack.dim))
         items = torch.arange(n) if n <= cap else torch.randperm(n, generator=self.gen)[:cap].sort().values
         labels, residuals = [], []
         model.eval()

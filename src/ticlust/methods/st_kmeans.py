@@ -27,11 +27,12 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..stack import Stack, from_nchw, to_nchw
+from ..stack import Stack, StackImages, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
+from ..scratch import RowScratch
 from ..transforms import affine_matrix
-from ..transforms.align import Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
+from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
@@ -119,6 +120,127 @@ def _chunks(n: int, size: int):
     return [slice(s, min(s + size, n)) for s in range(0, n, size)]
 
 
+class _WarmStart:
+    """The fit's per-pair warm start: every (item, centroid) warp the next Lloyd iteration starts from
+    (``theta`` N×K×6, ``nu`` N×K×ℓ×2) and their losses (N×K). The warps live in a :class:`RowScratch` (in memory
+    while small, else on disk: N×K×ℓ×2 floats is 1.3 GB at a million items and K = 10), the losses in memory
+    (they are the result's scores). It reads and writes by rows like :class:`Alignments` (``rows(s)``,
+    ``pairs[s] = part``), so an E-step holds one chunk's pairs; the repair move's column reads and copies and an
+    emptied cluster's reset go chunk by chunk. Made and closed by its run (``_Run.warm_start``, ``_Run.close``)."""
+
+    def __init__(self, aligner: Aligner, n: int, k: int, chunk: int):
+        fields = {"theta": (k, 6)}
+        if aligner.landmarks:
+            fields["nu"] = (k, aligner.n_landmarks, 2)
+        self.scratch = RowScratch(n, fields)
+        self.losses = torch.full((n, k), math.inf, device=aligner.device)
+        self.n, self.device, self.block = n, aligner.device, chunk * 8
+
+    def rows(self, idx) -> Alignments:
+        """The pairs of items ``idx`` (a slice or item numbers) as an Alignments on the device."""
+        at = _host_index(idx)
+        theta = torch.from_numpy(self.scratch.read("theta", at)).to(self.device)
+        nu = torch.from_numpy(self.scratch.read("nu", at)).to(self.device) if "nu" in self.scratch.shapes else None
+        return Alignments(theta, nu, self.losses[idx])
+
+    def __setitem__(self, idx, part: Alignments) -> None:
+        at = _host_index(idx)
+        self.scratch.write("theta", at, part.theta.detach().cpu().numpy())
+        if part.nu is not None:
+            self.scratch.write("nu", at, part.nu.detach().cpu().numpy())
+        self.losses[idx] = part.losses
+
+    def _gathered(self, pick) -> Alignments:
+        """``pick(rows)`` (an Alignments of one pair per item) of every block of items, joined: N rows."""
+        parts = [pick(self.rows(s), s) for s in _chunks(self.n, self.block)]
+        nu = None if parts[0].nu is None else torch.cat([p.nu for p in parts])
+        return Alignments(torch.cat([p.theta for p in parts]), nu)
+
+    def assigned(self, labels: torch.Tensor) -> Alignments:
+        """Each item's warp onto its assigned centroid (N, ...): per item, as the result keeps it."""
+        return self._gathered(lambda rows, s: rows.assigned(labels[s]))
+
+    def column(self, j: int) -> Alignments:
+        """Every item's warp onto centroid j (N, ...)."""
+        return self._gathered(lambda rows, s: rows.column(j))
+
+    def copy_column(self, to: int, source: int) -> None:
+        """Every item's warp and loss onto centroid ``source`` copied onto centroid ``to`` (the repair move)."""
+        for s in _chunks(self.n, self.block):
+            rows = self.rows(s)
+            rows.copy_column(to, source)
+            self[s] = rows
+
+    def reset(self, centroids) -> None:
+        """Identity warps onto the given centroids (their losses kept), as :meth:`Alignments.reset`."""
+        for s in _chunks(self.n, self.block):
+            rows = self.rows(s)
+            rows.reset(centroids)
+            self[s] = rows
+
+    def start_from(self, coarse: "_WarmStart") -> None:
+        """Every pair's affine map taken from an affine-only warm start (ST's first stage), TPS at identity."""
+        for s in _chunks(self.n, self.block):
+            self.scratch.write("theta", s, coarse.scratch.read("theta", s))
+
+    def close(self) -> None:
+        self.scratch.close()
+
+
+class _MomentScratch:
+    """Mini-batch mode's per-pair Adam states (each stage's m and v per parameter and step counts, N×K×…) in a
+    :class:`RowScratch`, laid out from the first batch's states; rows never stored read as zeros, which is a
+    fresh Adam state. The same interface as :class:`Moments` (``rows``, ``store``); closed by its run."""
+
+    STAGES = ("affine", "warp")
+
+    def __init__(self, n: int, device):
+        self.n, self.device = n, device
+        self.scratch: RowScratch | None = None
+        self.counts: dict[str, int] = {}   # parameter tensors per stage present
+
+    def rows(self, idx) -> Moments:
+        if self.scratch is None:
+            return Moments()
+        at = _host_index(idx)
+
+        def read(name):
+            return torch.from_numpy(self.scratch.read(name, at)).to(self.device)
+
+        def state(stage):
+            if stage not in self.counts:
+                return None
+            count = self.counts[stage]
+            return AdamState([read(f"{stage}.m{i}") for i in range(count)], [read(f"{stage}.v{i}") for i in range(count)],
+                             read(f"{stage}.t"))
+        return Moments(*(state(stage) for stage in self.STAGES))
+
+    def store(self, idx, part: Moments, n: int) -> None:
+        states = {stage: getattr(part, stage) for stage in self.STAGES if getattr(part, stage) is not None}
+        if self.scratch is None:
+            self.counts = {stage: len(st.m) for stage, st in states.items()}
+            fields = {f"{stage}.t": tuple(st.t.shape[1:]) for stage, st in states.items()}
+            for stage, st in states.items():
+                for i, m in enumerate(st.m):
+                    fields[f"{stage}.m{i}"] = fields[f"{stage}.v{i}"] = tuple(m.shape[1:])
+            self.scratch = RowScratch(n, fields)
+        at = _host_index(idx)
+        for stage, st in states.items():
+            for i, (m, v) in enumerate(zip(st.m, st.v)):
+                self.scratch.write(f"{stage}.m{i}", at, m.detach().cpu().numpy())
+                self.scratch.write(f"{stage}.v{i}", at, v.detach().cpu().numpy())
+            self.scratch.write(f"{stage}.t", at, st.t.detach().cpu().numpy())
+
+    def close(self) -> None:
+        if self.scratch is not None:
+            self.scratch.close()
+
+
+def _host_index(idx):
+    """A slice as it is, item numbers (a tensor on any device) as a NumPy array: how a RowScratch is indexed."""
+    return idx if isinstance(idx, slice) else torch.as_tensor(idx).reshape(-1).cpu().numpy()
+
+
 def _warp_assigned(aligner: Aligner, x: torch.Tensor, own: Alignments, chunk: int) -> torch.Tensor:
     """Every item warped by its own warp (N, ...) onto its assigned centroid, (N, C, H, W)."""
     out = []
@@ -128,7 +250,7 @@ def _warp_assigned(aligner: Aligner, x: torch.Tensor, own: Alignments, chunk: in
     return torch.cat(out)
 
 
-def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs: Alignments, labels: torch.Tensor,
+def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs: _WarmStart, labels: torch.Tensor,
                      chunk: int) -> torch.Tensor:
     """Eq. 4: the mean of the warped members, summed chunk by chunk (the warped items are never held
     all at once). An emptied cluster restarts on the worst-fitted item."""
@@ -140,7 +262,7 @@ def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs:
     return _means(sums, torch.bincount(labels, minlength=mu.shape[0]), pairs, labels, x)
 
 
-def _means(sums: torch.Tensor, counts: torch.Tensor, pairs: Alignments, labels: torch.Tensor, x) -> torch.Tensor:
+def _means(sums: torch.Tensor, counts: torch.Tensor, pairs: _WarmStart, labels: torch.Tensor, x) -> torch.Tensor:
     """Eq. 4 from the members' warped sums (K, C, H, W) and counts (K,); an emptied cluster restarts on the
     worst-fitted item (its pairs' warps reset to identity)."""
     new = sums / counts.clamp_min(1).to(sums.dtype).view(-1, 1, 1, 1)
@@ -210,13 +332,13 @@ def _halves(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Te
     return sse1, gain, halves
 
 
-def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.Tensor, j: int, means, chunk: int):
+def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments | _WarmStart, labels: torch.Tensor, j: int, means, chunk: int):
     """Each item's cheapest place other than its own cluster while cluster j splits: another cluster (its
     stored warp) or, on its warp onto j, one of j's half means. Returns costs (N,) and places (N,): a
     cluster, j for the first half, -1 for the second."""
     _, cost, place = own_and_runner_up(pairs.losses.index_fill(1, torch.tensor([j], device=labels.device), math.inf), labels)
     if means is not None:
-        onto_j = Alignments(pairs.theta[:, j], None if pairs.nu is None else pairs.nu[:, j])
+        onto_j = pairs.column(j)
         values, indices = [], []
         with torch.no_grad():
             for s in _chunks(x.shape[0], chunk * 8):   # chunk by chunk: the warped items are never held all at once
@@ -231,7 +353,7 @@ def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: tor
     return cost, place
 
 
-def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
+def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments | _WarmStart, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
     """Repair move for two centroids on one group and two groups under one (ours; the paper has none):
     drop centroid a and split cluster j in two (2-means of its members warped onto it, ``_halves``), a
     taking the second half with j's warps; a's members go to their cheapest other place (``_elsewhere``).
@@ -255,10 +377,7 @@ def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments, labels: torch.
     dropped = labels == a
     labels[dropped] = torch.where(places[j] < 0, a, places[j])[dropped]
     labels[halves[j][1]] = a
-    pairs.theta[:, a] = pairs.theta[:, j]
-    if pairs.nu is not None:
-        pairs.nu[:, a] = pairs.nu[:, j]
-    losses[:, a] = losses[:, j]
+    pairs.copy_column(a, j)
     return a, j
 
 
@@ -274,31 +393,12 @@ def _check_images(stack: Stack, name: str) -> None:
         raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
 
 
-class _StackImages:
-    """A stack's images as (N, C, H, W), read and scaled on indexing (a slice or item numbers) onto ``device``:
-    what a fit holds instead of the whole stack as one tensor. It indexes like that tensor (``x[s]``,
-    ``x.shape``), so the loops below take either."""
-
-    def __init__(self, stack: Stack, device):
-        self.stack, self.device = stack, device
-        self.shape = (stack.n, stack.channels, *stack.item_shape[:2])
-
-    def __getitem__(self, index) -> torch.Tensor:
-        if isinstance(index, slice):
-            start, stop, _ = index.indices(self.shape[0])
-            raw = self.stack.batch(start, stop)
-        else:
-            idx = torch.as_tensor(index).reshape(-1).cpu().numpy()
-            raw = self.stack.subset(idx).batch(0, len(idx))
-        return to_nchw(torch.from_numpy(raw).to(self.device))
-
-
 @dataclass
 class _StackPyramid:
     """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
     Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit."""
 
-    full: _StackImages
+    full: StackImages
     aligner: Aligner
 
     def rows(self, idx) -> Pyramid:
@@ -308,13 +408,30 @@ class _StackPyramid:
 @dataclass
 class _Run:
     """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass):
-    a fit reads them from the stack batch by batch (``_StackPyramid``)."""
+    a fit reads them from the stack batch by batch (``_StackPyramid``) and owns its warm starts' scratch
+    (``warm_start``), which ``close`` removes."""
 
     cfg: AIKMeansConfig
     stack: Stack
     aligner: Aligner
     x: Pyramid | _StackPyramid
     repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
+    scratches: list = dataclasses.field(default_factory=list)   # shared with a stage's copy (dataclasses.replace)
+
+    def keep(self, scratch):
+        """``scratch`` (anything with ``close``: a warm start, mini-batch moments), closed with the run."""
+        self.scratches.append(scratch)
+        return scratch
+
+    def warm_start(self) -> _WarmStart:
+        """Identity warps of every item onto every centroid, losses unknown: the start of a fit's Lloyd loop."""
+        return self.keep(_WarmStart(self.aligner, self.stack.n, self.cfg.k, self.cfg.chunk))
+
+    def close(self) -> None:
+        """Remove every scratch of the run (the fit calls it in a ``finally``: on error and cancel too)."""
+        for scratch in self.scratches:
+            scratch.close()
+        self.scratches.clear()
 
     def items(self, images: torch.Tensor) -> np.ndarray:
         """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C)."""
@@ -326,27 +443,30 @@ class _Run:
         for s in _chunks(self.stack.n, self.cfg.chunk):
             pairs[s] = yield from self.aligner.align(self.x.rows(s), mu, pairs.rows(s), schedule)
 
-    def outputs(self, pairs: Alignments, labels: torch.Tensor, pictures: bool) -> dict:
+    def outputs(self, pairs: Alignments, labels: torch.Tensor, pictures: bool, items: slice = slice(None)) -> dict:
         """The per-item fields of these items (an ``Assignments.write``): labels, scores and each item's own
         warp parameters; with ``pictures`` also the aligned items, display grids and every (item, centroid)
-        warp (``pair_theta``/``pair_nu``: the inspector replays them for fitted items)."""
+        warp (``pair_theta``/``pair_nu``: the inspector replays them for fitted items). ``items``: which of the
+        run's images ``pairs`` and ``labels`` are (default all)."""
         own = pairs.assigned(labels)
         fields = {"labels": labels, "scores": pairs.losses, "params/affine": affine_matrix(own.theta)}
         if own.nu is not None:
             fields["params/displacements"] = own.nu
             fields["params/landmarks"] = self.aligner.target_landmarks(own)
         if pictures:
-            fields["aligned"] = self.items(_warp_assigned(self.aligner, self.x.full, own, self.cfg.chunk))
+            fields["aligned"] = self.items(_warp_assigned(self.aligner, self.x.full[items], own, self.cfg.chunk))
             fields["grids"] = self.aligner.display_grids(own)
             fields["params/pair_theta"] = pairs.theta
             if own.nu is not None:
                 fields["params/pair_nu"] = pairs.nu
         return fields
 
-    def result_fields(self, pairs: Alignments, labels: torch.Tensor) -> dict:
-        """The fit's per-item result fields (every item of the run's stack)."""
-        out = Assignments(self.stack.n)
-        out.write(0, self.outputs(pairs, labels, self.stack.wants_pictures()))
+    def result_fields(self, pairs: _WarmStart, labels: torch.Tensor) -> dict:
+        """The fit's per-item result fields (every item of the run's stack), written block by block: the per-pair
+        warps are read a block at a time and kept for every item only with the pictures."""
+        out, pictures = Assignments(self.stack.n), self.stack.wants_pictures()
+        for s in _chunks(self.stack.n, self.cfg.chunk * 8):
+            out.write(s.start, self.outputs(pairs.rows(s), labels[s], pictures, s))
         return dict(aligned_kind="item-on-prototype", **out.result_fields())
 
 
@@ -357,7 +477,7 @@ def _lloyd_ticker(run: _Run, stages: int = 1) -> Ticker:
     return Ticker(stages * cfg.max_iter * len(_chunks(run.stack.n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
 
 
-def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pairs: Alignments | None = None,
+def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pairs: _WarmStart | None = None,
            ticker: Ticker | None = None, done: int = 0):
     """Algo. 2: the E-step (alignment of every pair, argmin assignment, warped sums per cluster: ``_e_step``)
     chunk by chunk, then Eq. 4 centroids, until no label changes.
@@ -368,7 +488,7 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
     cfg, n = run.cfg, run.stack.n
     ticker = _lloyd_ticker(run) if ticker is None else ticker
     schedule = Schedule.of(cfg, ticker)
-    pairs = run.aligner.zeros(n, cfg.k) if pairs is None else pairs
+    pairs = run.warm_start() if pairs is None else pairs
     history, prev = [], None
     for it in range(1, cfg.max_iter + 1):
         targets, parts, sums, counts = run.aligner.pyramid(mu), [], None, None
@@ -402,7 +522,7 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
     members (per-centroid step 1/count, as in mini-batch K-means). Ends with a full assignment pass.
     Returns (centroids, alignments, labels, distortion history, epochs)."""
     cfg, n = run.cfg, run.stack.n
-    pairs, moments = run.aligner.zeros(n, cfg.k), Moments()
+    pairs, moments = run.warm_start(), run.keep(_MomentScratch(n, mu.device))
     counts = torch.zeros(cfg.k, device=mu.device)
     labels = torch.full((n,), -1, dtype=torch.long, device=mu.device)
     batches = _chunks(n, cfg.batch_size)
@@ -530,7 +650,7 @@ class AIKMeans(Method):
             cfg = dataclasses.replace(cfg, chunk=auto_chunk(stack, cfg.k, device))
         if x is None:
             aligner = self.aligner(cfg, tuple(stack.item_shape[:2]), device)
-            return _Run(cfg, stack, aligner, _StackPyramid(_StackImages(stack, device), aligner))
+            return _Run(cfg, stack, aligner, _StackPyramid(StackImages(stack, device), aligner))
         aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
         return _Run(cfg, stack, aligner, aligner.pyramid(x))
 
@@ -539,17 +659,20 @@ class AIKMeans(Method):
         start = time.perf_counter()
         rng = seed_everything(seed)
         run = self._start(stack, cfg, None, device)
-        rows = Rows(stack, device, run.cfg.chunk * 8, in_memory_bytes=0)   # streamed: never the whole stack at once
-        mu = to_nchw(kmeans_plus_plus(rows, cfg.k, rng).reshape(cfg.k, *stack.item_shape)).contiguous()
-        init = mu.clone()
-        if cfg.mode == "minibatch":
-            mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
-        else:
-            mu, pairs, labels, history, iters = yield from self._curriculum(run, mu)
-        extras = {"initial_prototypes": run.items(init), "repairs": np.asarray(run.repairs, np.int64).reshape(-1, 3)}
-        timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
-        return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, extras=extras,
-                           timing=timing, **run.result_fields(pairs, labels))
+        try:   # the warm start's scratch is removed however the run ends (error, cancel)
+            rows = Rows(stack, device, run.cfg.chunk * 8, in_memory_bytes=0)   # streamed: never the whole stack at once
+            mu = to_nchw(kmeans_plus_plus(rows, cfg.k, rng).reshape(cfg.k, *stack.item_shape)).contiguous()
+            init = mu.clone()
+            if cfg.mode == "minibatch":
+                mu, pairs, labels, history, iters = yield from _minibatch(run, mu, rng)
+            else:
+                mu, pairs, labels, history, iters = yield from self._curriculum(run, mu)
+            extras = {"initial_prototypes": run.items(init), "repairs": np.asarray(run.repairs, np.int64).reshape(-1, 3)}
+            timing = {"fit_s": time.perf_counter() - start, "iterations": iters}
+            return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history,
+                               extras=extras, timing=timing, **run.result_fields(pairs, labels))
+        finally:
+            run.close()
 
     def _curriculum(self, run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
         """Lloyd iterations from centroids mu; AI K-means has one stage (see STKMeans)."""
@@ -561,10 +684,13 @@ class AIKMeans(Method):
         self.validate(stack)
         mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
         run = self._start(stack, cfg, None, device)
-        mu, pairs, labels, history, iters = yield from self._curriculum(run, mu, pinned.to(device))
-        timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
-        return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history, timing=timing,
-                           **run.result_fields(pairs, labels))
+        try:   # the warm start's scratch is removed however the run ends (error, cancel)
+            mu, pairs, labels, history, iters = yield from self._curriculum(run, mu, pinned.to(device))
+            timing = {"fit_s": time.perf_counter() - t0, "iterations": iters}
+            return self.result(cfg, STState(mu.cpu().numpy()), prototypes=run.items(mu), history=history,
+                               timing=timing, **run.result_fields(pairs, labels))
+        finally:
+            run.close()
 
     def sweep(self, stack, cfg, device, seed, landmarks=LANDMARK_GRID, lrs=LR_GRID):
         """Sec. 4.2 model selection: one run per (landmarks, learning rate), the lowest distortion kept.
@@ -656,8 +782,9 @@ class STKMeans(AIKMeans):
         affine = dataclasses.replace(run, aligner=super().aligner(run.cfg, run.aligner.size, run.aligner.device))
         ticker = _lloyd_ticker(run, stages=2)
         mu, coarse, _, history, iters = yield from _lloyd(affine, mu, pinned, ticker=ticker)
-        pairs = run.aligner.zeros(run.stack.n, run.cfg.k)
-        pairs.theta.copy_(coarse.theta)
+        pairs = run.warm_start()
+        pairs.start_from(coarse)
+        coarse.close()
         mu, pairs, labels, fine, more = yield from _lloyd(run, mu, pinned, pairs, ticker, done=iters)
         return mu, pairs, labels, history + fine, iters + more
 

@@ -216,6 +216,16 @@ class Alignments:
         if self.nu is not None:
             self.nu[:, centroids] = 0
 
+    def column(self, j: int) -> Alignments:
+        """Every item's warp onto centroid j: theta (N, 6), nu (N, ℓ, 2)."""
+        return Alignments(self.theta[:, j], None if self.nu is None else self.nu[:, j])
+
+    def copy_column(self, to: int, source: int) -> None:
+        """Every item's warp and loss onto centroid ``source`` copied onto centroid ``to``, in place."""
+        for t in (self.theta, self.nu, self.losses):
+            if t is not None:
+                t[:, to] = t[:, source]
+
 
 def _index_like(pick: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """Centroid indices (B, m) expanded over the per-pair dimensions of t (B, K or m, ...)."""
