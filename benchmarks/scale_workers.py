@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import ticlust  # noqa: E402
 from ticlust import store as store_module  # noqa: E402
-from ticlust.cluster import DaskBackend  # noqa: E402
+from ticlust.cluster import DaskBackend, local_cluster  # noqa: E402
 from ticlust.nuclei import write_nuclei_plate  # noqa: E402
 from _data import load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
@@ -105,11 +105,10 @@ def timed_predict(result: Path, store: Path, csv: Path, client=None) -> dict:
 
 
 def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int, predict: dict | None = None) -> dict:
-    from distributed import Client, LocalCluster, get_task_stream
+    from distributed import Client, get_task_stream
 
     start = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=None)
+    cluster = local_cluster(workers, dashboard=None)                  # as `--workers N` starts it
     client = Client(cluster)
     client.run(lambda: __import__("ticlust.store"))                   # workers import ticlust before the clock starts
     started = time.perf_counter() - start
