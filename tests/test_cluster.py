@@ -260,8 +260,8 @@ class _KillsOneWorker(DaskBackend):
         super().__init__(client)
         self.marker = marker
 
-    def map(self, fn, tasks):
-        return super().map(_predict_dies_once, [(t, self.marker) for t in tasks])
+    def imap(self, fn, tasks):
+        return super().imap(_predict_dies_once, [(t, self.marker) for t in tasks])
 
 
 def test_a_worker_killed_mid_prediction_and_the_csv_is_the_same(plate, fitted, client, tmp_path):
