@@ -250,11 +250,11 @@ def main() -> None:
         if predict:
             part = two["part_mean_s"]
             limits += (f" Predict: a part is one task of {part:.2f} s here ({part / overhead:.0f}× the overhead), so the "
-                       f"scheduler would hand out ~{1 / overhead:.0f} parts/s, {part / overhead:.0f} workers' worth: at 100 "
-                       "workers it is not the limit, at 1,000 the tasks must be longer (whole fields of more objects, or "
-                       "several fields per task). First come the fixed costs: each worker's first part also imports torch "
-                       f"(the longest part took {two['part_max_s']:.1f} s against {part:.2f} s on average), and a plate has "
-                       "no more parallel tasks than fields.")
+                       f"scheduler could keep ~{part / overhead:.0f} workers busy (~{1 / overhead:.0f} parts/s); beyond "
+                       "that the tasks must be longer (several fields per task). First come the fixed costs: each "
+                       "worker's first part also imports torch (the longest part took "
+                       f"{two['part_max_s']:.1f} s against {part:.2f} s on average), and a plate has no more parallel "
+                       "tasks than fields.")
         results = {"commit": subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
                                             text=True).stdout.strip(), "dask": dask.__version__, "cpus": os.cpu_count(),
                    "local": local, "clusters": rows, "limits": limits,
