@@ -35,7 +35,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import ticlust  # noqa: E402
 from ticlust import store as store_module  # noqa: E402
-from ticlust.cluster import DaskBackend  # noqa: E402
+from ticlust.cluster import DaskBackend, local_cluster  # noqa: E402
 from ticlust.nuclei import write_nuclei_plate  # noqa: E402
 from _data import load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
@@ -73,6 +73,7 @@ class Serial:
 
 def in_process(plate: Path, work: Path) -> dict:
     serial = store_module._finish = Serial()
+    shutil.rmtree(work / "local", ignore_errors=True)                 # a store left by an earlier run would resume
     cpu0, start = _cpu_seconds(), time.perf_counter()
     store = ticlust.extract(plate, work / "local" / "plate.zarr")
     wall, cpu = time.perf_counter() - start, _cpu_seconds() - cpu0
@@ -105,22 +106,22 @@ def timed_predict(result: Path, store: Path, csv: Path, client=None) -> dict:
 
 
 def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int, predict: dict | None = None) -> dict:
-    from distributed import Client, LocalCluster, get_task_stream
+    from distributed import Client, get_task_stream
 
     start = time.perf_counter()
-    cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
-                           dashboard_address=None)
+    cluster = local_cluster(workers, dashboard=None)                  # as `--workers N` starts it
     client = Client(cluster)
     client.run(lambda: __import__("ticlust.store"))                   # workers import ticlust before the clock starts
     started = time.perf_counter() - start
     try:
         cpu0 = sum(client.run(_cpu_seconds).values())
+        shutil.rmtree(work / f"dask{workers}", ignore_errors=True)
         with get_task_stream(client) as stream:
             t0 = time.perf_counter()
             store = ticlust.extract(plate, work / f"dask{workers}" / "plate.zarr", client=client)
             wall = time.perf_counter() - t0
         cpu = sum(client.run(_cpu_seconds).values()) - cpu0
-        def lengths(prefix):
+        def lengths(prefix, stream=stream):
             return [sum(s["stop"] - s["start"] for s in t["startstops"] if s["action"] == "compute")
                     for t in stream.data if t["key"].startswith(prefix)]
 
@@ -140,8 +141,12 @@ def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int
             row["noop_tasks"] = noop
         if predict:
             copy = work / f"predict{workers}.zarr"           # a copy of the reference store: its own predictions
+            shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(reference, copy)
-            got = timed_predict(predict["result"], copy, work / f"predict{workers}.csv", client=client)
+            with get_task_stream(client) as stream:
+                got = timed_predict(predict["result"], copy, work / f"predict{workers}.csv", client=client)
+            parts = lengths("predict_part", stream)
+            got["part_mean_s"], got["part_max_s"] = round(sum(parts) / max(1, len(parts)), 3), round(max(parts, default=0), 3)
             got["same_csv"] = got.pop("csv").read_bytes() == predict["csv"].read_bytes()
             row.update(got)
         return row
@@ -185,11 +190,16 @@ def report(results: dict) -> str:
               f"{local['fields']} fields.", ""]
     if "predict_wall_s" in local:
         lines += [f"## Predict ({local['predict_method']}, short settings, a result fitted on a sample of the store)", "",
-                  "| where | objects | wall s | objects/s | CSV = in-process | load |", "|---|---|---|---|---|---|",
-                  f"| in-process | {local['predict_objects']} | {local['predict_wall_s']} | {local['predict_per_s']} | (reference) | {local['predict_load']} |"]
+                  "| where | objects | wall s | objects/s | task s: a part (mean, max) | CSV = in-process | load |",
+                  "|---|---|---|---|---|---|---|",
+                  f"| in-process | {local['predict_objects']} | {local['predict_wall_s']} | {local['predict_per_s']} | – | (reference) | {local['predict_load']} |"]
         lines += [f"| {r['where']} | {r['predict_objects']} | {r['predict_wall_s']} | {r['predict_per_s']} | "
-                  f"{'yes, byte for byte' if r['same_csv'] else 'NO'} | {r['predict_load']} |" for r in rows]
-        lines += ["", f"- Speed-up of 2 workers over 1: **{one['predict_wall_s'] / two['predict_wall_s']:.2f}×** (wall).", ""]
+                  f"{r['part_mean_s']}, {r['part_max_s']} | {'yes, byte for byte' if r['same_csv'] else 'NO'} | {r['predict_load']} |"
+                  for r in rows]
+        lines += ["", f"- Speed-up of 2 workers over 1: **{one['predict_wall_s'] / two['predict_wall_s']:.2f}×**, over "
+                  f"in-process: **{local['predict_wall_s'] / two['predict_wall_s']:.2f}×** (wall; the cluster's start-up "
+                  "apart, its workers' first part importing torch included). A part is one task: "
+                  f"{two['part_mean_s'] / (two['overhead_ms'] / 1e3):.0f}× the per-task overhead.", ""]
     lines += [
               "## Projection (a model from the figures above, not a run)", "",
               "T(N) = serial + max(fields × task / N, 2 × fields × overhead) (two tasks a field), with the serial table write growing "
@@ -223,6 +233,7 @@ def main() -> None:
         if args.predict:
             result = fit_for_predict(reference, work, args.predict, args.fit_sample)
             copy = work / "predict0.zarr"
+            shutil.rmtree(copy, ignore_errors=True)
             shutil.copytree(reference, copy)
             local.update(timed_predict(result, copy, work / "predict0.csv"))
             predict = {"result": result, "csv": local.pop("csv"), "method": args.predict}
@@ -236,6 +247,14 @@ def main() -> None:
                   "that, the parent's serial table write and the shared file system (each part is ~10 files and a "
                   "rename) bound a 1,000-worker run; fields are the unit of work, so a plate has no more parallel "
                   "tasks than fields.")
+        if predict:
+            part = two["part_mean_s"]
+            limits += (f" Predict: a part is one task of {part:.2f} s here ({part / overhead:.0f}× the overhead), so the "
+                       f"scheduler could keep ~{part / overhead:.0f} workers busy (~{1 / overhead:.0f} parts/s); beyond "
+                       "that the tasks must be longer (several fields per task). First come the fixed costs: each "
+                       "worker's first part also imports torch (the longest part took "
+                       f"{two['part_max_s']:.1f} s against {part:.2f} s on average), and a plate has no more parallel "
+                       "tasks than fields.")
         results = {"commit": subprocess.run(["git", "-C", str(HERE), "rev-parse", "--short", "HEAD"], capture_output=True,
                                             text=True).stdout.strip(), "dask": dask.__version__, "cpus": os.cpu_count(),
                    "local": local, "clusters": rows, "limits": limits,

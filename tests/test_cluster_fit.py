@@ -67,10 +67,33 @@ def test_gmm_sends_its_kmeans_start_and_em_e_step_to_the_cluster(store, client):
 
 def test_a_method_without_chunk_steps_fits_here_and_says_so(store, client):
     with distributed.get_task_stream(client) as stream, \
-            pytest.warns(UserWarning, match="ai-kmeans fits in this process"):
-        fit_store(store, method="ai-kmeans", k=2, sample=40, device="cpu", client=client, max_iter=1, steps=1,
-                  affine_steps=1)
+            pytest.warns(UserWarning, match="procrustes-kmeans fits in this process"):
+        fit_store(store, method="procrustes-kmeans", k=2, sample=40, device="cpu", client=client)
     assert not stream.data
+
+
+#: ai/st-kmeans on 36 objects in chunks of 12: three alignment E-step tasks per Lloyd iteration (short settings).
+ALIGN = dict(k=2, sample=36, seed=1, device="cpu", chunk=12, max_iter=3, steps=2, affine_steps=2)
+
+
+@pytest.mark.parametrize("method, extra", [("ai-kmeans", {}), pytest.param("st-kmeans", {"invariances": "deformable"},
+                                                                            marks=pytest.mark.slow)])
+def test_an_aligning_fit_sends_its_e_step_to_the_cluster_with_the_in_process_result(store, client, method, extra):
+    """Each chunk's alignments (warm start in, improved out), labels and warped sums per cluster come from a
+    worker; the M-step adds them in chunk order here: the labels and prototypes of the in-process fit, from
+    a real two-process cluster and from a one-worker cluster the fit starts itself. st-kmeans runs its
+    affine stage, then the thin-plate spline (its warm start carries the displacements)."""
+    ref, _ = fit_store(store, method=method, **ALIGN, **extra)
+    with distributed.get_task_stream(client) as stream:
+        got, _ = fit_store(store, method=method, client=client, **ALIGN, **extra)
+    _same_fit(got, ref)
+    np.testing.assert_allclose(got.params["affine"], ref.params["affine"], rtol=1e-5, atol=1e-6)
+    tasks = [t for t in stream.data if t["key"].startswith("chunk_task")]
+    assert len(tasks) == 3 * len(ref.history) and len({t["worker"] for t in tasks}) == 2   # one per chunk and iteration
+    if method == "st-kmeans":
+        np.testing.assert_allclose(got.params["displacements"], ref.params["displacements"], rtol=1e-5, atol=1e-6)
+        one, _ = fit_store(store, method=method, workers=1, **ALIGN, **extra)
+        _same_fit(one, ref)
 
 
 def test_workers_1_starts_a_local_cluster_for_the_fit_and_matches_in_process(store, reference):

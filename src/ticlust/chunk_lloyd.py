@@ -38,36 +38,59 @@ class StoreSample(Stack):
 
     def map_chunks(self, fn, args: tuple, pinned, chunk: int) -> list:
         """``fn`` (a pure kernel) on every chunk of ``chunk`` objects through the backend, the values in chunk
-        order and on the arguments' device (see :meth:`ticlust.kernels.Rows.map_chunks`): a task carries
-        the store's path and the chunk's object numbers, not its crops."""
+        order and on the arguments' device (see :meth:`ticlust.kernels.Rows.map_chunks`)."""
         import torch
 
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
-        args = tuple(a.detach().cpu() if isinstance(a, torch.Tensor) else a for a in args)
-        tasks = [(fn, self.path, self.index[s:s + chunk], self.lo, self.hi, args,
-                  None if pinned is None else pinned[s:s + chunk].cpu(), s) for s in range(0, self.n, chunk)]
-        return [_on(value, device) for value in self.backend.map(chunk_task, tasks)]
+        starts = range(0, self.n, chunk)
+        kwargs = [dict(pinned=None if pinned is None else pinned[s:s + chunk], start=s) for s in starts]
+        out = [None] * len(kwargs)
+        for i, value in self.imap_tasks(fn, chunk, args, kwargs, device):
+            out[i] = value
+        return out
+
+    def imap_tasks(self, fn, chunk: int, args: tuple, kwargs: list, device="cpu"):
+        """``(i, fn(rows, *args, **kwargs[i]))`` for chunk i of ``chunk`` objects (its flat rows, read by the
+        task), as each task finishes, in any order: so a driver can report every finished chunk. The tensors
+        go to the tasks on the CPU (a worker computes on its CPU) and the values come back on ``device``. A
+        task carries the store's path and the chunk's object numbers, not its crops; ``kwargs[i]`` carries
+        what is the chunk's own (its pinned items, ai/st-kmeans' warm-start alignments)."""
+        args = _on(args, "cpu")
+        tasks = [(fn, self.path, self.index[s:s + chunk], self.lo, self.hi, args, _on(kw, "cpu"))
+                 for s, kw in zip(range(0, self.n, chunk), kwargs)]
+        for i, value in self.backend.imap(chunk_task, tasks):
+            yield i, _on(value, device)
 
 
 def chunk_task(task: tuple):
-    """Task (kernel, store path, object numbers (n,), lo, hi, arguments, pinned (n,) or None, start): the
-    kernel on the chunk's rows, its crops read from the store and scaled as ``Stack(crops, lo, hi)``
-    scales them (so the rows are those of the fit's stack, bit for bit)."""
+    """Task (kernel, store path, object numbers (n,), lo, hi, arguments, keyword arguments): the kernel on
+    the chunk's flat rows, its crops read from the store and scaled as ``Stack(crops, lo, hi)`` scales them
+    (so the rows are those of the fit's stack, bit for bit)."""
     import torch
 
     from .store import open_objects
 
-    fn, path, index, lo, hi, args, pinned, start = task
+    fn, path, index, lo, hi, args, kwargs = task
     rows = Stack(open_objects(path).crops[np.asarray(index)], lo, hi).batch(0, len(index))
     x = torch.from_numpy(np.ascontiguousarray(rows.reshape(len(index), -1)))
-    return fn(x, *args, pinned=pinned, start=int(start))
+    return fn(x, *args, **kwargs)
 
 
 def _on(value, device):
-    """A kernel's record (a dataclass of tensors and numbers) with its tensors on ``device`` (a worker
-    computes on its CPU)."""
-    return dataclasses.replace(value, **{f.name: getattr(value, f.name).to(device) for f in dataclasses.fields(value)
-                                         if hasattr(getattr(value, f.name), "to")})
+    """``value`` with every tensor in it (also in tuples, lists, dicts and dataclasses: a kernel's record,
+    alignments) detached onto ``device``; anything else as it is."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.detach().to(device)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_on(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _on(v, device) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.replace(value, **{f.name: _on(getattr(value, f.name), device)
+                                             for f in dataclasses.fields(value) if f.init})
+    return value
 
 
 def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300, tol: float = 1e-4,

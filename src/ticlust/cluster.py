@@ -21,6 +21,7 @@ distributed until a cluster is used.
 from __future__ import annotations
 
 import abc
+import os
 import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
@@ -31,6 +32,30 @@ from .errors import InputError, whole_number
 CONNECT_TIMEOUT = 10.0
 #: Seconds a stopped run waits for the tasks its workers are still running (they may be committing parts).
 DRAIN_TIMEOUT = 60.0
+#: What dask's nanny sets in the environment of every worker it spawns that ticlust's local clusters leave out:
+#: glibc's 64 KiB trim threshold (dask's default, to hand freed memory back at once) also fixes glibc's mmap
+#: threshold, so every buffer over 128 KiB that torch allocates is mapped and zeroed afresh — a part predicted
+#: 3-4x slower than in this process (benchmarks/results/scale_workers.md). Set it (to None) in a running
+#: cluster's dask config as well (docs/cluster.md).
+WORKER_ENV_UNSET = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
+
+
+def local_cluster(workers: int, dashboard: str | None = "127.0.0.1:0"):
+    """A ``distributed.LocalCluster`` of ``workers`` single-threaded worker processes on 127.0.0.1, started
+    without dask's malloc trim setting (:data:`WORKER_ENV_UNSET`). The nanny writes its pre-spawn variables
+    (OMP_NUM_THREADS=1, ...) into this process's environment; they are put back as they were, so a later
+    subprocess (or cluster) does not inherit them."""
+    import dask
+    from distributed import LocalCluster
+
+    before = dict(os.environ)
+    try:
+        with dask.config.set(WORKER_ENV_UNSET):
+            return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                                dashboard_address=dashboard)
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
 
 
 class Backend(abc.ABC):
@@ -106,10 +131,9 @@ class DaskBackend(Backend):
     # -- the cluster -------------------------------------------------------------------------------
     def _client(self):
         if self.client is None:
-            from distributed import Client, LocalCluster
+            from distributed import Client
 
-            self.cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                        host="127.0.0.1", dashboard_address="127.0.0.1:0")
+            self.cluster = local_cluster(self.workers)
             self.client = Client(self.cluster)
         if not self.told and self.notice is not None:
             self.notice(describe_client(self.client))
@@ -251,4 +275,4 @@ def stderr_notice(line: str) -> None:
 
 
 __all__ = ["Backend", "LocalBackend", "DaskBackend", "LOCAL", "backend_for", "connect", "describe_client",
-           "CONNECT_TIMEOUT"]
+           "local_cluster", "CONNECT_TIMEOUT"]

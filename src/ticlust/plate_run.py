@@ -24,7 +24,7 @@ import shutil
 import time
 import uuid
 import warnings
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -489,39 +489,27 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
 
 
 def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
-    """The parts through ``backend.map``, a round at a time so that progress (objects done, ETA) moves."""
+    """The parts through ``backend.imap``, all handed out at once (a worker takes the next part as soon as it is
+    free: no round waits for its slowest part), progress (objects done, ETA) moving as each part finishes.
+    The reports in task order."""
     from .execute import StagePace
     from .events import Progress
 
     sink, bar = progress_sink(progress)
-    total, done = int(np.sum(counts)), 0
+    total, done, fresh = int(np.sum(counts)), 0, 0
     pace = StagePace()
-    per_round = max(1, 2 * _worker_count(backend))       # a pool: two parts per worker per round
-    reports = []
-    for s in range(0, len(tasks), per_round):
-        batch = tasks[s:s + per_round]
-        got = backend.map(predict_part, batch)
-        reports += got
-        done += sum(r.objects for r in got)
-        fresh = sum(r.objects for r in reports if not r.skipped)
-        if sink is not None:     # the pace of the objects predicted in this run (skipped parts cost nothing)
-            sink(Progress(step=done, total=total, stage="predicting objects",
-                          eta=pace.eta("predicting objects", fresh, total - done)))
+    reports = [None] * len(tasks)
+    with closing(backend.imap(predict_part, tasks)) as finished:
+        for i, report in finished:
+            reports[i] = report
+            done += report.objects
+            fresh += 0 if report.skipped else report.objects
+            if sink is not None:     # the pace of the objects predicted in this run (skipped parts cost nothing)
+                sink(Progress(step=done, total=total, stage="predicting objects",
+                              eta=pace.eta("predicting objects", fresh, total - done)))
     if bar is not None:
         bar.close()
     return reports
-
-
-def _worker_count(backend) -> int:
-    """How many workers ``backend`` has: its ``workers``, or those of the running cluster it is connected to
-    (0 for the in-process loop)."""
-    workers = getattr(backend, "workers", None)
-    if workers:
-        return int(workers)
-    connected = getattr(backend, "_client", None)          # a DaskBackend on a scheduler or a caller's client
-    if callable(connected):
-        return len(connected().scheduler_info().get("workers", {}))
-    return 0
 
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):

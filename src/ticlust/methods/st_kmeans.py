@@ -18,6 +18,7 @@ this file holds the method: its config, the Lloyd and mini-batch loops, the repa
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import time
@@ -298,6 +299,60 @@ def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedu
     return _ChunkStep(pairs, labels, sums, torch.bincount(labels, minlength=mu.full.shape[0]))
 
 
+def _chunk_e_step(rows: torch.Tensor, aligner: Aligner, mu: Pyramid, schedule: Schedule, shape: tuple, *,
+                  start: Alignments, pinned: torch.Tensor | None) -> _ChunkStep:
+    """:func:`_e_step` as one task on a chunk of a store's fit sample (``chunk_lloyd.StoreSample.imap_tasks``,
+    here or on a cluster's worker): the chunk's flat rows (n, D), read by the task, made the images
+    (n, C, H, W) the in-process loop reads; its warm-start alignments in and out. The schedule has no ticker:
+    the task emits no events, the driver reports each finished chunk (``_e_steps``)."""
+    x = aligner.pyramid(to_nchw(rows.reshape(len(rows), *shape)))
+    return drain(_e_step(aligner, x, mu, start, schedule, pinned))
+
+
+def _aligner_on(aligner: Aligner, device) -> Aligner:
+    """``aligner`` with its tensors on ``device`` (a cluster's workers compute on their CPU); itself if there."""
+    device = torch.device(device)
+    if torch.device(aligner.device) == device:
+        return aligner
+    moved = copy.copy(aligner)
+    for name, value in vars(aligner).items():
+        if isinstance(value, torch.Tensor):
+            setattr(moved, name, value.to(device))
+    moved.device, moved._maps = device, {}
+    return moved
+
+
+def _e_steps(run: _Run, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinned: torch.Tensor | None):
+    """:func:`_e_step` on every chunk of the run's items (generator), each chunk's alignments written back into
+    ``pairs`` as it is done; returns (labels (N,), warped sums (K, C, H, W) and counts (K,) per cluster, added
+    in chunk order: the M-step's reduce). Here chunk by chunk, a Progress per Adam step; or, when the stack is
+    a store's fit sample with a backend (``chunk_lloyd.StoreSample``: ``fit_store(..., workers=, scheduler=,
+    client=)``), one :func:`_chunk_e_step` task per chunk, its warm-start alignments shipped with it, a
+    Progress per finished task. Both give the same labels and sums."""
+    slices = _chunks(run.stack.n, run.cfg.chunk)
+    own = [None if pinned is None else pinned[s] for s in slices]
+    remote = getattr(run.stack, "imap_tasks", None)
+    steps = [None] * len(slices)
+    if remote is None:
+        for i, s in enumerate(slices):
+            steps[i] = yield from _e_step(run.aligner, run.x.rows(s), mu, pairs.rows(s), schedule, own[i])
+            pairs[s], steps[i].pairs = steps[i].pairs, None
+    else:
+        ticker, ticks = schedule.ticker, (schedule.affine_steps if schedule.affine_steps > 0 else 0) + schedule.steps
+        args = (_aligner_on(run.aligner, "cpu"), mu, dataclasses.replace(schedule, ticker=None),
+                tuple(run.stack.item_shape))
+        tasks = [dict(start=pairs.rows(s), pinned=p) for s, p in zip(slices, own)]
+        for done, (i, step) in enumerate(remote(_chunk_e_step, run.cfg.chunk, args, tasks, run.aligner.device), 1):
+            loss = float(step.pairs.losses.min(1).values.mean())
+            pairs[slices[i]], step.pairs, steps[i] = step.pairs, None, step
+            ticker.step += ticks - 1
+            yield ticker.tick(f"alignment: {done}/{len(slices)} chunks", loss)
+    sums, counts = steps[0].sums, steps[0].counts
+    for step in steps[1:]:
+        sums, counts = sums + step.sums, counts + step.counts
+    return torch.cat([step.labels for step in steps]), sums, counts
+
+
 def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, warped: torch.Tensor) -> None:
     """Mini-batch K-means step (in place): each hit centroid moves to the running mean of every warped
     member it has had (step 1/count); ``counts`` (K,) accumulates the members."""
@@ -491,15 +546,7 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
     pairs = run.warm_start() if pairs is None else pairs
     history, prev = [], None
     for it in range(1, cfg.max_iter + 1):
-        targets, parts, sums, counts = run.aligner.pyramid(mu), [], None, None
-        for s in _chunks(n, cfg.chunk):
-            step = yield from _e_step(run.aligner, run.x.rows(s), targets, pairs.rows(s), schedule,
-                                      None if pinned is None else pinned[s])
-            pairs[s] = step.pairs
-            parts.append(step.labels)
-            sums = step.sums if sums is None else sums + step.sums           # the M-step's reduce, in chunk order
-            counts = step.counts if counts is None else counts + step.counts
-        labels = torch.cat(parts)
+        labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, schedule, pinned)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
         yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {done + it}")
         if it == cfg.max_iter:
@@ -615,6 +662,8 @@ class AIKMeans(Method):
     config, state, inputs = AIKMeansConfig, STState, ("images",)
     paper = "Cosentino et al., Spatial Transformer K-Means"
     auto_invariances = "affine"   # what invariances = auto means here (image stacks)
+    #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): ``_e_steps`` per chunk.
+    cluster_steps = "the Lloyd E-step (alignments, assignment, warped sums per cluster), one task per chunk of images"
 
     def family(self, cfg) -> str:
         """The run's invariance family: the config's, or this method's own for auto."""
