@@ -64,8 +64,10 @@ def size_groups():
 
 @pytest.fixture(scope="module")
 def client():
-    """A real dask cluster for a test module: two single-threaded worker processes on 127.0.0.1, dashboard off."""
+    """A real dask cluster for a test module: two single-threaded worker processes on 127.0.0.1, dashboard off,
+    started as ticlust starts its own (cluster.local_cluster: no malloc-trim setting leaking into this process)."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, processes=True, threads_per_worker=1, host="127.0.0.1",
-                                  dashboard_address=None) as local, distributed.Client(local) as c:
+    from ticlust.cluster import local_cluster
+
+    with local_cluster(2, dashboard=None) as local, distributed.Client(local) as c:
         yield c

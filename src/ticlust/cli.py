@@ -13,14 +13,12 @@ import numpy as np
 from .atomic import check_outputs
 from .errors import InputError
 from .readers import IMAGE_SUFFIXES, folder_images, read_input
-from .samples import SAMPLES, sample
-from .validation import random_subset
-from .methods import available_methods, get_method
-from .methods.base import param_infos
 from .result import OUTLIER, npz_path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .samples import SAMPLES     # here, not at the top: a worker process re-imports this module (spawn)
+
     parser = argparse.ArgumentParser(prog="ticlust", description="Transformation-invariant clustering of image stacks and landmark shapes.")
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show the full traceback of an unexpected error")
@@ -265,6 +263,9 @@ def _curate(args) -> int:
 
 
 def _methods() -> int:
+    from .methods import available_methods, get_method
+    from .methods.base import param_infos
+
     for name in available_methods():
         spec = get_method(name)
         print(f"{name}: {spec.title} [{', '.join(spec.inputs)}; K = {spec.default_k} by default]" + (f" — {spec.paper}" if spec.paper else ""))
@@ -275,6 +276,9 @@ def _methods() -> int:
 
 
 def _fit(args) -> int:
+    from .methods import get_method
+    from .samples import sample
+    from .validation import random_subset
     from .api import fit
     from .metrics import evaluate
 
@@ -361,6 +365,7 @@ def _params(args) -> dict:
 
 def _fit_store(args) -> int:
     """``ticlust fit STORE --fit-sample N``: fit on a seeded sample spread over the store's fields."""
+    from .methods import get_method
     from .plate_run import fit_store
     from .store import open_objects
 
@@ -410,6 +415,7 @@ def _fit_store(args) -> int:
 def _predict(args) -> int:
     """``ticlust predict RESULT INPUT``: a store (every object, into the store and --csv/--parquet), a stack
     or a field with --labels (into --csv/--parquet), chunk by chunk with progress."""
+    from .methods import get_method
     from .plate_run import assignment_columns, is_store, predict_store, predict_stream  # noqa: F401
     from .api import load_result
 
