@@ -476,6 +476,8 @@ class Aligner:
     def _refine(self, x: torch.Tensor, mu: torch.Tensor, start: Alignments, schedule: Schedule, moments: Moments | None):
         """Stage B at full resolution: Adam on the landmark displacements with the affine maps fixed or,
         with no landmarks, on the affine maps. A pair keeps its start where Adam found nothing better."""
+        if schedule.steps == 0:   # nothing to refine (predict's screen): start is priced already
+            return start
         if start.nu is not None:   # the displacements move, the affine maps stay
             stage, param, project, warps = "TPS alignment", start.nu, self.project_tps, partial(Alignments, start.theta)
         else:
