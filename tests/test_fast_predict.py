@@ -96,6 +96,31 @@ def test_lean_kernels_equal_the_fit_kernels():
     assert torch.allclose(own, shared.gather(1, pick))
 
 
+def test_lean_loss_has_the_fit_kernels_gradient():
+    """The lean kernels' pair loss (one autograd function) gives the losses and the parameter gradients of the
+    fit's elementwise form, for the affine stage at low resolution and the TPS at full resolution."""
+    torch.manual_seed(1)
+    x, mu = torch.rand(4, 2, 16, 16), torch.rand(3, 2, 16, 16)
+    plain = Aligner((16, 16), 3, "cpu", lowpass=0.1)
+    lean = Aligner((16, 16), 3, "cpu", lowpass=0.1, lean=True)
+    xs, ms = plain.pyramid(x), plain.pyramid(mu)
+    for low in (True, False):
+        a, b = ((xs.low, ms.low) if low else (xs.full, ms.full))
+        grads = []
+        for aligner in (plain, lean):
+            theta = (torch.randn(4, 3, 6, generator=torch.Generator().manual_seed(2)) * 0.1).requires_grad_(True)
+            nu = (torch.randn(4, 3, 9, 2, generator=torch.Generator().manual_seed(3)) * 0.05).requires_grad_(True)
+            loss = aligner.pair_losses(a, b, Alignments(theta, nu), low)
+            (loss * torch.arange(1.0, 13.0).view(4, 3)).sum().backward()   # a different weight per pair
+            grads.append((loss.detach(), theta.grad, nu.grad))
+        for ours, theirs in zip(grads[1], grads[0]):   # at low resolution the TPS is not used: no nu gradient
+            if theirs is None:
+                assert low and ours is None
+            else:   # float32 roundoff at the array's scale (sums over every pixel in another order)
+                assert torch.allclose(ours, theirs, rtol=1e-4, atol=1e-5 * float(theirs.abs().max()))
+        assert grads[0][0].shape == (4, 3) and torch.all(grads[0][1].abs().sum(-1) > 0)
+
+
 def test_hot_loop_stays_on_the_device():
     """Nothing in the screen, the candidates' alignment or the lean kernels moves data to the host, so the
     same code runs batched on a GPU (``--device cuda``) without a synchronising copy per step."""

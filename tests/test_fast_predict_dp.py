@@ -1,6 +1,8 @@
 """Fast assignment for dti-kmeans and pssc (issue 29, item 5): the faster predict gives the labels of the
 previous computation, the same labels for the same seed and for any batch size, and stays device-agnostic."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -8,7 +10,7 @@ from torch import nn
 
 import ticlust
 from ticlust.methods import dti, pssc
-from ticlust.methods.dti_net import InferenceEncoder, ResNetEncoder
+from ticlust.methods.dti_net import InferenceEncoder, ResNetEncoder, cpu_bfloat16
 from ticlust.result import load_result
 from ticlust.samples import glyphs_sample
 from ticlust.stack import Stack, to_nchw
@@ -92,8 +94,14 @@ def _dti_reference(result, items):
     return scores.argmin(1).numpy(), scores.numpy()
 
 
+def _float32(result):
+    """The result with predict's encoder in float32 (mixed_precision off): the previous computation exactly."""
+    return dataclasses.replace(result, config={**result.config, "mixed_precision": False})
+
+
 def test_dti_predict_matches_the_previous_computation(glyphs, saved):
     fitted, loaded = saved["dti-kmeans"]
+    loaded = _float32(loaded)
     held = glyphs[1]
     before = held.copy()
     out = ticlust.predict(loaded, held, device="cpu", aligned=False)
@@ -105,6 +113,27 @@ def test_dti_predict_matches_the_previous_computation(glyphs, saved):
     # the fit sample gets the fit's clusters back (the fit's final pass is the same inference)
     again = ticlust.predict(loaded, glyphs[0], device="cpu", aligned=False)
     assert np.array_equal(again.labels, fitted.labels)
+
+
+def test_dti_bfloat16_encoder_where_the_cpu_has_it(glyphs, saved):
+    """With mixed_precision, predict's encoder runs in bfloat16 on a CPU that computes it natively (never on
+    one that emulates it, nor in the fit): the float32 path's labels, scores within bfloat16's rounding."""
+    _, loaded = saved["dti-kmeans"]
+    cfg, cpu = dti.DTI_KMEANS.config_of(loaded), torch.device("cpu")
+    assert dti.DTI_KMEANS.encoder_bfloat16(cfg, cpu) == cpu_bfloat16()
+    assert not dti.DTI_KMEANS.encoder_bfloat16(dataclasses.replace(cfg, mixed_precision=False), cpu)
+    assert not dti.DTI_KMEANS.encoder_bfloat16(cfg, torch.device("cuda"))   # CUDA: the whole network's autocast
+    exact = ticlust.predict(_float32(loaded), glyphs[1], device="cpu", aligned=False)
+    fast = ticlust.predict(loaded, glyphs[1], device="cpu", aligned=False)
+    assert np.array_equal(fast.labels, exact.labels)
+    assert np.allclose(fast.scores, exact.scores, rtol=2e-2, atol=1e-4)
+    # the encoder itself, on any CPU (emulated where not native): float32 features, close to float32's
+    encoder = ResNetEncoder(1, "resnet20")
+    _random_batch_norms(encoder)
+    x = torch.rand(6, 1, 16, 16, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        ours, theirs = InferenceEncoder(encoder, bfloat16=True)(x), InferenceEncoder(encoder)(x)
+    assert ours.dtype == torch.float32 and torch.allclose(ours, theirs, rtol=5e-2, atol=5e-2 * float(theirs.abs().max()))
 
 
 def test_dti_predict_same_labels_for_every_batch_size_and_run(glyphs, saved):

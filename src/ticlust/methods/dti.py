@@ -28,7 +28,7 @@ from ..transforms import TransformSequence, lattice_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
 from .base import Method, param, register, seed_everything
-from .dti_net import BatchedMLP, InferenceEncoder, ResNetEncoder
+from .dti_net import BatchedMLP, InferenceEncoder, ResNetEncoder, cpu_bfloat16
 from .invariances import invariances_param
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
@@ -78,7 +78,8 @@ class DTIKMeansConfig:
     morpho_kernel: int = param(7, "Morphology window (k×k)", choices=(3, 5, 7, 9))
     gaussian_weighting: bool = param(False, "Weight the pixel loss by a centred Gaussian (the paper's SVHN variant)")
     gaussian_sigma: float = param(7.0, "Std (pixels) of the Gaussian pixel weights", low=0.1)
-    mixed_precision: bool = param(True, "bfloat16 autocast for the network on CUDA (never on the CPU)")
+    mixed_precision: bool = param(True, "bfloat16 autocast for the network on CUDA; on a CPU with native bfloat16 "
+                                  "(AVX512-BF16, AMX) for predict's encoder only (the fit stays float32)")
     grid_lattice: int = param(10, "Display warp grid: points per side", low=2, high=64, gui=False)
     infer_batch_size: int = param(256, "Images per batch when aligning every image after training or assigning new ones",
                                   low=1, gui=False)
@@ -596,15 +597,16 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg, encod
     return params, recon, weighted_mse(xb[:, None], recon, weights)
 
 
-def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int, pinned=None):
+def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_size: int, pinned=None,
+           bfloat16: bool = False):
     """Every item aligned by the model, with all its modules (generator: Progress per batch, so a long
     pass can be cancelled): returns the result's fields (scores, labels, per-module parameters; with
     ``stack.wants_pictures()`` the aligned prototypes and display grids; GMM: responsibilities, variances
     and mixing weights) and the mean loss. The stack is read batch by batch and each batch's outputs are
     written into the per-item arrays (``Assignments``). ``pinned`` (N,): clusters the user fixed items to
-    (-1: free); those are assigned and aligned there."""
+    (-1: free); those are assigned and aligned there. ``bfloat16``: the encoder's (``InferenceEncoder``)."""
     model.eval()
-    encoder = InferenceEncoder(model.encoder)
+    encoder = InferenceEncoder(model.encoder, bfloat16)
     modules, gmm = model.sequence.names, model.gmm
     active = len(modules)
     channels_last = _channels_last(stack)
@@ -722,10 +724,18 @@ class DTIKMeans(Method):
         weights, autocast = loss_setup(cfg, model.size, device)
         return model, cfg, weights, autocast
 
+    @staticmethod
+    def encoder_bfloat16(cfg, device: torch.device) -> bool:
+        """Predict's encoder in bfloat16 on the CPU: with mixed_precision, where the CPU computes it natively.
+        Measured on MNIST (K = 10, 2,000 held back): ACC 0.6540 vs 0.6545, 2 labels changed (both near-ties),
+        2.2x the rate. On CUDA the whole network already runs under autocast (``loss_setup``)."""
+        return bool(cfg.mixed_precision and device.type == "cpu" and cpu_bfloat16())
+
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Align every fitted prototype onto each new image and assign the closest (or most probable)."""
         model, cfg, weights, autocast = self._inference_setup(result, stack, device)
-        fields, _ = drain(_infer(model, stack, device, cfg, weights, autocast, batch_size or cfg.infer_batch_size))
+        fields, _ = drain(_infer(model, stack, device, cfg, weights, autocast, batch_size or cfg.infer_batch_size,
+                                 bfloat16=self.encoder_bfloat16(cfg, device)))
         return self.predicted(result, **fields)
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):
@@ -736,7 +746,7 @@ class DTIKMeans(Method):
         xb = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
         with torch.no_grad():
             _, recon, scores = _align_batch(model, xb, len(model.sequence.names), weights, autocast, self.gmm, cfg,
-                                            InferenceEncoder(model.encoder))
+                                            InferenceEncoder(model.encoder))   # float32: the fit's numbers
         return from_nchw(recon[0].float(), _channels_last(stack)).cpu().numpy(), scores[0].float().cpu().numpy()
 
 

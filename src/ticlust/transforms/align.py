@@ -126,8 +126,8 @@ def _keep_better(best: list[torch.Tensor], best_loss: torch.Tensor, params: list
     """Copy into ``best`` (in place) the pairs whose ``loss`` undercuts ``best_loss``; returns the new best losses."""
     better = loss < best_loss
     best_loss = torch.where(better, loss, best_loss)
-    for b, p in zip(best, params):
-        b[better] = p.detach()[better]
+    for b, p in zip(best, params):   # torch.where, not b[better] = p[better]: no boolean gather and scatter
+        b.copy_(torch.where(better.view(*better.shape, *[1] * (p.ndim - 2)), p.detach(), b))
     return best_loss
 
 
@@ -247,6 +247,22 @@ def _assigned_pair(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor
     return t.gather(1, idx)[:, 0]
 
 
+class _SquaredDistance(torch.autograd.Function):
+    """||warped − target||² over (C, H, W), its gradient 2 (warped − target) from the one saved difference:
+    fewer passes over the pairs' pixels than autograd's square (the lean kernels' loss; target takes no gradient)."""
+
+    @staticmethod
+    def forward(ctx, warped: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        diff = warped - target
+        ctx.save_for_backward(diff)
+        return (diff * diff).sum((-3, -2, -1))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        (diff,) = ctx.saved_tensors
+        return diff.mul_(2 * grad[..., None, None, None]), None
+
+
 @dataclass
 class Pyramid:
     """Images (B, C, H, W) and their low-passed copies, which the affine pre-alignment works on (App. B)."""
@@ -333,16 +349,16 @@ class Aligner:
         |shift| ≤ max_shift. Unbounded warps let an image shrink or slide off the frame until it matches
         any dim centroid."""
         theta = params[0]
+        rows = theta.unflatten(-1, (2, 3))   # slices of the 2×3 view, not index lists: no gather per step
         if self.linear != "affine" or math.isfinite(self.max_scale):
-            m = theta[..., [0, 1, 3, 4]].reshape(*theta.shape[:-1], 2, 2) + torch.eye(2, device=theta.device)
+            m = rows[..., :2] + torch.eye(2, device=theta.device)
             u, sv, vh = torch.linalg.svd(m)
             sv = FAMILY_SINGULAR_VALUES[self.linear](sv).clamp(1.0 / self.max_scale, self.max_scale)
             m = u @ (sv[..., None] * vh) - torch.eye(2, device=theta.device)
-            theta = torch.stack([m[..., 0, 0], m[..., 0, 1], theta[..., 2], m[..., 1, 0], m[..., 1, 1], theta[..., 5]], -1)
+            rows = torch.cat([m, rows[..., 2:]], -1)
         if math.isfinite(self.max_shift):
-            theta = theta.clone()
-            theta[..., [2, 5]] = theta[..., [2, 5]].clamp(-self.max_shift, self.max_shift)
-        return [theta] + list(params[1:])
+            rows = torch.cat([rows[..., :2], rows[..., 2:].clamp(-self.max_shift, self.max_shift)], -1)
+        return [rows.flatten(-2)] + list(params[1:])
 
     def project_tps(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
         """Keep each landmark displacement within max_displacement × the landmark spacing."""
@@ -409,6 +425,8 @@ class Aligner:
         """||T(x_i, ν_ik) − μ_k||² for all pairs, (B, K): centroids mu (K, C, H, W) shared by every item, or
         (B, K, C, H, W) of each pair's own (predict's candidates, ``Alignments.take``)."""
         target = mu if mu.ndim == x.ndim + 1 else mu[None]
+        if self.lean:
+            return _SquaredDistance.apply(self.warp_pairs(x, warps, low), target)
         return ((self.warp_pairs(x, warps, low) - target) ** 2).sum((-3, -2, -1))
 
     def align(self, x: Pyramid, mu: Pyramid, start: Alignments, schedule: Schedule, moments: Moments | None = None):
@@ -468,6 +486,8 @@ class Aligner:
     def _refine(self, x: torch.Tensor, mu: torch.Tensor, start: Alignments, schedule: Schedule, moments: Moments | None):
         """Stage B at full resolution: Adam on the landmark displacements with the affine maps fixed or,
         with no landmarks, on the affine maps. A pair keeps its start where Adam found nothing better."""
+        if schedule.steps == 0:   # nothing to refine (predict's screen): start is priced already
+            return start
         if start.nu is not None:   # the displacements move, the affine maps stay
             stage, param, project, warps = "TPS alignment", start.nu, self.project_tps, partial(Alignments, start.theta)
         else:
