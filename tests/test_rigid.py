@@ -158,3 +158,38 @@ def test_invariant_scattering_ignores_quarter_turns(one_thread):
     r = ticlust.fit(x, "pssc", k=3, device="cpu", seed=0, rotation_invariant=True, pad_to=24, scales=2, pca_dim=20, poc=0,
                     clustering="kmeans")
     assert r.labels.shape == (30,)
+
+
+def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_thread):
+    from ticlust.methods.st_kmeans import _rigid_start
+    from ticlust.transforms.align import Aligner, Alignments
+
+    mu = torch.cat([_pattern(2), _pattern(3)])
+    x = torch.cat([_posed(mu[:1], [2.0], [True], [[1.0, 0.0]]), _posed(mu[1:], [4.0], [False], [[0.0, -1.0]])])
+    aligner = Aligner((H, W), 3, "cpu")                     # affine + TPS: the start's displacements are zero
+    prev = aligner.zeros(2, 2)
+    identity = aligner.pair_losses(x, mu, prev)
+    start = _rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), prev, flip=True)
+    assert start.nu is not None and float(start.nu.abs().max()) == 0
+    own = start.losses[[0, 1], [0, 1]]
+    assert float(own.max()) < 0.05 * float((mu ** 2).sum((1, 2, 3)).min())   # turned (and mirrored) back: a close fit
+    assert bool((own < 0.2 * identity[[0, 1], [0, 1]]).all())
+    assert torch.allclose(start.losses, aligner.pair_losses(x, mu, Alignments(start.theta, start.nu)))
+    # a previous warp that fits better than any rigid pose is kept
+    exact = Alignments(start.theta.clone(), start.nu.clone())
+    exact.theta[0, 0] += 0.01
+    better = _rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), exact, flip=True)
+    assert bool((better.losses <= aligner.pair_losses(x, mu, exact) + 1e-6).all())
+
+
+@pytest.mark.parametrize("method", ["ai-kmeans", "st-kmeans"])
+def test_ai_st_kmeans_rigid_start_finds_turned_and_mirrored_patterns(method, one_thread):
+    x, y = _rotated_set(flip=True, seed=1)
+    opts = dict(k=3, device="cpu", seed=0, max_iter=5, steps=10, affine_steps=10)
+    plain = ticlust.fit(x, method, **opts)
+    assert ticlust.evaluate(y, plain.labels)["acc"] < 0.9     # from the identity a half turn or a mirror is not undone
+    r = ticlust.fit(x, method, start="rigid+flip", **opts)
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.final_loss < 0.2 * plain.final_loss
+    p = ticlust.predict(r, x[:8], device="cpu")               # predict starts from the same rigid poses
+    assert np.array_equal(p.labels, r.labels[:8])

@@ -28,7 +28,7 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..kernels import keep_pinned
 from ..transforms.align import Aligner, Alignments
-from ..transforms.rigid import RigidMatch, aligned_items, angle_count, rigid_search
+from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, rigid_search, shift_pixels
 from .base import Method, param, register, seed_everything
 
 
@@ -37,7 +37,7 @@ class RigidKMeansConfig:
     k: int = 10
     flip: bool = param(False, "Mirror images count as the same (cells in 2-D have no handedness unless you say so)", essential=True)
     angles: int = param(0, "Angles tried over 360°; 0: from the crop size (a point on the inscribed circle moves ≤ 2 px per step)", low=0)
-    max_shift: float = param(0.15, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
+    max_shift: float = param(SHIFT_FRACTION, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
     refine: str = param("none", "Then refine from the rigid poses: none, affine (AI K-means) or deformable (ST K-means, TPS)",
                         choices=("none", "affine", "deformable"), essential=True)
@@ -51,7 +51,7 @@ class RigidState(FittedState):
 
 
 def _window(cfg: RigidKMeansConfig, size) -> int:
-    return int(round(cfg.max_shift * min(size) / 2))
+    return shift_pixels(cfg.max_shift, size)
 
 
 def _search(x: torch.Tensor, mu: torch.Tensor, cfg: RigidKMeansConfig) -> RigidMatch:

@@ -32,6 +32,7 @@ from ..validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
+from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
@@ -63,6 +64,10 @@ class AIKMeansConfig:
                                     "alignment to every centroid; 0: every centroid, predict_steps per stage from the "
                                     "identity (the exact, slow path)", low=0)
     padding: str = param("zeros", "Value outside the image when warping: zeros (paper) or the border pixel", choices=("zeros", "border"))
+    start: str = param("identity", "Where every (image, centroid) alignment starts: identity (the paper; then warm-started "
+                       "from the last iteration), or rigid / rigid+flip: the better of that and the best global rotation "
+                       "[+ mirror] and shift, searched exhaustively each iteration (finds a pattern at any angle; for items "
+                       "with no preferred orientation)", choices=("identity", "rigid", "rigid+flip"))
     reseed: bool = param(True, "Repair move: drop a redundant centroid and split the cluster that gains most from two, "
                          "when that lowers the distortion (fixes two centroids on one group and two groups under one)")
     select: bool = param(False, "Model selection (Sec. 4.2): sweep the paper's learning rates (and landmark grids) and keep the lowest distortion")
@@ -174,6 +179,27 @@ def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedu
         warped = aligner.warp_pairs(x.full, pairs.assigned(labels).as_pairs())[:, 0]
     sums = torch.zeros_like(mu.full).index_add_(0, labels, warped)
     return _ChunkStep(pairs, labels, sums, torch.bincount(labels, minlength=mu.full.shape[0]))
+
+
+def _starting(cfg, aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments) -> Alignments:
+    """The alignments a chunk of items ``x`` starts from against centroids ``mu``: ``previous`` (the identity
+    on a first pass, else the last iteration's), or with ``start`` rigid / rigid+flip, :func:`_rigid_start`."""
+    if cfg.start == "identity":
+        return previous
+    return _rigid_start(aligner, x, mu, previous, flip=cfg.start == "rigid+flip")
+
+
+@torch.no_grad()
+def _rigid_start(aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments, flip: bool) -> Alignments:
+    """Per (item, centroid) pair, the better at these centroids of its ``previous`` warp and its best global rigid
+    pose (every angle of ``transforms.rigid``'s grid [and the mirror] × every shift within SHIFT_FRACTION, no TPS
+    displacement): the gradient alignment then refines a pose instead of searching for it from the identity,
+    whose nearest local minimum misses a pattern turned 120°. With losses: never worse than ``previous``."""
+    match = rigid_search(x.full, mu.full, flip=flip, max_shift=shift_pixels(SHIFT_FRACTION, tuple(x.full.shape[-2:])))
+    pose = Alignments(match.theta, None if previous.nu is None else torch.zeros_like(previous.nu))
+    pose.losses = aligner.pair_losses(x.full, mu.full, pose)
+    before = Alignments(previous.theta, previous.nu, aligner.pair_losses(x.full, mu.full, previous))
+    return _lower(pose, before)
 
 
 def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, warped: torch.Tensor) -> None:
@@ -324,7 +350,8 @@ class _Run:
         """All N×K alignments against centroids mu, chunk by chunk, improved in ``pairs`` (generator)."""
         mu = self.aligner.pyramid(mu)
         for s in _chunks(self.stack.n, self.cfg.chunk):
-            pairs[s] = yield from self.aligner.align(self.x.rows(s), mu, pairs.rows(s), schedule)
+            x = self.x.rows(s)
+            pairs[s] = yield from self.aligner.align(x, mu, _starting(self.cfg, self.aligner, x, mu, pairs.rows(s)), schedule)
 
     def outputs(self, pairs: Alignments, labels: torch.Tensor, pictures: bool) -> dict:
         """The per-item fields of these items (an ``Assignments.write``): labels, scores and each item's own
@@ -373,8 +400,9 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
     for it in range(1, cfg.max_iter + 1):
         targets, parts, sums, counts = run.aligner.pyramid(mu), [], None, None
         for s in _chunks(n, cfg.chunk):
-            step = yield from _e_step(run.aligner, run.x.rows(s), targets, pairs.rows(s), schedule,
-                                      None if pinned is None else pinned[s])
+            x = run.x.rows(s)
+            step = yield from _e_step(run.aligner, x, targets, _starting(cfg, run.aligner, x, targets, pairs.rows(s)),
+                                      schedule, None if pinned is None else pinned[s])
             pairs[s] = step.pairs
             parts.append(step.labels)
             sums = step.sums if sums is None else sums + step.sums           # the M-step's reduce, in chunk order
@@ -416,7 +444,8 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
         for s in batches:
             idx = order[s]
             batch_moments = moments.rows(idx)
-            aligned = yield from run.aligner.align(run.x.rows(idx), run.aligner.pyramid(mu), pairs.rows(idx),
+            x, targets = run.x.rows(idx), run.aligner.pyramid(mu)
+            aligned = yield from run.aligner.align(x, targets, _starting(cfg, run.aligner, x, targets, pairs.rows(idx)),
                                                    schedule, batch_moments)
             moments.store(idx, batch_moments, n)
             pairs[idx] = aligned
@@ -456,10 +485,10 @@ def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
     pairs = aligner.zeros(run.stack.n, mu.full.shape[0])
     for s in _chunks(run.stack.n, cfg.chunk):
         x = run.x.rows(s)
-        found = drain(aligner.align(x, mu, pairs.rows(s), screen))
+        begin = _starting(cfg, aligner, x, mu, pairs.rows(s))   # the identity, or each pair's rigid pose
+        found = drain(aligner.align(x, mu, begin, screen))
         pick = found.losses.topk(cfg.predict_candidates, dim=1, largest=False).indices   # (B, m)
-        full = drain(aligner.align(x, Pyramid(mu.full[pick], mu.low[pick]), aligner.zeros(*pick.shape),
-                                   _candidate_schedule(cfg)))
+        full = drain(aligner.align(x, Pyramid(mu.full[pick], mu.low[pick]), begin.take(pick), _candidate_schedule(cfg)))
         found.put(pick, _lower(full, found.take(pick)))
         pairs[s] = found
     return pairs
