@@ -193,3 +193,28 @@ def test_ai_st_kmeans_rigid_start_finds_turned_and_mirrored_patterns(method, one
     assert r.final_loss < 0.2 * plain.final_loss
     p = ticlust.predict(r, x[:8], device="cpu")               # predict starts from the same rigid poses
     assert np.array_equal(p.labels, r.labels[:8])
+
+
+def test_dti_rigid_start_turns_prototypes_onto_items(one_thread):
+    from ticlust.methods.dti import DTIKMeansConfig, _posed as dti_posed, _rigid_poses
+
+    mu = torch.cat([_pattern(2), _pattern(3)])
+    x = _posed(mu[:1], [2.5], [True], [[1.0, -1.0]])[:, 0]                  # prototype 0 turned, mirrored, shifted
+    assert _rigid_poses(DTIKMeansConfig(), x[:, None], mu) is None       # identity: the prototypes as they are
+    poses = _rigid_poses(DTIKMeansConfig(start="rigid+flip"), x[:, None], mu)
+    turned = dti_posed(mu, poses)                                         # (1 item, 2 prototypes, C, H, W)
+    assert turned.shape == (1, 2, 1, H, W)
+    assert float(((turned[0, 0] - x) ** 2).sum()) < 0.05 * float((x ** 2).sum())
+
+
+@pytest.mark.slow
+def test_dti_kmeans_rigid_start_finds_turned_and_mirrored_patterns(one_thread):
+    opts = dict(k=3, device="cpu", seed=0, invariances="rigid", max_epochs=8, min_stage_epochs=2, patience=1,
+                final_epochs=1, batch_size=16)
+    xs, y = _rotated_set(n_per=16, flip=True, seed=1)
+    plain = ticlust.fit(xs, "dti-kmeans", **opts)
+    r = ticlust.fit(xs, "dti-kmeans", start="rigid+flip", **opts)
+    assert ticlust.evaluate(y, r.labels)["acc"] >= 0.8 > ticlust.evaluate(y, plain.labels)["acc"]
+    assert r.final_loss < 0.5 * plain.final_loss
+    p = ticlust.predict(r, xs[:8], device="cpu")                          # inference turns the prototypes the same way
+    assert np.array_equal(p.labels, r.labels[:8])

@@ -36,7 +36,7 @@ from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
-from .invariances import invariances_param
+from .invariances import invariances_param, start_param
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
 LANDMARK_GRID = (3, 4, 5, 6, 7, 8)
@@ -64,10 +64,7 @@ class AIKMeansConfig:
                                     "alignment to every centroid; 0: every centroid, predict_steps per stage from the "
                                     "identity (the exact, slow path)", low=0)
     padding: str = param("zeros", "Value outside the image when warping: zeros (paper) or the border pixel", choices=("zeros", "border"))
-    start: str = param("identity", "Where every (image, centroid) alignment starts: identity (the paper; then warm-started "
-                       "from the last iteration), or rigid / rigid+flip: the better of that and the best global rotation "
-                       "[+ mirror] and shift, searched exhaustively each iteration (finds a pattern at any angle; for items "
-                       "with no preferred orientation)", choices=("identity", "rigid", "rigid+flip"))
+    start: str = start_param("each Lloyd iteration takes when it beats the pair's last warp, and refines")
     reseed: bool = param(True, "Repair move: drop a redundant centroid and split the cluster that gains most from two, "
                          "when that lowers the distortion (fixes two centroids on one group and two groups under one)")
     select: bool = param(False, "Model selection (Sec. 4.2): sweep the paper's learning rates (and landmark grids) and keep the lowest distortion")
