@@ -468,7 +468,8 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
 def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
     """Predict's fast path: every (image, centroid) pair is aligned by the short low-resolution screen
     (SCREEN_STEPS) and priced at full resolution; the ``predict_candidates`` closest centroids of each image are
-    then aligned afresh from the identity, as the exact path does, with the candidates' schedule
+    then aligned afresh from the start (the identity, or with ``start`` rigid each pair's rigid pose), as the exact
+    path does, with the candidates' schedule
     (``_candidate_schedule``), each keeping the better of that and its screened alignment (measured: going on from
     the screen's pose instead changed 17 of 300 MNIST labels against the exact path, afresh 5 of 200). The other
     pairs keep their screened alignments, so their scores are upper bounds of a full alignment's and every
