@@ -93,15 +93,17 @@ ROUTE_CROPS = {"orient": dict(orient=True, rescale=False), "plain": dict(orient=
                "rescale": dict(orient=False, rescale=True), "orient+rescale": dict(orient=True, rescale=True)}
 
 
-def route_sets(seed: int = 0) -> dict:
-    """The inner-pattern and outline nuclei fields cut by the objects route with each of ROUTE_CROPS (normalize on)."""
+def route_sets(seed: int = 0, crops=tuple(ROUTE_CROPS)) -> dict:
+    """The inner-pattern and outline nuclei fields cut by the objects route with each of ``crops`` (ROUTE_CROPS' names;
+    normalize on)."""
     from ticlust.inner_nuclei import inner_nuclei_field
     from ticlust.nuclei import nuclei_field
     from ticlust.object_route import objects_route
 
     out = {}
     for field_name, f in (("inner", inner_nuclei_field(seed=seed)), ("outline", nuclei_field(seed=seed))):
-        for crop, opts in ROUTE_CROPS.items():
+        for crop in crops:
+            opts = ROUTE_CROPS[crop]
             got = objects_route(f.image, f.labels, "kmeans", normalize=True, **opts)
             out[f"route {field_name} ({crop}, normalize)"] = (got.items, f.kind_of(got.table["label"]))
     return out
@@ -140,6 +142,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sets", default="rotated,mirrored,inner,unrotated")
     ap.add_argument("--methods", default="kmeans,regionprops,rigid-kmeans")
     ap.add_argument("--params", default="{}", help="JSON parameters for the ticlust methods, e.g. '{\"flip\": true}'")
+    ap.add_argument("--crops", default=",".join(ROUTE_CROPS), help="the route set's crops (ROUTE_CROPS' names)")
     ap.add_argument("--n", type=int, default=2000, help="MNIST-test images (10000 = all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir")
@@ -155,7 +158,7 @@ def main(argv=None) -> None:
             elif name == "inner":
                 sets.update(inner_sets())
             elif name == "route":
-                sets.update(route_sets())
+                sets.update(route_sets(crops=args.crops.split(",")))
             elif name == "unrotated":
                 d = np.load(data_dir(args.data_dir) / "mnist.npz")
                 sets["MNIST-test"] = (d["x_test"][:args.n].astype(np.float32) / 255.0, d["y_test"][:args.n].astype(np.int64))

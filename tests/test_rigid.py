@@ -218,3 +218,12 @@ def test_dti_kmeans_rigid_start_finds_turned_and_mirrored_patterns(one_thread):
     assert r.final_loss < 0.5 * plain.final_loss
     p = ticlust.predict(r, xs[:8], device="cpu")                          # inference turns the prototypes the same way
     assert np.array_equal(p.labels, r.labels[:8])
+
+
+def test_rigid_kmeans_refine_keeps_searching_the_rigid_pose(one_thread):
+    x, y = _rotated_set(flip=True, seed=1)
+    r = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5, flip=True, refine="deformable",
+                    refine_iter=2)
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.params["flip"].any() and r.params["displacements"].shape == (36, 16, 2)
+    assert 0 < r.timing["rigid_s"] < r.timing["fit_s"]

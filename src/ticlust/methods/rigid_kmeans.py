@@ -11,7 +11,8 @@ taken for two seeds. Unlike the gradient alignments of ai/st-kmeans this finds a
 not only near the identity.
 
 ``refine`` hands the result to AI K-means (affine) or ST K-means (affine + TPS) as their start: every
-pair's affine map starts at the rigid pose found here, so their Adam refines a pose instead of searching it.
+pair's affine map starts at the rigid pose found here, and each of their iterations searches the rigid pose
+again (their ``start`` rigid, with this ``flip``), so their Adam refines a pose instead of searching it.
 """
 from __future__ import annotations
 
@@ -154,9 +155,10 @@ class RigidKMeans(Method):
         """AI or ST K-means Lloyd iterations from the rigid centroids, every pair's affine map starting at its rigid pose."""
         from .st_kmeans import AI_KMEANS, ST_KMEANS, AIKMeansConfig, STKMeansConfig, STState
 
-        method, sub_cfg = ((AI_KMEANS, AIKMeansConfig(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter))
+        pose = "rigid+flip" if cfg.flip else "rigid"   # every refinement iteration searches the rigid pose again
+        method, sub_cfg = ((AI_KMEANS, AIKMeansConfig(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter, start=pose))
                            if cfg.refine == "affine" else
-                           (ST_KMEANS, STKMeansConfig(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False)))
+                           (ST_KMEANS, STKMeansConfig(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False, start=pose)))
         seed_everything(seed)
         run = method._start(stack, sub_cfg, x, device)
         mu = torch.from_numpy(rigid.state.centers).to(device)
@@ -164,7 +166,7 @@ class RigidKMeans(Method):
         pairs.theta.copy_(torch.from_numpy(rigid.params["pair_theta"]).to(device))
         from .st_kmeans import _lloyd
         mu, pairs, labels, history, iters = yield from _lloyd(run, mu, None, pairs)
-        out = run.outputs(pairs, labels)
+        out = run.result_fields(pairs, labels)
         out["params"].update({k: rigid.params[k] for k in ("angle", "flip", "shift")})
         timing = {"fit_s": time.perf_counter() - start, "rigid_s": rigid.timing["fit_s"], "iterations": rigid.timing["iterations"] + iters}
         return self.result(cfg, RigidState(mu.cpu().numpy()), prototypes=run.items(mu), history=rigid.history + history,
