@@ -7,6 +7,10 @@ Sets (``--sets``, default all):
   inner      the inner-pattern nuclei sample (ticlust.inner_nuclei: uniform, rim, foci, pole inside one outline
              distribution, random angles), cut out three ways: plain crops; the objects route's options
              (orient + normalize, ROUTE_OPTIONS); normalize + rescale (each object zoomed to fill its crop).
+  route      the objects route's choice of crops, on round and elongated objects: the inner-pattern field and the
+             outline nuclei field (ticlust.nuclei_field: round / elongated / dividing, 300, seed 0), each cut by
+             objects_route with every combination of orient and rescale (normalize on), and every method given the
+             route's parameters for objects (api.object_params: invariances auto → similarity).
   unrotated  MNIST-test (first ``--n``), the glyphs and the nuclei samples as they are: nothing may get worse.
 
 Methods (``--methods``): any registered method with its defaults (K = the number of classes), plus
@@ -84,8 +88,32 @@ def regionprops_labels(x: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
     return KMeans(k, n_init=10, random_state=seed).fit_predict(f)
 
 
+#: The route set's crops: objects_route's orient / rescale (normalize on: brightness is not the kind here).
+ROUTE_CROPS = {"orient": dict(orient=True, rescale=False), "plain": dict(orient=False, rescale=False),
+               "rescale": dict(orient=False, rescale=True), "orient+rescale": dict(orient=True, rescale=True)}
+
+
+def route_sets(seed: int = 0, crops=tuple(ROUTE_CROPS)) -> dict:
+    """The inner-pattern and outline nuclei fields cut by the objects route with each of ``crops`` (ROUTE_CROPS' names;
+    normalize on)."""
+    from ticlust.inner_nuclei import inner_nuclei_field
+    from ticlust.nuclei import nuclei_field
+    from ticlust.object_route import objects_route
+
+    out = {}
+    for field_name, f in (("inner", inner_nuclei_field(seed=seed)), ("outline", nuclei_field(seed=seed))):
+        for crop in crops:
+            opts = ROUTE_CROPS[crop]
+            got = objects_route(f.image, f.labels, "kmeans", normalize=True, **opts)
+            out[f"route {field_name} ({crop}, normalize)"] = (got.items, f.kind_of(got.table["label"]))
+    return out
+
+
 def run_one(set_name: str, x: np.ndarray, y: np.ndarray, method: str, seed: int, params: dict) -> dict:
     k = int(len(np.unique(y)))
+    if set_name.startswith("route ") and method != "regionprops":
+        from ticlust.api import object_params
+        params = object_params(method, params)   # what the objects route hands the method
     start = time.perf_counter()
     if method == "regionprops":
         labels = regionprops_labels(x, k, seed)
@@ -114,6 +142,7 @@ def main(argv=None) -> None:
     ap.add_argument("--sets", default="rotated,mirrored,inner,unrotated")
     ap.add_argument("--methods", default="kmeans,regionprops,rigid-kmeans")
     ap.add_argument("--params", default="{}", help="JSON parameters for the ticlust methods, e.g. '{\"flip\": true}'")
+    ap.add_argument("--crops", default=",".join(ROUTE_CROPS), help="the route set's crops (ROUTE_CROPS' names)")
     ap.add_argument("--n", type=int, default=2000, help="MNIST-test images (10000 = all)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--data-dir")
@@ -128,6 +157,8 @@ def main(argv=None) -> None:
                 sets["rotated+mirrored MNIST-test"] = rotated_mnist(args.n, mirror=True, data=args.data_dir)
             elif name == "inner":
                 sets.update(inner_sets())
+            elif name == "route":
+                sets.update(route_sets(crops=args.crops.split(",")))
             elif name == "unrotated":
                 d = np.load(data_dir(args.data_dir) / "mnist.npz")
                 sets["MNIST-test"] = (d["x_test"][:args.n].astype(np.float32) / 255.0, d["y_test"][:args.n].astype(np.int64))

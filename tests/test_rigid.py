@@ -158,3 +158,72 @@ def test_invariant_scattering_ignores_quarter_turns(one_thread):
     r = ticlust.fit(x, "pssc", k=3, device="cpu", seed=0, rotation_invariant=True, pad_to=24, scales=2, pca_dim=20, poc=0,
                     clustering="kmeans")
     assert r.labels.shape == (30,)
+
+
+def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_thread):
+    from ticlust.methods.st_kmeans import _rigid_start
+    from ticlust.transforms.align import Aligner, Alignments
+
+    mu = torch.cat([_pattern(2), _pattern(3)])
+    x = torch.cat([_posed(mu[:1], [2.0], [True], [[1.0, 0.0]]), _posed(mu[1:], [4.0], [False], [[0.0, -1.0]])])
+    aligner = Aligner((H, W), 3, "cpu")                     # affine + TPS: the start's displacements are zero
+    prev = aligner.zeros(2, 2)
+    identity = aligner.pair_losses(x, mu, prev)
+    start = _rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), prev, flip=True)
+    assert start.nu is not None and float(start.nu.abs().max()) == 0
+    own = start.losses[[0, 1], [0, 1]]
+    assert float(own.max()) < 0.05 * float((mu ** 2).sum((1, 2, 3)).min())   # turned (and mirrored) back: a close fit
+    assert bool((own < 0.2 * identity[[0, 1], [0, 1]]).all())
+    assert torch.allclose(start.losses, aligner.pair_losses(x, mu, Alignments(start.theta, start.nu)))
+    # a previous warp that fits better than any rigid pose is kept
+    exact = Alignments(start.theta.clone(), start.nu.clone())
+    exact.theta[0, 0] += 0.01
+    better = _rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), exact, flip=True)
+    assert bool((better.losses <= aligner.pair_losses(x, mu, exact) + 1e-6).all())
+
+
+@pytest.mark.parametrize("method", ["ai-kmeans", "st-kmeans"])
+def test_ai_st_kmeans_rigid_start_finds_turned_and_mirrored_patterns(method, one_thread):
+    x, y = _rotated_set(flip=True, seed=1)
+    opts = dict(k=3, device="cpu", seed=0, max_iter=5, steps=10, affine_steps=10)
+    plain = ticlust.fit(x, method, **opts)
+    assert ticlust.evaluate(y, plain.labels)["acc"] < 0.9     # from the identity a half turn or a mirror is not undone
+    r = ticlust.fit(x, method, start="rigid+flip", **opts)
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.final_loss < 0.2 * plain.final_loss
+    p = ticlust.predict(r, x[:8], device="cpu")               # predict starts from the same rigid poses
+    assert np.array_equal(p.labels, r.labels[:8])
+
+
+def test_dti_rigid_start_turns_prototypes_onto_items(one_thread):
+    from ticlust.methods.dti import DTIKMeansConfig, _posed as dti_posed, _rigid_poses
+
+    mu = torch.cat([_pattern(2), _pattern(3)])
+    x = _posed(mu[:1], [2.5], [True], [[1.0, -1.0]])[:, 0]                  # prototype 0 turned, mirrored, shifted
+    assert _rigid_poses(DTIKMeansConfig(), x[:, None], mu) is None       # identity: the prototypes as they are
+    poses = _rigid_poses(DTIKMeansConfig(start="rigid+flip"), x[:, None], mu)
+    turned = dti_posed(mu, poses)                                         # (1 item, 2 prototypes, C, H, W)
+    assert turned.shape == (1, 2, 1, H, W)
+    assert float(((turned[0, 0] - x) ** 2).sum()) < 0.05 * float((x ** 2).sum())
+
+
+@pytest.mark.slow
+def test_dti_kmeans_rigid_start_finds_turned_and_mirrored_patterns(one_thread):
+    opts = dict(k=3, device="cpu", seed=0, invariances="rigid", max_epochs=8, min_stage_epochs=2, patience=1,
+                final_epochs=1, batch_size=16)
+    xs, y = _rotated_set(n_per=16, flip=True, seed=1)
+    plain = ticlust.fit(xs, "dti-kmeans", **opts)
+    r = ticlust.fit(xs, "dti-kmeans", start="rigid+flip", **opts)
+    assert ticlust.evaluate(y, r.labels)["acc"] >= 0.8 > ticlust.evaluate(y, plain.labels)["acc"]
+    assert r.final_loss < 0.5 * plain.final_loss
+    p = ticlust.predict(r, xs[:8], device="cpu")                          # inference turns the prototypes the same way
+    assert np.array_equal(p.labels, r.labels[:8])
+
+
+def test_rigid_kmeans_refine_keeps_searching_the_rigid_pose(one_thread):
+    x, y = _rotated_set(flip=True, seed=1)
+    r = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5, flip=True, refine="deformable",
+                    refine_iter=2)
+    assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
+    assert r.params["flip"].any() and r.params["displacements"].shape == (36, 16, 2)
+    assert 0 < r.timing["rigid_s"] < r.timing["fit_s"]

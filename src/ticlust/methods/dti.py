@@ -25,11 +25,13 @@ from ..stack import Stack, StackImages, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..transforms import TransformSequence, lattice_pixels
+from ..transforms.core import affine_grid, affine_inverse, warp
+from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
 from .base import Method, param, register, seed_everything
 from .dti_net import BatchedMLP, InferenceEncoder, ResNetEncoder, cpu_bfloat16
-from .invariances import invariances_param
+from .invariances import invariances_param, start_param
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
 #: The modules of each invariance family, in curriculum order (methods/invariances.py); colour first in all.
@@ -87,6 +89,7 @@ class DTIKMeansConfig:
     refine_epochs: int = param(10, "Epochs of a Refine (from a clustering edited by hand): a fresh network with every "
                                "module in learns the alignments onto the edited prototypes, the first half with "
                                "every item held in its edited cluster", low=1)
+    start: str = start_param("the network's transforms then refine (each batch, every prototype is turned onto each item first)")
     record_labels: bool = param(False, "Keep every epoch's training assignments in extras['epoch_labels'] (for benchmarks)", gui=False)
 
 
@@ -546,6 +549,26 @@ def _protos_numpy(model, channels_last):
     return from_nchw(model.prototypes.detach(), channels_last).cpu().numpy().copy()
 
 
+def _rigid_poses(cfg, x: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor | None:
+    """With ``start`` rigid / rigid+flip, the affine maps (B, K, 6) that turn every prototype onto every item x by
+    their pair's best global rigid pose (``transforms.rigid``: every angle [and the mirror] × every shift within
+    SHIFT_FRACTION), so the network's transforms refine a pose instead of searching for it; None with identity."""
+    if cfg.start == "identity":
+        return None
+    with torch.no_grad():
+        match = rigid_search(x.float(), prototypes.detach().float(), flip=cfg.start == "rigid+flip",
+                             max_shift=shift_pixels(SHIFT_FRACTION, tuple(x.shape[-2:])))
+    return affine_inverse(match.theta)   # the search's map carries the item onto the prototype: the other way round
+
+
+def _posed(images: torch.Tensor, poses: torch.Tensor | None) -> torch.Tensor:
+    """Prototype-frame images (K, C, H, W) (prototypes, or the GMM's variances) for a batch: (1, K, C, H, W) as
+    they are, or (B, K, C, H, W) each turned by its pair's rigid pose (``_rigid_poses``; zero outside)."""
+    if poses is None:
+        return images[None]
+    return warp(images[None], affine_grid(poses, tuple(images.shape[-2:])), padding_mode="zeros")
+
+
 def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None):
     """One batch: the loss to back-propagate, each item's cluster, the loss value to report (a 0-d
     tensor: reading it would wait for the device) and the (B, K) squared distances to every transformed
@@ -557,7 +580,8 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None)
     items to (-1: free); such an item is assigned there (GMM: its responsibility is one-hot there).
     """
     params = model.predict_params(xb, active, autocast)
-    protos = model.prototypes[None]
+    poses = _rigid_poses(cfg, xb, model.prototypes)
+    protos = _posed(model.prototypes, poses)
     x = xb[:, None]
     if not gmm:
         with torch.no_grad():
@@ -565,11 +589,11 @@ def _step(model: DTIModel, xb, active, weights, autocast, gmm, cfg, pinned=None)
             best = keep_pinned(d.argmin(1), pinned)
         rows = torch.arange(len(best), device=best.device)
         chosen = [p[rows, best] for p in params]
-        recon = model.transform(model.prototypes[best], chosen, active)
+        recon = model.transform(model.prototypes[best] if poses is None else protos[rows, best], chosen, active)
         loss = ((xb - recon) ** 2 * weights).flatten(1).mean(1).mean()
         return loss, best, loss.detach(), d
     means = model.transform(protos, params, active)
-    var = model.transform(model.variances[None], params, active, spatial_only=True)
+    var = model.transform(_posed(model.variances, poses), params, active, spatial_only=True)
     log_pi = torch.log_softmax(model.eta, 0)
     joint = gmm_loglik(x, means, var, cfg.sigma_min, weights) + log_pi
     gamma = torch.softmax(joint.detach(), 1)
@@ -589,9 +613,10 @@ def _align_batch(model: DTIModel, xb, active, weights, autocast, gmm, cfg, encod
     ``encoder``: see ``DTIModel.predict_params``.
     """
     params = model.predict_params(xb, active, autocast, encoder)
-    recon = model.transform(model.prototypes[None], params, active)
+    poses = _rigid_poses(cfg, xb, model.prototypes)
+    recon = model.transform(_posed(model.prototypes, poses), params, active)
     if gmm:
-        var = model.transform(model.variances[None], params, active, spatial_only=True)
+        var = model.transform(_posed(model.variances, poses), params, active, spatial_only=True)
         joint = gmm_loglik(xb[:, None], recon, var, cfg.sigma_min, weights) + torch.log_softmax(model.eta, 0)
         return params, recon, -joint
     return params, recon, weighted_mse(xb[:, None], recon, weights)

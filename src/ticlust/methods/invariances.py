@@ -14,6 +14,11 @@ most to the least constrained:
   segmentation (``api.object_params``), whose shape is what tells them apart.
 
 Brightness and contrast (DTI's colour module) are allowed in every family.
+
+Where the alignment starts (``start``, AI/ST K-means and DTI) is a separate choice: a gradient alignment
+from the identity stops in the nearest local minimum, so a pattern turned 120° is never found; ``rigid``
+(``rigid+flip``) first searches every in-plane angle (and the mirror) and every shift exhaustively
+(``transforms.rigid``) and the warps refine that pose: for items with no preferred orientation.
 """
 from __future__ import annotations
 
@@ -30,3 +35,15 @@ def invariances_param(auto: str, families: tuple[str, ...] = FAMILIES):
                  f"stretch){', deformable (+ local bending)' if 'deformable' in families else ''}; auto: {auto} "
                  f"for image stacks, {OBJECTS} for objects from a segmentation",
                  choices=("auto", *families), essential=True)
+
+
+#: Where each alignment starts: the identity (the papers), or the best global rigid pose [+ mirror flip].
+STARTS = ("identity", "rigid", "rigid+flip")
+
+
+def start_param(refine: str):
+    """The ``start`` config field: ``refine`` says what the method's warps do from the rigid pose."""
+    return param("identity", "Where every (item, prototype) alignment starts: identity (the paper), or rigid / "
+                 "rigid+flip: the best rotation [+ mirror] and shift, searched exhaustively over every angle, "
+                 f"which {refine} (finds a pattern at any angle; for items with no preferred orientation)",
+                 choices=STARTS)

@@ -11,7 +11,8 @@ taken for two seeds. Unlike the gradient alignments of ai/st-kmeans this finds a
 not only near the identity.
 
 ``refine`` hands the result to AI K-means (affine) or ST K-means (affine + TPS) as their start: every
-pair's affine map starts at the rigid pose found here, so their Adam refines a pose instead of searching it.
+pair's affine map starts at the rigid pose found here, and each of their iterations searches the rigid pose
+again (their ``start`` rigid, with this ``flip``), so their Adam refines a pose instead of searching it.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..kernels import keep_pinned
 from ..transforms.align import Aligner, Alignments
-from ..transforms.rigid import RigidMatch, aligned_items, angle_count, rigid_search
+from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, rigid_search, shift_pixels
 from .base import Method, param, register, seed_everything
 
 
@@ -37,7 +38,7 @@ class RigidKMeansConfig:
     k: int = 10
     flip: bool = param(False, "Mirror images count as the same (cells in 2-D have no handedness unless you say so)", essential=True)
     angles: int = param(0, "Angles tried over 360°; 0: from the crop size (a point on the inscribed circle moves ≤ 2 px per step)", low=0)
-    max_shift: float = param(0.15, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
+    max_shift: float = param(SHIFT_FRACTION, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
     refine: str = param("none", "Then refine from the rigid poses: none, affine (AI K-means) or deformable (ST K-means, TPS)",
                         choices=("none", "affine", "deformable"), essential=True)
@@ -51,7 +52,7 @@ class RigidState(FittedState):
 
 
 def _window(cfg: RigidKMeansConfig, size) -> int:
-    return int(round(cfg.max_shift * min(size) / 2))
+    return shift_pixels(cfg.max_shift, size)
 
 
 def _search(x: torch.Tensor, mu: torch.Tensor, cfg: RigidKMeansConfig) -> RigidMatch:
@@ -154,9 +155,10 @@ class RigidKMeans(Method):
         """AI or ST K-means Lloyd iterations from the rigid centroids, every pair's affine map starting at its rigid pose."""
         from .st_kmeans import AI_KMEANS, ST_KMEANS, AIKMeansConfig, STKMeansConfig, STState
 
-        method, sub_cfg = ((AI_KMEANS, AIKMeansConfig(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter))
+        pose = "rigid+flip" if cfg.flip else "rigid"   # every refinement iteration searches the rigid pose again
+        method, sub_cfg = ((AI_KMEANS, AIKMeansConfig(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter, start=pose))
                            if cfg.refine == "affine" else
-                           (ST_KMEANS, STKMeansConfig(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False)))
+                           (ST_KMEANS, STKMeansConfig(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False, start=pose)))
         seed_everything(seed)
         run = method._start(stack, sub_cfg, x, device)
         mu = torch.from_numpy(rigid.state.centers).to(device)
@@ -164,7 +166,7 @@ class RigidKMeans(Method):
         pairs.theta.copy_(torch.from_numpy(rigid.params["pair_theta"]).to(device))
         from .st_kmeans import _lloyd
         mu, pairs, labels, history, iters = yield from _lloyd(run, mu, None, pairs)
-        out = run.outputs(pairs, labels)
+        out = run.result_fields(pairs, labels)
         out["params"].update({k: rigid.params[k] for k in ("angle", "flip", "shift")})
         timing = {"fit_s": time.perf_counter() - start, "rigid_s": rigid.timing["fit_s"], "iterations": rigid.timing["iterations"] + iters}
         return self.result(cfg, RigidState(mu.cpu().numpy()), prototypes=run.items(mu), history=rigid.history + history,

@@ -34,10 +34,11 @@ from ..result import Assignments, ClusteringResult, FittedState
 from ..scratch import RowScratch
 from ..transforms import affine_matrix
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
+from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
-from .invariances import invariances_param
+from .invariances import invariances_param, start_param
 
 #: The paper's model-selection grids (Sec. 4.2): landmark grid sides and Adam learning rates.
 LANDMARK_GRID = (3, 4, 5, 6, 7, 8)
@@ -65,6 +66,7 @@ class AIKMeansConfig:
                                     "alignment to every centroid; 0: every centroid, predict_steps per stage from the "
                                     "identity (the exact, slow path)", low=0)
     padding: str = param("zeros", "Value outside the image when warping: zeros (paper) or the border pixel", choices=("zeros", "border"))
+    start: str = start_param("each Lloyd iteration takes when it beats the pair's last warp, and refines")
     reseed: bool = param(True, "Repair move: drop a redundant centroid and split the cluster that gains most from two, "
                          "when that lowers the distortion (fixes two centroids on one group and two groups under one)")
     select: bool = param(False, "Model selection (Sec. 4.2): sweep the paper's learning rates (and landmark grids) and keep the lowest distortion")
@@ -301,14 +303,36 @@ def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedu
     return _ChunkStep(pairs, labels, sums, torch.bincount(labels, minlength=mu.full.shape[0]))
 
 
-def _chunk_e_step(rows: torch.Tensor, aligner: Aligner, mu: Pyramid, schedule: Schedule, shape: tuple, *,
-                  start: Alignments, pinned: torch.Tensor | None) -> _ChunkStep:
+def _starting(start: str, aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments) -> Alignments:
+    """The alignments a chunk of items ``x`` starts from against centroids ``mu``: ``previous`` (the identity
+    on a first pass, else the last iteration's), or with ``start`` rigid / rigid+flip, :func:`_rigid_start`."""
+    if start == "identity":
+        return previous
+    return _rigid_start(aligner, x, mu, previous, flip=start == "rigid+flip")
+
+
+@torch.no_grad()
+def _rigid_start(aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments, flip: bool) -> Alignments:
+    """Per (item, centroid) pair, the better at these centroids of its ``previous`` warp and its best global rigid
+    pose (every angle of ``transforms.rigid``'s grid [and the mirror] × every shift within SHIFT_FRACTION, no TPS
+    displacement): the gradient alignment then refines a pose instead of searching for it from the identity,
+    whose nearest local minimum misses a pattern turned 120°. With losses: never worse than ``previous``."""
+    match = rigid_search(x.full, mu.full, flip=flip, max_shift=shift_pixels(SHIFT_FRACTION, tuple(x.full.shape[-2:])))
+    pose = Alignments(match.theta, None if previous.nu is None else torch.zeros_like(previous.nu))
+    pose.losses = aligner.pair_losses(x.full, mu.full, pose)
+    before = Alignments(previous.theta, previous.nu, aligner.pair_losses(x.full, mu.full, previous))
+    return _lower(pose, before)
+
+
+def _chunk_e_step(rows: torch.Tensor, aligner: Aligner, mu: Pyramid, schedule: Schedule, shape: tuple,
+                  start_option: str, *, start: Alignments, pinned: torch.Tensor | None) -> _ChunkStep:
     """:func:`_e_step` as one task on a chunk of a store's fit sample (``chunk_lloyd.StoreSample.imap_tasks``,
     here or on a cluster's worker): the chunk's flat rows (n, D), read by the task, made the images
-    (n, C, H, W) the in-process loop reads; its warm-start alignments in and out. The schedule has no ticker:
-    the task emits no events, the driver reports each finished chunk (``_e_steps``)."""
+    (n, C, H, W) the in-process loop reads; its warm-start alignments in and out, the config's ``start``
+    (:func:`_starting`) applied to them here, beside the images. The schedule has no ticker: the task emits no
+    events, the driver reports each finished chunk (``_e_steps``)."""
     x = aligner.pyramid(to_nchw(rows.reshape(len(rows), *shape)))
-    return drain(_e_step(aligner, x, mu, start, schedule, pinned))
+    return drain(_e_step(aligner, x, mu, _starting(start_option, aligner, x, mu, start), schedule, pinned))
 
 
 def _aligner_on(aligner: Aligner, device) -> Aligner:
@@ -337,12 +361,14 @@ def _e_steps(run: _Run, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinn
     steps = [None] * len(slices)
     if remote is None:
         for i, s in enumerate(slices):
-            steps[i] = yield from _e_step(run.aligner, run.x.rows(s), mu, pairs.rows(s), schedule, own[i])
+            x = run.x.rows(s)
+            start = _starting(run.cfg.start, run.aligner, x, mu, pairs.rows(s))
+            steps[i] = yield from _e_step(run.aligner, x, mu, start, schedule, own[i])
             pairs[s], steps[i].pairs = steps[i].pairs, None
     else:
         ticker, ticks = schedule.ticker, (schedule.affine_steps if schedule.affine_steps > 0 else 0) + schedule.steps
         args = (_aligner_on(run.aligner, "cpu"), mu, dataclasses.replace(schedule, ticker=None),
-                tuple(run.stack.item_shape))
+                tuple(run.stack.item_shape), run.cfg.start)
         tasks = [dict(start=pairs.rows(s), pinned=p) for s, p in zip(slices, own)]
         for done, (i, step) in enumerate(remote(_chunk_e_step, run.cfg.chunk, args, tasks, run.aligner.device), 1):
             loss = float(step.pairs.losses.min(1).values.mean())
@@ -498,7 +524,8 @@ class _Run:
         """All N×K alignments against centroids mu, chunk by chunk, improved in ``pairs`` (generator)."""
         mu = self.aligner.pyramid(mu)
         for s in _chunks(self.stack.n, self.cfg.chunk):
-            pairs[s] = yield from self.aligner.align(self.x.rows(s), mu, pairs.rows(s), schedule)
+            x = self.x.rows(s)
+            pairs[s] = yield from self.aligner.align(x, mu, _starting(self.cfg.start, self.aligner, x, mu, pairs.rows(s)), schedule)
 
     def outputs(self, pairs: Alignments, labels: torch.Tensor, pictures: bool, items: slice = slice(None)) -> dict:
         """The per-item fields of these items (an ``Assignments.write``): labels, scores and each item's own
@@ -585,7 +612,8 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
         for s in batches:
             idx = order[s]
             batch_moments = moments.rows(idx)
-            aligned = yield from run.aligner.align(run.x.rows(idx), run.aligner.pyramid(mu), pairs.rows(idx),
+            x, targets = run.x.rows(idx), run.aligner.pyramid(mu)
+            aligned = yield from run.aligner.align(x, targets, _starting(cfg.start, run.aligner, x, targets, pairs.rows(idx)),
                                                    schedule, batch_moments)
             moments.store(idx, batch_moments, n)
             pairs[idx] = aligned
@@ -611,7 +639,8 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
 def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
     """Predict's fast path: every (image, centroid) pair is aligned by the short low-resolution screen
     (``PREDICT_STAGES``) and priced at full resolution; the ``predict_candidates`` closest centroids of each image are
-    then aligned afresh from the identity, as the exact path does, with the candidates' schedule
+    then aligned afresh from the start (the identity, or with ``start`` rigid each pair's rigid pose), as the exact
+    path does, with the candidates' schedule
     (``_candidate_schedule``), each keeping the better of that and its screened alignment (measured: going on from
     the screen's pose instead changed 17 of 300 MNIST labels against the exact path, afresh 5 of 200). The other
     pairs keep their screened alignments, so their scores are upper bounds of a full alignment's and every
@@ -627,9 +656,10 @@ def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
     pairs = aligner.zeros(run.stack.n, mu.full.shape[0])
     for s in _chunks(run.stack.n, cfg.chunk):
         x = run.x.rows(s)
-        found = drain(aligner.align(x, mu, pairs.rows(s), screen))
+        begin = _starting(cfg.start, aligner, x, mu, pairs.rows(s))   # the identity, or each pair's rigid pose
+        found = drain(aligner.align(x, mu, begin, screen))
         pick = found.losses.topk(cfg.predict_candidates, dim=1, largest=False).indices   # (B, m)
-        full = drain(aligner.align(x, Pyramid(mu.full[pick], mu.low[pick]), aligner.zeros(*pick.shape),
+        full = drain(aligner.align(x, Pyramid(mu.full[pick], mu.low[pick]), begin.take(pick),
                                    _candidate_schedule(cfg, tps)))
         found.put(pick, _lower(full, found.take(pick)))
         pairs[s] = found

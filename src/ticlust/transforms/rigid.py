@@ -30,6 +30,8 @@ from .core import identity_points, warp
 
 #: Angular step: a point on the inscribed circle moves at most this many pixels between two angles tried.
 RIM_STEP_PX = 2.0
+#: The default largest shift searched, as a fraction of the half image side (rigid-kmeans, ai/st-kmeans' rigid start).
+SHIFT_FRACTION = 0.15
 #: Pairs × shifts × pixels of one matrix-product block (memory ~ 4 bytes each for the scores).
 DIRECT_BLOCK = 2 ** 27
 #: FFT pairs handled at once (memory ~ 8 bytes × padded pixels each, a few times over).
@@ -42,6 +44,11 @@ def angle_count(size: tuple[int, int], rim_step: float = RIM_STEP_PX) -> int:
     radius = min(size) / 2.0
     n = math.ceil(2 * math.pi * radius / rim_step)
     return max(4, 4 * math.ceil(n / 4))
+
+
+def shift_pixels(fraction: float, size: tuple[int, int]) -> int:
+    """The search's shift bound in pixels for a bound given as a fraction of the half image side (2 px for 28×28 at 0.15)."""
+    return int(round(fraction * min(size) / 2))
 
 
 def _norm_matrix(size: tuple[int, int], device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
