@@ -71,14 +71,13 @@ def test_a_killed_prediction_resumes_to_the_same_table(plate, tmp_path):
     whole = predict_store(km, store).table
 
     class Dies(LocalBackend):
-        def __init__(self):
-            self.calls = 0
+        """Killed after two parts are done (predict hands every part out at once, through imap)."""
 
-        def map(self, fn, tasks):
-            self.calls += 1
-            if self.calls > 2:
-                raise KeyboardInterrupt
-            return super().map(fn, tasks)
+        def imap(self, fn, tasks):
+            for i, task in enumerate(tasks):
+                if i == 2:
+                    raise KeyboardInterrupt
+                yield i, fn(task)
 
     other = ticlust.fit(store.crops[:60], method="kmeans", k=3, seed=5, progress=False)
     with pytest.raises(KeyboardInterrupt):
@@ -87,7 +86,7 @@ def test_a_killed_prediction_resumes_to_the_same_table(plate, tmp_path):
     assert again.skipped == 4 and again.parts == 6            # the two parts of the other result are re-predicted
     pd.testing.assert_frame_equal(again.table, whole)
     with pytest.raises(KeyboardInterrupt):
-        predict_store(km, store.path, backend=Dies())         # nothing to do for the parts already done
+        predict_store(km, store.path, backend=Dies())         # killed while it finds the parts already done
     assert predict_store(km, store).skipped == 6
 
 
