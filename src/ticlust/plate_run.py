@@ -154,8 +154,7 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     if sample is None:
         index = np.arange(len(fields))
     else:
-        whole_number(sample, "--fit-sample", 2, "objects")
-        index = sample_objects(fields, int(sample), seed)
+        index = sample_objects(fields, whole_number(sample, "--fit-sample", 2, "objects"), seed)
     n_points = int(params.pop("n_points", N_POINTS)) if landmarks else N_POINTS
     steps = getattr(spec, "cluster_steps", None)
     cluster = any(v is not None for v in (workers, scheduler, client))

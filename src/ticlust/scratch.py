@@ -7,7 +7,6 @@ process's resident memory, which is what the scratch is there to avoid. Napari- 
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 
 import numpy as np
@@ -82,7 +81,6 @@ class RowScratch:
             os.close(fd)
         self.files, self.arrays = {}, {}
         if self._dir is not None:
-            shutil.rmtree(self._dir.name, ignore_errors=True)
             self._dir.cleanup()
             self._dir = None
 
