@@ -275,10 +275,11 @@ class StorePanel(Container):
         if self.closed:
             return
         self.closed = True
-        for worker in (self.opening, self.reading, self.counting, self.loader, self.worker):
+        for worker in (self.opening, self.reading, self.counting, self.loader):
             if worker is not None:
                 worker.quit()
-        self.opening = self.reading = self.counting = self.loader = self.apply_runner.worker = None
+        self.opening = self.reading = self.counting = self.loader = None
+        self.apply_runner.drop()
 
     def _controls(self) -> None:
         """Enable what can be used now: nothing but Cancel while a store opens or a result is applied; Export
@@ -532,10 +533,10 @@ class StorePanel(Container):
 
     # ---- shares ------------------------------------------------------------------------------------
     def show_shares(self):
-        """Count each cluster's share per the chosen column in a worker thread and show it in the plot (and ready
-        for Export shares…) in the GUI thread: a million objects take most of a second. While shares are being
-        counted, the latest column asked for waits and is counted next (the others are skipped), and Export
-        shares… waits too. Returns the worker, or None when it waits or there is nothing to count."""
+        """Count each cluster's share per the chosen column in a worker thread (the count reads every object) and
+        show it in the plot (and ready for Export shares…) in the GUI thread. While shares are being counted, the
+        latest column asked for waits and is counted next (the others are skipped), and Export shares… waits too.
+        Returns the worker, or None when it waits or there is nothing to count."""
         by = self.group_by.value
         if self.predictions is None or not by:
             self._by_wanted = None
@@ -654,7 +655,7 @@ class StorePanel(Container):
             return done((yield from work()))
 
         worker = self.apply_runner.run(events, yielded=self._on_event, returned=on_done, failed=self._on_failed,
-                                   finished=self._on_finished)
+                                       finished=self._on_finished)
         self._controls()
         self.progress.max, self.progress.value = 1, 0
         self.say(f"Assigning the objects of {what}…")

@@ -84,3 +84,9 @@ class RunButton:
         if self.worker is not None:
             self.say("Cancelling…")
             self.worker.quit()
+
+    def drop(self) -> None:
+        """Stop the running job at its next step and forget it, without a word: the dock was closed."""
+        if self.worker is not None:
+            self.worker.quit()
+            self.worker = None
