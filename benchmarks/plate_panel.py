@@ -1,14 +1,16 @@
-"""How long the plate panel keeps napari's GUI thread busy: opening a store and switching field (issue "Plates and
-a million objects", item 6).
+"""How long the plate panel keeps napari's GUI thread busy: opening a store, switching field and changing what the
+cluster shares are counted per (issue "Plates and a million objects", item 6).
 
     xvfb-run -a python benchmarks/plate_panel.py [--fields 40] [--plate-dir DIR] [--src DIR]
 
 Makes (once, in ``--plate-dir``) a generated plate of ``--fields`` 1024×1024 fields of 250 nuclei, extracts it,
 fits kmeans (K=3) on 2,000 objects and predicts the store; then, in a real napari window, opens the store in the
-plate panel and switches to five other fields. A timer ticks every 5 ms in the GUI thread: the longest gap between
-two ticks is the longest time the window could not react (a freeze). Prints one JSON line per run: the wall time
-of the open and of each switch (until drawn) and the longest freeze during each. ``--src`` runs the panel of
-another checkout (its ``src`` folder), to compare two versions on the same plate back to back.
+plate panel, switches to five other fields, then sets **share per** to site, image, well, twice. A timer ticks
+every 5 ms in the GUI thread: the longest gap between two ticks is the longest time the window could not react (a
+freeze). Prints one JSON line per run: the wall time of the open, of each field switch and of each share change
+(until drawn) and the longest freeze during each (medians over the switches and changes, and the changes' worst),
+and the longest gap while the window sat idle for a second (what the machine's load alone gives). ``--src`` runs
+the panel of another checkout (its ``src`` folder), to compare two versions on the same plate back to back.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ from ticlust._napari.store_panel import STORE_PANEL  # noqa: E402
 
 TICK_MS = 5
 SWITCHES = 5
+SHARES_PER = ("site", "image", "well") * 2
 
 
 def plate(folder: Path, fields: int) -> Path:
@@ -90,5 +93,14 @@ for field_index in range(3, 3 + 2 * SWITCHES, 2):
                             lambda: field_layer.metadata["field_index"] == field_index and idle()))
 row["switch_wall_s"] = float(np.median([s["wall_s"] for s in switches]))
 row["switch_freeze_s"] = float(np.median([s["freeze_s"] for s in switches]))
+until = time.perf_counter() + 1.0       # the floor: the longest gap while the panel does nothing for a second
+row["idle_freeze_s"] = measure(lambda: None, lambda: time.perf_counter() > until)["freeze_s"]
+changes = []
+for by in SHARES_PER:         # done when the plot's table is counted per ``by`` (the table has a column ``by``)
+    changes.append(measure(lambda: setattr(panel.group_by, "value", by),
+                           lambda: panel.shares is not None and by in panel.shares.columns and idle()))
+row["share_wall_s"] = round(float(np.median([c["wall_s"] for c in changes])), 3)
+row["share_freeze_s"] = round(float(np.median([c["freeze_s"] for c in changes])), 3)
+row["share_freeze_max_s"] = float(np.max([c["freeze_s"] for c in changes]))
 viewer.close()
 print(json.dumps(row))

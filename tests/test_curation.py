@@ -8,19 +8,15 @@ from ticlust.errors import InputError
 from ticlust.result import OUTLIER
 from ticlust.samples import glyphs_sample
 
+from _shapes import corner_squares
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def blobs():
     """Four well-separated groups of 8×8 images (a bright square in one of four corners)."""
-    rng = np.random.default_rng(0)
-    x = rng.random((80, 8, 8)).astype(np.float32) * 0.2
-    y = np.repeat(np.arange(4), 20)
-    for i, g in enumerate(y):
-        r, c = divmod(int(g), 2)
-        x[i, 4 * r:4 * r + 4, 4 * c:4 * c + 4] += 1.0
-    return x, y
+    return corner_squares()
 
 
 def bad_start(x, y):

@@ -18,12 +18,7 @@ from ticlust.transforms.align import Aligner, Alignments
 FIT = dict(steps=6, affine_steps=4, max_iter=3, predict_steps=10)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _predict(result, x, candidates):

@@ -44,8 +44,13 @@ def test_plugin_menu_route_docks_the_widget(make_napari_viewer):
 
 def run_to_end(qtbot, widget, timeout=60_000):
     assert widget.start() is not None
-    # the widget drops its worker when the worker has finished (a fast failure can finish before any
-    # signal wait could be set up, so wait on the state rather than on the signal)
+    wait(qtbot, widget, timeout)
+
+
+def wait(qtbot, widget, timeout=60_000):
+    """Wait until the widget's job and its inspector are done. The widget drops its worker when the worker has
+    finished (a fast failure can finish before any signal wait could be set up, so wait on the state rather than
+    on the signal)."""
     qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=timeout)
 
 

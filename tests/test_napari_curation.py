@@ -13,14 +13,10 @@ from ticlust.result import OUTLIER  # noqa: E402
 from ticlust._napari import layers as L  # noqa: E402
 
 from test_contract import toy  # noqa: E402,F401  (fixture: the contract's toy method, registered for one test)
-from test_napari import dock, run_to_end  # noqa: E402  (the plugin route and the wait, as the other GUI tests)
+from test_napari import dock, run_to_end, wait  # noqa: E402  (the plugin route and the waits, as the other GUI tests)
 
 pytestmark = [pytest.mark.gui, pytest.mark.usefixtures("one_thread")]
 FAST_ST = dict(max_iter=3, steps=4, affine_steps=3, predict_steps=4, landmarks=3)
-
-
-def wait(qtbot, widget, timeout=60_000):
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=timeout)
 
 
 def mosaic_tiles(viewer, name, result):

@@ -149,7 +149,7 @@ def test_a_result_loaded_in_a_fresh_process_keeps_its_fitted_state(plate):
 
 
 # ---- the panel ---------------------------------------------------------------------------------
-def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, tmp_path):
+def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, tmp_path, qtbot):
     manifest, store, _, predictions = plate
     viewer, panel = panel
     assert {"s field", "s objects", "s gallery", "s gallery labels"} <= {layer.name for layer in viewer.layers}
@@ -173,6 +173,7 @@ def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, 
     assert gallery.translate[0] > viewer.layers["s field"].extent.world[1][0]      # under the field
     # the shares per another column, drawn in the clusters' colours, and their export
     panel.group_by.value = "site"
+    settle(qtbot, panel)                                     # counted in a worker
     assert panel.shares["site"].tolist() == [0, 1]
     assert np.allclose(panel.shares.filter(like="cluster_").sum(axis=1), 1.0)
     out = panel.export_shares(tmp_path / "per_site.csv")
@@ -221,18 +222,22 @@ def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, pan
     assert "km.npz applied" in panel.status.value
 
 
+def held_after_first_step(assign, go_on):
+    """The real assignment ``assign`` (5 objects a step), held after its first step until ``go_on`` is set (the
+    test cancels meanwhile)."""
+    def held(*args, **kwargs):
+        events = assign(*args, **kwargs, block=5)
+        yield next(events)
+        go_on.wait(10)
+        return (yield from events)
+    return held
+
+
 def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
     _, _, km, _ = plate
     viewer, panel = panel
     go_on = threading.Event()
-
-    def held(*args, **kwargs):            # the real assignment, held after its first step until the test cancels
-        events = plate_view.assign_field(*args, **kwargs, block=5)
-        yield next(events)
-        go_on.wait(10)
-        return (yield from events)
-
-    monkeypatch.setattr(store_panel, "assign_field", held)
+    monkeypatch.setattr(store_panel, "assign_field", held_after_first_step(plate_view.assign_field, go_on))
     pick(qtbot, panel, 2)
     panel.load_result(km)
     settle(qtbot, panel)
@@ -424,14 +429,7 @@ def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari
     settle(qtbot, panel)
     assert "crops with 3 channels" in panel.status.value and {layer.name for layer in viewer.layers} == names
     go_on = threading.Event()
-
-    def held(*args, **kwargs):            # the real assignment, held after its first step until the test cancels
-        events = plate_view.assign_objects(*args, **kwargs, block=5)
-        yield next(events)
-        go_on.wait(10)
-        return (yield from events)
-
-    monkeypatch.setattr(store_panel, "assign_objects", held)
+    monkeypatch.setattr(store_panel, "assign_objects", held_after_first_step(plate_view.assign_objects, go_on))
     panel.target.value = ("cells", "masks")
     panel.apply_result()
     qtbot.waitUntil(lambda: "Assigning" in panel.status.value, timeout=30_000)
@@ -469,6 +467,73 @@ def test_open_and_field_reads_run_in_workers_with_the_dock_disabled(plate, make_
     assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 3))
     assert threads[0][0] == "opened_store" and any(n == "field_picture" for n, _ in threads[1:])
     assert all(thread is not threading.main_thread() for _, thread in threads)
+
+
+def held_shares(monkeypatch):
+    """The real share count in a worker, the first call held until the returned event is set; the columns counted
+    and the threads they were counted in."""
+    go_on, counted = threading.Event(), []
+
+    def held(predictions, by):
+        counted.append((by, threading.current_thread()))
+        if len(counted) == 1:
+            go_on.wait(10)
+        return plate_view.cluster_shares(predictions, by)
+
+    monkeypatch.setattr(store_panel, "cluster_shares", held)
+    return go_on, counted
+
+
+def test_share_per_is_counted_in_a_worker_and_the_last_column_asked_wins(plate, panel, qtbot, monkeypatch, tmp_path):
+    _, _, _, predictions = plate
+    viewer, panel = panel
+    go_on, counted = held_shares(monkeypatch)
+    drawn = []
+    monkeypatch.setattr(panel.plot, "set_shares", lambda shares, by: drawn.append(by))
+    panel.group_by.value = "site"
+    qtbot.waitUntil(lambda: len(counted) == 1, timeout=10_000)
+    assert panel.busy and panel.progress.max == 0 and "share per site" in panel.status.value       # busy bar
+    assert not panel.export_button.enabled and panel.shares_by == "well"     # the shares shown are still the wells'
+    assert panel.group_by.enabled and panel.field.enabled                    # the dock stays usable
+    panel.group_by.value = "image"                                           # asked while site is being counted
+    go_on.set()
+    settle(qtbot, panel)
+    assert [by for by, _ in counted] == ["site", "image"] and drawn == ["image"]      # site's count was dropped
+    assert all(thread is not threading.main_thread() for _, thread in counted)
+    assert panel.shares_by == "image" and panel.shares.equals(plate_view.cluster_shares(predictions, "image"))
+    assert panel.export_button.enabled and panel.progress.max == 1
+    out = panel.export_shares(tmp_path / "per_image.csv")
+    assert pd.read_csv(out).equals(plate_view.cluster_shares(predictions, "image"))
+    assert "per image to per_image.csv" in panel.status.value
+
+
+@pytest.mark.parametrize("closed", ["dock", "viewer"])
+def test_closing_the_dock_while_shares_are_counted_leaves_no_error(plate, panel, qtbot, monkeypatch, closed):
+    """The dock's close button (or the viewer's window closed) while a count runs: the worker's late result is
+    dropped, nothing is drawn and no error is raised (pytest-qt fails a test on an exception in a Qt slot)."""
+    viewer, panel = panel
+    go_on, counted = held_shares(monkeypatch)
+    names = [layer.name for layer in viewer.layers]
+    panel.group_by.value = "site"
+    worker = panel.counting
+    qtbot.waitUntil(lambda: len(counted) == 1, timeout=10_000)
+    if closed == "dock":
+        from qtpy.QtWidgets import QDockWidget
+
+        dock = panel.native
+        while not isinstance(dock, QDockWidget):
+            dock = dock.parent()
+        dock.destroyOnClose()                                     # what the dock's close button does
+        qtbot.wait(50)
+    else:
+        viewer.close()
+    assert panel.closed and not panel.busy
+    with qtbot.waitSignal(worker.finished, timeout=10_000):
+        go_on.set()
+    qtbot.wait(50)                                                # the late signals, delivered
+    assert panel.shares_by == "well" and panel.counting is None
+    if closed == "dock":
+        assert [layer.name for layer in viewer.layers] == names
 
 
 def test_a_failing_open_is_one_sentence_and_makes_no_layers(plate, make_napari_viewer, qtbot, tmp_path):

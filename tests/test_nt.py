@@ -9,6 +9,7 @@ from ticlust.evaluation import knn_evaluate
 from ticlust.errors import InputError
 from ticlust.methods import nt
 
+from _shapes import noisy_prototypes
 
 
 def _rand(rng, *shape):
@@ -235,15 +236,8 @@ def test_a_update_is_close_to_numerical_minimum_in_general():
     assert ours - res.fun <= 0.05 * (start - res.fun)
 
 
-def _blobs(seed=0, n=20, size=8):
-    rng = np.random.default_rng(seed)
-    protos = rng.uniform(0, 1, (3, size, size))
-    labels = np.repeat(np.arange(3), n)
-    return (protos[labels] + 0.05 * rng.standard_normal((3 * n, size, size))).astype(np.float32), labels
-
-
 def test_fit_result_shapes_and_predict():
-    x, _ = _blobs()
+    x, _ = noisy_prototypes()
     res = ticlust.fit(x, method="nt", k=3, seed=0, max_iter=2, m=64, progress=False)
     n = len(x)
     assert res.labels.shape == (n,) and res.scores.shape == (n, 3)
@@ -258,7 +252,7 @@ def test_fit_result_shapes_and_predict():
 
 
 def test_identity_transform_and_rejection():
-    x, _ = _blobs(1)
+    x, _ = noisy_prototypes(1)
     res = ticlust.fit(x, method="nt", k=3, seed=0, max_iter=2, transform="identity", reject_quantile=0.1,
                       progress=False)
     assert int(res.extras["m"]) == 64
@@ -268,7 +262,7 @@ def test_identity_transform_and_rejection():
 
 
 def test_same_seed_same_result_and_input_untouched():
-    x, _ = _blobs(2)
+    x, _ = noisy_prototypes(2)
     copy = x.copy()
     r1 = ticlust.fit(x, method="nt", k=3, seed=3, max_iter=2, m=64, progress=False)
     r2 = ticlust.fit(x, method="nt", k=3, seed=3, max_iter=2, m=64, progress=False)
@@ -278,7 +272,7 @@ def test_same_seed_same_result_and_input_untouched():
 
 
 def test_input_validation():
-    x, _ = _blobs()
+    x, _ = noisy_prototypes()
     with pytest.raises(InputError):
         ticlust.fit(x, method="nt", k=3, m=10, progress=False)          # m < N
     with pytest.raises(InputError):
@@ -297,7 +291,7 @@ def test_input_validation():
 def test_vectors_and_knn_mode():
     """k-NN on NT representations of vectors: every test blob item is found, and the accuracy is a 1-NN
     search of the predicted test representations among the fitted ones, against whatever labels are given."""
-    x, y = _blobs(3)
+    x, y = noisy_prototypes(3)
     vec = x.reshape(len(x), -1)
     train, y_train, test, y_test = vec[::2], y[::2], vec[1::2], y[1::2]
     out = knn_evaluate(train, y_train, test, y_test, k=3, max_iter=2, m=64)
@@ -320,19 +314,12 @@ def test_default_m_rule():
     assert nt.default_m(4096) == 4096
 
 
-def _separated(seed, k=3, n=20, size=8):
-    rng = np.random.default_rng(seed)
-    protos = rng.uniform(0, 1, (k, size, size))
-    labels = np.repeat(np.arange(k), n)
-    return (protos[labels] + 0.05 * rng.standard_normal((k * n, size, size))).astype(np.float32), labels
-
-
 @pytest.mark.parametrize("seed", range(3))
 def test_objective_assignment_recovers_separated_groups_published_rule_collapses(seed):
     """Issue 16: minimising the item's term of Eq. 17 (default) finds three well-separated groups exactly;
     the min-max score alone (Eq. 26, no re-seeding, A = I) still collapses them onto fewer clusters."""
     from ticlust.metrics import evaluate
-    x, y = _separated(seed)
+    x, y = noisy_prototypes(seed)
     res = ticlust.fit(x, method="nt", k=3, seed=seed, max_iter=10, m=64, progress=False)
     assert evaluate(y, res.labels)["nmi"] == pytest.approx(1.0)
     pub = ticlust.fit(x, method="nt", k=3, seed=seed, max_iter=10, transform="identity", assignment="published",
@@ -354,7 +341,7 @@ def test_reseed_empty_gives_every_cluster_the_worst_fitting_items():
 def test_assignment_reports_progress_every_batch():
     """Cancel and the ETA see every batch of the assignment, not only whole iterations."""
     from ticlust.events import Progress
-    x, _ = _separated(0)                                           # 60 items, batch_size 16: 4 batches
+    x, _ = noisy_prototypes(0)                                     # 60 items, batch_size 16: 4 batches
     events = [e for e in ticlust.run(x, method="nt", k=3, max_iter=2, m=64, batch_size=16, device="cpu")
               if isinstance(e, Progress)]
     assert len(events) >= 2 * 4 + 4

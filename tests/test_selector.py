@@ -11,17 +11,15 @@ from ticlust.curation import item_index
 from ticlust.errors import InputError
 from ticlust.result import OUTLIER, load_result
 
+from _shapes import corner_squares
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def blobs_fit():
     """80 images of four well-separated groups (a bright corner square) and a K = 4 kmeans fit."""
-    rng = np.random.default_rng(0)
-    x = rng.random((80, 8, 8)).astype(np.float32) * 0.2
-    for i, g in enumerate(np.repeat(np.arange(4), 20)):
-        r, c = divmod(int(g), 2)
-        x[i, 4 * r:4 * r + 4, 4 * c:4 * c + 4] += 1.0
+    x, _ = corner_squares()
     return x, ticlust.fit(x, method="kmeans", k=4, seed=0, device="cpu", progress=False)
 
 

@@ -12,7 +12,6 @@ import numpy as np
 from magicgui.widgets import (CheckBox, ComboBox, Container, Label, LineEdit, ProgressBar, PushButton, SpinBox,
                               Table)
 from napari.layers import Image, Labels, Points
-from napari.qt.threading import create_worker
 from napari.utils.notifications import show_error, show_info
 from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
 
@@ -31,6 +30,7 @@ from ..result import ClusteringResult
 from . import layers as L
 from .curation_panel import CurationPanel
 from .store_panel import STORE_PANEL
+from .workers import RunButton, start_worker
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
@@ -52,7 +52,6 @@ class TiclustWidget(Container):
     def __init__(self, viewer: Viewer):
         super().__init__(labels=True)
         self.viewer = viewer
-        self.worker = None
         self.result: ClusteringResult | None = None
         self.result_layer_name: str | None = None
         self.assignments = None          # the result's assignments table: one source for status and inspector
@@ -129,7 +128,7 @@ class TiclustWidget(Container):
         self.input.changed.connect(self._on_input)
         self.labels.changed.connect(lambda _=None: setattr(self.extraction, "visible", self.labels_layer() is not None))
         self.show_advanced.changed.connect(lambda on: self.advanced_area.setVisible(bool(on)))
-        self.run_button.changed.connect(self._on_run_clicked)
+        self.runner = RunButton(self.run_button, self.start, lambda text: setattr(self.status, "value", text))
         self.save_button.changed.connect(self._ask_save)
         self.load_button.changed.connect(self._ask_load)
         self.table.native.cellDoubleClicked.connect(self._jump_to_cluster)
@@ -221,11 +220,10 @@ class TiclustWidget(Container):
         return self.viewer.layers[name] if name in self.viewer.layers else None
 
     # ---- running ---------------------------------------------------------------------------------
-    def _on_run_clicked(self, _=None) -> None:
-        if self.worker is not None:
-            self.cancel()
-        else:
-            self.start()
+    @property
+    def worker(self):
+        """The running job's worker (a run, a split, a refine), or None."""
+        return self.runner.worker
 
     def start(self):
         """Start training in a thread worker; returns the worker (None when the input is missing)."""
@@ -261,28 +259,17 @@ class TiclustWidget(Container):
         """Run ``events()`` (a generator of Progress / Snapshot / … / Done) in a thread worker: progress in the
         status line, live prototypes, Cancel on the Run button; ``on_done(result)`` on the GUI thread at
         Done. A failure or Cancel puts back every layer the job touched. Returns the worker."""
-        def job():
-            try:
-                yield from events()
-            except Exception as exc:  # reported in the GUI thread as a notification, never a traceback only
-                yield exc
-
         self._rollback = {}
         self._finished_cleanly = False
         self._on_done = on_done
-        self.worker = create_worker(job, _start_thread=False)
-        self.worker.yielded.connect(self._on_event)
-        self.worker.finished.connect(self._on_finished)
+        worker = self.runner.run(events, yielded=self._on_event, failed=self._on_error, finished=self._on_finished)
         self._set_running(True)
         self.status.value = status
-        self.worker.start()
-        return self.worker
+        return worker
 
     def cancel(self) -> None:
         """Stop at the next step of training; layers touched by this run are put back as they were."""
-        if self.worker is not None:
-            self.status.value = "Cancelling…"
-            self.worker.quit()
+        self.runner.cancel()
 
     def _extraction_job(self, field, labels, params: dict):
         """What the worker calls to cut the objects out (or trace their contours): the one objects route
@@ -305,9 +292,7 @@ class TiclustWidget(Container):
         return layer.data
 
     def _on_event(self, event) -> None:
-        if isinstance(event, Exception):
-            self._on_error(event)
-        elif isinstance(event, Objects):
+        if isinstance(event, Objects):
             self._show_objects(event)
         elif isinstance(event, Progress):
             self.progress.max = max(event.total, 1)
@@ -410,16 +395,14 @@ class TiclustWidget(Container):
         self._undo_run()
         self.status.value = f"Stopped: {message}"
 
-    def _on_finished(self) -> None:
+    def _on_finished(self, _cancelled: bool) -> None:
         if not self._finished_cleanly:
             self._undo_run()
             if not self.status.value.startswith("Stopped"):
                 self.status.value = "Cancelled: nothing was changed."
-        self.worker = None
         self._set_running(False)
 
     def _set_running(self, running: bool) -> None:
-        self.run_button.text = "Cancel" if running else "Run"
         for widget in (self.method, self.input, self.labels, self.extraction, self.k, self.params, self.advanced, self.device,
                        self.seed, self.runs,
                        self.load_button, self.curation):
@@ -570,8 +553,7 @@ class TiclustWidget(Container):
         result, layer = self.result, self.viewer.layers[self.result_layer_name]
         item = self._item(layer, frame)
         index = frame if 0 <= frame < result.n else None   # an item of the fitted stack: replay the fit's own warps
-        self._inspecting = create_worker(api.align_one, result, item, self.device.value, index,
-                                         _start_thread=False)
+        device = self.device.value
 
         def show(aligned_scores):
             shown_before = self._inspected is result
@@ -594,9 +576,8 @@ class TiclustWidget(Container):
             if pending is not None and pending != frame and self.result is result:
                 self._request_inspection(pending)
 
-        self._inspecting.returned.connect(show)
-        self._inspecting.finished.connect(next_one)
-        self._inspecting.start()
+        self._inspecting = start_worker(lambda: api.align_one(result, item, device, index), returned=show,
+                                        finished=next_one)
 
     def _on_points_selected(self, _=None) -> None:
         """Points picked in the landmark layer: highlight their shapes and say where they went."""

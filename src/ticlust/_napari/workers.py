@@ -1,0 +1,92 @@
+"""Thread workers for the docks: one way to start a job off the GUI thread, and the Run/Cancel button.
+
+A dock starts every job it runs in a napari thread worker through :func:`start_worker`, whose slots run in the
+GUI thread; a job that a button starts and may cancel (the ticlust widget's Run, the plate panel's Apply result)
+goes through a :class:`RunButton`, which swaps the button's text to Cancel while the job runs and quits the
+worker (at its next ``yield``) when the button is pressed again.
+"""
+from napari.qt.threading import create_worker
+
+CANCEL = "Cancel"
+
+
+def start_worker(job, *, yielded=None, returned=None, finished=None, alive=None):
+    """Run ``job()`` (a function, or a generator whose yields reach ``yielded``) in a napari thread worker and
+    return the started worker. ``returned`` gets its return value, ``finished`` is called when it has stopped
+    (returned, failed or cancelled), all in the GUI thread; with ``alive`` given, no slot is called once
+    ``alive()`` is False (the dock was closed: nothing of a late job is drawn into it)."""
+    worker = create_worker(job, _start_thread=False)
+    for name, slot in (("yielded", yielded), ("returned", returned), ("finished", finished)):
+        if slot is not None:        # a function's worker has no yielded signal
+            getattr(worker, name).connect(slot if alive is None else _while(alive, slot))
+    worker.start()
+    return worker
+
+
+def _while(alive, slot):
+    def call(*args):
+        if alive():
+            slot(*args)
+    return call
+
+
+class RunButton:
+    """A push button that starts a job (its own text, ``idle``) and reads Cancel while the job's worker runs;
+    pressing it then stops the job at its next step. The dock says what happens through ``say``."""
+
+    def __init__(self, button, start, say, alive=None):
+        self.button, self.idle = button, button.text
+        self.start, self.say, self.alive = start, say, alive
+        self.worker = None
+        button.changed.connect(self._clicked)
+
+    @property
+    def running(self) -> bool:
+        return self.worker is not None
+
+    def _clicked(self, _=None) -> None:
+        if self.running:
+            self.cancel()
+        else:
+            self.start()
+
+    def run(self, events, *, yielded=None, returned=None, failed=None, finished=None):
+        """Run the generator ``events()`` in a worker with Cancel on the button (a Cancel takes effect at its next
+        ``yield``): ``yielded`` gets each event, ``returned`` its return value (None after a failure), ``failed``
+        the exception it raised, ``finished(cancelled)`` is called once it has stopped and the button reads
+        ``idle`` again; all in the GUI thread. Returns the worker."""
+        def job():
+            try:
+                return (yield from events())
+            except Exception as exc:   # handed to ``failed`` in the GUI thread, never a traceback only
+                yield exc
+                return None
+
+        def event(item):
+            if isinstance(item, Exception):
+                failed(item)
+            elif yielded is not None:
+                yielded(item)
+
+        def done():
+            cancelled = self.worker is not None and self.worker.abort_requested
+            self.worker = None
+            self.button.text = self.idle
+            if finished is not None:
+                finished(cancelled)
+
+        self.button.text = CANCEL
+        self.worker = start_worker(job, yielded=event, returned=returned, finished=done, alive=self.alive)
+        return self.worker
+
+    def cancel(self) -> None:
+        """Stop the running job at its next step (nothing when none runs)."""
+        if self.worker is not None:
+            self.say("Cancelling…")
+            self.worker.quit()
+
+    def drop(self) -> None:
+        """Stop the running job at its next step and forget it, without a word: the dock was closed."""
+        if self.worker is not None:
+            self.worker.quit()
+            self.worker = None
