@@ -157,6 +157,14 @@ class FastScattering2D:
         return torch.cat(out, dim=1)
 
 
+@functools.lru_cache(maxsize=8)
+def fast_scattering(shape: tuple[int, int], j_max: int = 3, n_angles: int = 8, order: int = 2,
+                    device: torch.device | str = "cpu") -> FastScattering2D:
+    """A :class:`FastScattering2D`, built once per shape, J, L, order and device: building its low-pass
+    matrices takes about as long as scattering a few hundred 32×32 images, which every predict call paid."""
+    return FastScattering2D(shape, j_max, n_angles, order, torch.device(device))
+
+
 def kymatio_scattering(shape: tuple[int, int], j_max: int = 3, n_angles: int = 8, order: int = 2,
                        device: torch.device | str = "cpu"):
     """kymatio's own torch scattering module, imported past the SciPy >= 1.17 trap (GUIDE §6)."""
