@@ -4,8 +4,9 @@ kymatio 0.3's torch frontend loops over the 217 scattering paths in Python, one 
 which tops out at a few hundred 32×32 images per second on a 2-core CPU. :class:`FastScattering2D`
 computes exactly the same coefficients (same reflect padding, same Fourier-domain filters from
 ``kymatio.scattering2d.filter_bank``, same periodisation for subsampling, same path order) but
-multiplies and transforms all orientations of one scale at once, and folds the final low-pass +
-subsampling + crop into one small precomputed matrix per scale. ``tests/test_pssc.py`` checks it
+multiplies and transforms all orientations of one scale at once, folds the wavelet product's spectral
+aliases block by block on real filters, and folds the final low-pass + subsampling + crop into one small
+precomputed matrix per scale. ``tests/test_pssc.py`` checks it
 against kymatio's own ``ScatteringTorch2D`` to 1e-5.
 
 Import note: ``import kymatio`` (or ``kymatio.torch``) fails with SciPy >= 1.17 because its 3-D code
@@ -64,8 +65,7 @@ class FastScattering2D:
         if max(self.pads[:2]) >= m or max(self.pads[2:]) >= n:
             raise ValueError(f"Images of {m}x{n} are too small for J = {j_max}: reflect padding needs them larger than 2^J.")
         bank = kymatio_filters(self.mp, self.np_, j_max, n_angles)
-        cplx = torch.complex64 if dtype == torch.float32 else torch.complex128
-        self.dtype, self.cdtype = dtype, cplx
+        self.dtype = dtype
 
         def t(a):
             return torch.as_tensor(np.asarray(a), dtype=dtype, device=self.device)
