@@ -116,7 +116,8 @@ class FastScattering2D:
         weights = self.alias[(j, r)]                                         # (k², 1, L, sh, sw, 2)
         blocks, _, _, sh, sw, _ = weights.shape
         k, m = round(blocks ** 0.5), spec.shape[0]
-        parts = torch.view_as_real(spec).reshape(m, k, sh, k, sw, 2).permute(1, 3, 0, 2, 4, 5).reshape(blocks, m, 1, sh, sw, 2)
+        parts = torch.view_as_real(spec).reshape(m, k, sh, k, sw, 2).permute(1, 3, 0, 2, 4, 5)
+        parts = parts.reshape(blocks, m, 1, sh, sw, 2)                       # the k² alias blocks, block-major
         folded = parts[0] * weights[0]                                       # (M, L, sh, sw, 2)
         for b in range(1, blocks):
             folded.addcmul_(parts[b], weights[b])
