@@ -11,7 +11,7 @@ from ticlust.errors import InputError
 from ticlust.samples import digits_sample
 from ticlust.events import drain
 from ticlust.methods import pssc
-from ticlust.scattering import FastScattering2D, kymatio_scattering, n_paths
+from ticlust.scattering import FastScattering2D, fast_scattering, kymatio_scattering, n_paths
 
 
 # small, fast settings for the tiny test data (the defaults are the paper's)
@@ -40,6 +40,21 @@ def test_fast_scattering_equals_kymatio(shape, j, L, order):
     ref = kymatio_scattering(shape, j, L, order)(x)
     assert ours.shape == ref.shape == (6, n_paths(j, L, order), shape[0] // 2 ** j, shape[1] // 2 ** j)
     assert float((ours - ref).abs().max()) < 1e-5
+
+
+def test_scattering_steps_give_the_same_features_and_the_operator_is_built_once():
+    """Features do not depend on how many images a step scatters (fit and predict may step differently), the
+    operator is built once per shape and device, and a CPU step holds fewer images when they are larger."""
+    x = torch.rand(24, 32, 32, generator=torch.Generator().manual_seed(2))
+    op = fast_scattering((32, 32))
+    assert fast_scattering((32, 32)) is op and fast_scattering((16, 16), 2) is not op
+    whole = op(x)
+    for step in (1, 5, 8):
+        assert torch.equal(torch.cat([op(x[i:i + step]) for i in range(0, len(x), step)]), whole)
+    cfg = pssc.PSSCConfig()
+    small, large = (pssc.Scatterer(shape, cfg, torch.device("cpu")) for shape in ((32, 32), (64, 64)))
+    assert pssc.scattering_batch(cfg, small) == cfg.batch_size == 8
+    assert pssc.scattering_batch(cfg, large) == 2
 
 
 def test_paper_feature_count():
