@@ -15,7 +15,8 @@ to K by Ward's criterion (the least rise of the within-cluster sum of squares, w
 prototypes' own rigid distances, each merged prototype the size-weighted mean of its parts posed into one
 frame; the items are then assigned once to the K merged prototypes. With K prototypes alone, Lloyd often
 spends two on one kind seen in two styles and lets two other kinds share one; many small prototypes are
-purer, and the merge joins styles of one kind before it joins two kinds.
+purer, and the merge joins first the pairs that cost the clustering least (measured in docs/rotation.md: it
+helps some sets and costs others, so it is off by default).
 
 ``refine`` hands the result to AI K-means (affine) or ST K-means (affine + TPS) as their start: every
 pair's affine map starts at the rigid pose found here, and each of their iterations searches the rigid pose
@@ -49,8 +50,8 @@ class RigidKMeansConfig:
     max_shift: float = param(SHIFT_FRACTION, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
     overcluster: int = param(1, "Prototypes per cluster in a first pass (1: off): Lloyd with overcluster × K prototypes, "
-                             "then merged down to K by Ward's criterion on their rigid distances, so one kind seen in "
-                             "several styles stays one cluster", low=1)
+                             "then merged down to K by Ward's criterion on their rigid distances, so that one kind seen in "
+                             "several styles can stay one cluster", low=1)
     refine: str = param("none", "Then refine from the rigid poses: none, affine (AI K-means) or deformable (ST K-means, TPS)",
                         choices=("none", "affine", "deformable"), essential=True)
     refine_iter: int = param(5, "Lloyd iterations of the refinement", low=1)
@@ -164,7 +165,7 @@ class RigidKMeans(Method):
         if cfg.overcluster > 1:
             yield Progress(0, 1, stage=f"merging {first.k} prototypes into {cfg.k}")
             mu = merged_prototypes(torch.from_numpy(result.state.centers).to(device),
-                                   torch.bincount(torch.from_numpy(result.labels), minlength=first.k), cfg)
+                                   torch.bincount(torch.from_numpy(result.labels), minlength=first.k).to(device), cfg)
             match = _search(x, mu, cfg)
             labels = match.score.argmin(1)
             own = match.score.gather(1, labels[:, None])[:, 0]
