@@ -17,7 +17,8 @@ Methods (``--methods``): any registered method with its defaults (K = the number
 ``regionprops``: k-means on standardised per-object measurements (skimage regionprops of each crop's
 thresholded mask: area, eccentricity, solidity, extent, axis lengths, perimeter, mean/max/min intensity,
 weighted Hu moments, which are rotation invariant) — what one would do without this library.
-Every row: ACC (Hungarian), NMI, wall time, the machine's load. Rows are appended to
+Every row: ACC (Hungarian), NMI, wall time, this process's CPU time (user + sys, all threads: what a loaded
+machine cannot inflate the way it inflates wall time), the machine's load. Rows are appended to
 benchmarks/results/rotation.jsonl; ``--report`` rebuilds benchmarks/results/rotation.md from it.
 """
 from __future__ import annotations
@@ -114,26 +115,29 @@ def run_one(set_name: str, x: np.ndarray, y: np.ndarray, method: str, seed: int,
     if set_name.startswith("route ") and method != "regionprops":
         from ticlust.api import object_params
         params = object_params(method, params)   # what the objects route hands the method
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), os.times()
     if method == "regionprops":
         labels = regionprops_labels(x, k, seed)
     else:
         labels = ticlust.fit(x, method, k=k, device="cpu", seed=seed, progress=False, **params).labels
     wall = time.perf_counter() - start
+    now = os.times()
+    cpu_s = (now.user - cpu.user) + (now.system - cpu.system)
     return {"set": set_name, "n": int(len(y)), "method": method, "params": params, "seed": seed,
             "acc": float(hungarian_accuracy(y, labels)), "nmi": float(nmi(y, labels)), "wall_s": round(wall, 1),
-            "load": load_average()}
+            "cpu_s": round(cpu_s, 1), "load": load_average()}
 
 
 def report(path: Path = RESULTS / "rotation.jsonl") -> str:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     lines = ["# Orientation-free clustering: measured (benchmarks/rotation.py)", "",
-             "Rows in the order measured; CPU only, 2 cores shared with other jobs (load = 1/5/15-min averages).", "",
-             "| set | n | method | params | seed | ACC | NMI | wall s | load |", "|---|---|---|---|---|---|---|---|---|"]
+             "Rows in the order measured; CPU only, 2 cores shared with other jobs (load = 1/5/15-min averages); "
+             "CPU s = user + sys of the fit's process, all threads (not recorded before it was added).", "",
+             "| set | n | method | params | seed | ACC | NMI | wall s | CPU s | load |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         params = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "defaults"
         lines.append(f"| {r['set']} | {r['n']} | {r['method']} | {params} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | "
-                     f"{r['wall_s']} | {r['load']} |")
+                     f"{r['wall_s']} | {r.get('cpu_s', '')} | {r['load']} |")
     return "\n".join(lines) + "\n"
 
 

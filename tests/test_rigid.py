@@ -227,3 +227,42 @@ def test_rigid_kmeans_refine_keeps_searching_the_rigid_pose(one_thread):
     assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
     assert r.params["flip"].any() and r.params["displacements"].shape == (36, 16, 2)
     assert 0 < r.timing["rigid_s"] < r.timing["fit_s"]
+
+
+def test_ward_groups_weighs_cluster_sizes():
+    from ticlust.methods.rigid_kmeans import ward_groups
+    # four centroids on a line at 0, 1, 10, 12: two big clusters 1 apart, two single items 2 apart
+    pos = np.array([0.0, 1.0, 10.0, 12.0])
+    d2 = (pos[:, None] - pos[None]) ** 2
+    sizes = np.array([100, 100, 1, 1])
+    g = ward_groups(d2, sizes, 3)             # joining the two singles raises the sum of squares least (2 < 50)
+    assert g[2] == g[3] and len({g[0], g[1], g[2]}) == 3
+    g = ward_groups(d2, sizes, 2)
+    assert g[0] == g[1] and g[2] == g[3] and g[0] != g[2]
+    assert ward_groups(d2, sizes, 4).tolist() == [0, 1, 2, 3]
+
+
+def _styled_set(seed: int):
+    """Three kinds at random angles; kind 0 (32 items) comes in two styles (the second with one more spot),
+    kinds 1 and 2 have 6 items each."""
+    rng = np.random.default_rng(seed)
+    base = _pattern(2)
+    yy, xx = np.mgrid[0:H, 0:W]
+    other_style = base + 0.5 * torch.from_numpy(np.exp(-((yy - 5) ** 2 + (xx - 12) ** 2) / 4.0).astype(np.float32))
+    xs, ys = [], []
+    for mu, label, n in ((base, 0, 16), (other_style, 0, 16), (_pattern(3), 1, 6), (_pattern(4), 2, 6)):
+        xs.append(_posed(mu, rng.uniform(0, 2 * math.pi, n), np.zeros(n, bool), rng.integers(-1, 2, (n, 2)).astype(np.float32))[:, 0].numpy())
+        ys += [label] * n
+    return np.concatenate(xs), np.asarray(ys)
+
+
+def test_rigid_kmeans_overcluster_keeps_two_styles_of_one_kind_together(one_thread):
+    x, y = _styled_set(seed=1)
+    opts = dict(k=3, device="cpu", seed=1, angles=32, max_iter=5)
+    # with K prototypes, this seed spends two on kind 0's styles and lets kinds 1 and 2 share one
+    assert ticlust.evaluate(y, ticlust.fit(x, "rigid-kmeans", **opts).labels)["acc"] < 1.0
+    merged = ticlust.fit(x, "rigid-kmeans", overcluster=3, **opts)
+    assert ticlust.evaluate(y, merged.labels)["acc"] == 1.0
+    assert merged.prototypes.shape == (3, H, W) and merged.scores.shape == (len(y), 3)
+    # the labels are the merged prototypes' own assignments, so predict agrees with the fit
+    assert np.array_equal(ticlust.predict(merged, x, device="cpu").labels, merged.labels)

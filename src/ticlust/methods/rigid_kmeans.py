@@ -10,6 +10,14 @@ k-means++ under the same rigid distance, so two copies of one pattern at differe
 taken for two seeds. Unlike the gradient alignments of ai/st-kmeans this finds a pattern at any angle,
 not only near the identity.
 
+``overcluster`` > 1 first runs those Lloyd iterations with overcluster × K prototypes, then merges them down
+to K by Ward's criterion (the least rise of the within-cluster sum of squares, with the cluster sizes) on the
+prototypes' own rigid distances, each merged prototype the size-weighted mean of its parts posed into one
+frame; the items are then assigned once to the K merged prototypes. With K prototypes alone, Lloyd often
+spends two on one kind seen in two styles and lets two other kinds share one; many small prototypes are
+purer, and the merge joins first the pairs that cost the clustering least (measured in docs/rotation.md: it
+helps some sets and costs others, so it is off by default).
+
 ``refine`` hands the result to AI K-means (affine) or ST K-means (affine + TPS) as their start: every
 pair's affine map starts at the rigid pose found here, and each of their iterations searches the rigid pose
 again (their ``start`` rigid, with this ``flip``), so their Adam refines a pose instead of searching it.
@@ -29,7 +37,8 @@ from ..stack import Stack, from_nchw, to_nchw
 from ..validation import check_same_size
 from ..kernels import keep_pinned
 from ..transforms.align import Aligner, Alignments
-from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, rigid_search, shift_pixels
+from ..transforms.rigid import (SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, common_frame, rigid_search,
+                               shift_pixels)
 from .base import Method, param, register, seed_everything
 
 
@@ -40,6 +49,9 @@ class RigidKMeansConfig:
     angles: int = param(0, "Angles tried over 360°; 0: from the crop size (a point on the inscribed circle moves ≤ 2 px per step)", low=0)
     max_shift: float = param(SHIFT_FRACTION, "Largest shift searched, as a fraction of the half image side (every integer shift within it)", low=0.0, high=1.0)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
+    overcluster: int = param(1, "Prototypes per cluster in a first pass (1: off): Lloyd with overcluster × K prototypes, "
+                             "then merged down to K by Ward's criterion on their rigid distances, so that one kind seen in "
+                             "several styles can stay one cluster", low=1)
     refine: str = param("none", "Then refine from the rigid poses: none, affine (AI K-means) or deformable (ST K-means, TPS)",
                         choices=("none", "affine", "deformable"), essential=True)
     refine_iter: int = param(5, "Lloyd iterations of the refinement", low=1)
@@ -93,6 +105,44 @@ def _centroids(x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, labels: t
     return new
 
 
+def ward_groups(d2: np.ndarray, sizes: np.ndarray, k: int) -> np.ndarray:
+    """Group label (0..k-1) of each of K' clusters, merged pairwise by Ward's criterion until k are left: at each
+    step the pair whose merge raises the within-cluster sum of squares least, n_a n_b / (n_a + n_b) · d²(a, b),
+    from the squared distances d2 (K', K') between their centroids (updated by Lance–Williams)."""
+    d2 = np.minimum(d2, d2.T).astype(np.float64)
+    n = sizes.astype(np.float64).copy()
+    group = np.arange(len(n))
+    alive = list(range(len(n)))
+    while len(alive) > k:
+        a_, b_ = np.array(alive)[:, None], np.array(alive)[None]
+        cost = np.where(a_ == b_, np.inf, n[a_] * n[b_] / np.maximum(n[a_] + n[b_], 1e-12) * d2[a_, b_])
+        i, j = np.unravel_index(np.argmin(cost), cost.shape)
+        a, b = alive[i], alive[j]
+        na, nb = n[a], n[b]
+        total = max(na + nb, 1e-12)
+        d2[a, :] = d2[:, a] = (na * d2[a] + nb * d2[b]) / total - na * nb * d2[a, b] / total ** 2   # centroid of a ∪ b
+        n[a] = na + nb
+        group[group == b] = a
+        alive.remove(b)
+    return np.searchsorted(np.array(alive), group)
+
+
+def merged_prototypes(mu: torch.Tensor, sizes: torch.Tensor, cfg: RigidKMeansConfig) -> torch.Tensor:
+    """K' prototypes (K', C, H, W) with their cluster sizes merged into cfg.k (:func:`ward_groups` on their rigid
+    distances); each merged prototype is the size-weighted mean of its parts posed into one frame (its largest part's)."""
+    d2 = _search(mu, mu, cfg).score.double().cpu().numpy()
+    group = ward_groups(d2, sizes.cpu().numpy(), cfg.k)
+    window = _window(cfg, mu.shape[-2:])
+    merged = []
+    for g in range(cfg.k):
+        parts = torch.from_numpy(np.flatnonzero(group == g)).to(mu.device)
+        parts = parts[torch.argsort(sizes[parts], descending=True, stable=True)]
+        posed = aligned_items(mu[parts], common_frame(mu[parts], n_angles=cfg.angles or None, flip=cfg.flip, max_shift=window))
+        weight = sizes[parts].to(mu.dtype).clamp_min(1e-6).view(-1, 1, 1, 1)
+        merged.append((posed * weight).sum(0) / weight.sum())
+    return torch.stack(merged)
+
+
 class RigidKMeans(Method):
     name, title = "rigid-kmeans", "Rigid-invariant K-means (exhaustive rotation × shift search)"
     config, state, inputs = RigidKMeansConfig, RigidState, ("images",)
@@ -109,8 +159,18 @@ class RigidKMeans(Method):
         rng = seed_everything(seed)
         x = to_nchw(stack.tensor(device))
         yield Progress(0, cfg.max_iter, stage="rigid k-means++ seeds")
-        mu = rigid_kmeans_plus_plus(x, cfg, rng)
-        result = yield from self._lloyd(stack, cfg, x, mu, device)
+        first = dataclasses.replace(cfg, k=min(cfg.k * cfg.overcluster, stack.n))
+        mu = rigid_kmeans_plus_plus(x, first, rng)
+        result = yield from self._lloyd(stack, first, x, mu, device)
+        if cfg.overcluster > 1:
+            yield Progress(0, 1, stage=f"merging {first.k} prototypes into {cfg.k}")
+            mu = merged_prototypes(torch.from_numpy(result.state.centers).to(device),
+                                   torch.bincount(torch.from_numpy(result.labels), minlength=first.k).to(device), cfg)
+            match = _search(x, mu, cfg)
+            labels = match.score.argmin(1)
+            own = match.score.gather(1, labels[:, None])[:, 0]
+            result = self._result(stack, cfg, x, mu, match, labels, result.history + [float(own.sum()) / x.shape[0]],
+                                  result.timing["iterations"])
         result.timing = {**result.timing, "fit_s": time.perf_counter() - start}
         if cfg.refine != "none":
             result = yield from self._refined(stack, cfg, x, result, device, seed, start)
@@ -137,8 +197,11 @@ class RigidKMeans(Method):
             mu = _centroids(x, mu, _assigned(match, labels)["theta"], labels, own)
             prev = labels
             yield Snapshot(self._items(stack, mu))
+        return self._result(stack, cfg, x, mu, match, labels, history, it)
+
+    def _result(self, stack, cfg, x, mu, match, labels, history, iterations) -> ClusteringResult:
         return self.result(cfg, RigidState(mu.cpu().numpy()), prototypes=self._items(stack, mu), history=history,
-                           timing={"iterations": it}, **self._outputs(stack, x, match, labels))
+                           timing={"iterations": iterations}, **self._outputs(stack, x, match, labels))
 
     def _outputs(self, stack: Stack, x: torch.Tensor, match: RigidMatch, labels: torch.Tensor) -> dict:
         own = _assigned(match, labels)
