@@ -522,9 +522,10 @@ class Aligner:
                      tps: bool = False, damping: float = LM_DAMPING) -> Alignments:
         """Each pair's warp improved by Levenberg-Marquardt on its least squares ||T(x, q) − μ||² (predict's fast path):
         the affine maps (at low resolution on low-passed images x, mu with ``low``), or with ``tps`` the landmark
-        displacements at full resolution, the affine maps fixed; ``damping`` is where the damping starts. The grid is linear in the parameters (``_grid_maps``), so one sampling
-        of the items and their slopes (``image_slopes``) gives every pair's residual and Jacobian; a Gauss-Newton step
-        travels in a few iterations what Adam takes tens of steps for. Per pair, a step that lowers the loss is kept
+        displacements at full resolution, the affine maps fixed; ``damping`` is where the damping starts. The grid is
+        linear in the parameters (``grid``), so one sampling of the items and their slopes (``image_slopes``) gives
+        every pair's residual and Jacobian; a Gauss-Newton step travels in a few iterations what Adam takes tens of
+        steps for. Per pair, a step that lowers the loss is kept
         (damping shrinks), one that does not is dropped (damping grows); the projections keep the warps feasible.
         Never worse than ``start`` per pair; returns the Alignments with their losses (at ``low``'s resolution)."""
         # the grid's x and y are each linear in their own parameters through the same functions φ of the pixel (affine:
@@ -533,23 +534,31 @@ class Aligner:
         pts = self.low_points if low else self.points
         phi = self.basis if tps else torch.cat([pts, torch.ones_like(pts[:, :1])], 1)   # (P, n)
         n = phi.shape[1]
-        outer = (phi[:, :, None] * phi[:, None, :]).flatten(1)   # (P, n²)
-        slopes = image_slopes(x, self.padding)
         channels = x.shape[-3]
-        target = (mu if mu.ndim == x.ndim + 1 else mu[None]).flatten(-2)   # (B or 1, K, C, P)
+        phi = phi.repeat(channels, 1)   # (CP, n): every channel's pixels in turn, as the images flatten
+        rows, cols = torch.triu_indices(n, n, device=phi.device)   # JᵀJ is symmetric: each block's upper triangle
+        outer = phi[:, rows] * phi[:, cols]   # (CP, n(n+1)/2)
+        slopes = image_slopes(x, self.padding)
+        target = (mu if mu.ndim == x.ndim + 1 else mu[None]).flatten(-3)   # (B or 1, K, CP)
         project = self.project_tps if tps else self.project_affine
 
         def warps(q):
             return Alignments(start.theta, q) if tps else Alignments(q, start.nu)
 
         def evaluate(q):
-            value, gx, gy = self.warp_pairs(slopes, warps(q), low).flatten(-2).unflatten(2, (3, channels)).unbind(2)
-            residual = value - target   # (B, K, C, P)
-            blocks = (torch.stack([gx * gx, gx * gy, gy * gy], 2).sum(3) @ outer).unflatten(-1, (n, n))
-            hess = torch.cat([torch.cat([blocks[:, :, 0], blocks[:, :, 1]], -1),
-                              torch.cat([blocks[:, :, 1], blocks[:, :, 2]], -1)], -2)   # (B, K, 2n, 2n): x then y
-            grad = (torch.stack([gx * residual, gy * residual], 2).sum(3) @ phi).flatten(2)   # (B, K, 2n)
-            return (residual * residual).sum((-2, -1)), hess, grad
+            sampled = self.warp_pairs(slopes, warps(q), low).flatten(-2).unflatten(2, (3, channels)).flatten(-2)
+            value, gx, gy = sampled.unbind(2)   # (B, K, CP) each
+            residual = value - target
+            products = torch.empty(5, *gx.shape, device=gx.device, dtype=gx.dtype)   # written in place: no stacking copy
+            for out, (a, b) in zip(products, ((gx, gx), (gx, gy), (gy, gy), (gx, residual), (gy, residual))):
+                torch.mul(a, b, out=out)
+            upper = products[:3] @ outer   # (3, B, K, n(n+1)/2): one product for all pairs
+            blocks = upper.new_empty(*upper.shape[:-1], n, n)
+            blocks[..., rows, cols] = upper
+            blocks[..., cols, rows] = upper
+            hess = torch.cat([torch.cat([blocks[0], blocks[1]], -1), torch.cat([blocks[1], blocks[2]], -1)], -2)
+            grad = torch.cat([products[3] @ phi, products[4] @ phi], -1)   # (B, K, 2n): x then y
+            return (residual * residual).sum(-1), hess, grad
 
         def as_params(step):   # x then y parameters as the warp lays them out: θ in that order, ν as (ℓ, 2)
             return step.unflatten(-1, (2, n)).transpose(-1, -2) if tps else step
@@ -560,8 +569,8 @@ class Aligner:
         for _ in range(iterations):
             curvature = hess.diagonal(dim1=-2, dim2=-1)
             floor = 1e-6 * curvature.mean(-1, keepdim=True) + 1e-12   # a flat pair (blank image) still solves
-            step = torch.linalg.solve_ex(hess + torch.diag_embed(damping[..., None] * (curvature + floor)),
-                                         -grad[..., None])[0][..., 0]
+            factor = torch.linalg.cholesky_ex(hess + torch.diag_embed(damping[..., None] * (curvature + floor)))[0]
+            step = torch.cholesky_solve(-grad[..., None], factor)[..., 0]   # symmetric positive definite: Cholesky
             trial = project([q + as_params(step)])[0]
             t_loss, t_hess, t_grad = evaluate(trial)
             better = t_loss < loss
