@@ -640,12 +640,13 @@ def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
     Gauss-Newton iterations from its start (the identity, or with ``start`` rigid each pair's rigid pose; rigid and
     similarity warps from their best turn, ``Aligner.turned``) and priced at full resolution (the screen); the
     ``predict_candidates`` closest centroids of each image then go on from that pose at full resolution: the affine
-    map and, with a TPS, the landmark displacements (``PREDICT_ITERATIONS``). The other pairs keep their screened
-    alignments, so their scores are upper bounds of a full alignment's and every image's label is one of its
-    candidates."""
+    map and, with a TPS, the landmark displacements (``PREDICT_ITERATIONS``); with K or more candidates, every centroid
+    (a plate of few kinds). The other pairs keep their screened alignments, so their scores are upper bounds of a full
+    alignment's and every image's label is one of its candidates."""
     cfg, aligner = run.cfg, run.aligner
     tps = aligner.landmarks is not None
     screen, affine, bend = PREDICT_ITERATIONS[tps]
+    candidates = min(cfg.predict_candidates, mu.shape[0])
     mu = aligner.pyramid(mu)
     pairs = aligner.zeros(run.stack.n, mu.full.shape[0])
     for s in _chunks(run.stack.n, cfg.chunk):
@@ -655,7 +656,7 @@ def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
         found = aligner.gauss_newton(x.low, mu.low, turned, screen, low=True)
         found.losses = aligner.pair_losses(x.full, mu.full, found)
         found = _lower(found, begin)   # a rigid start's pose where it was better (the identity's loss is not known: inf)
-        pick = found.losses.topk(cfg.predict_candidates, dim=1, largest=False).indices   # (B, m)
+        pick = found.losses.topk(candidates, dim=1, largest=False).indices   # (B, m)
         full, targets = found.take(pick), mu.full[pick]
         if affine:
             full = aligner.gauss_newton(x.full, targets, full, affine)
@@ -792,7 +793,7 @@ class AIKMeans(Method):
         if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
             raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
         run = self._start(stack, cfg, x, device)
-        if not 0 < cfg.predict_candidates < mu.shape[0]:   # every centroid aligned in full: the exact path
+        if cfg.predict_candidates == 0:   # every centroid aligned in full by Adam: the exact path (the reference)
             pairs = run.aligner.zeros(stack.n, mu.shape[0])
             drain(run.align_all(mu, pairs, Schedule.of(cfg, steps=cfg.predict_steps)))
             return run, mu, pairs
