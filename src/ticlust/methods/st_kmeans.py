@@ -61,7 +61,8 @@ class AIKMeansConfig:
     epochs: int = param(150, "Mini-batch mode: passes over the data (paper: 150)", low=1)
     batch_size: int = param(64, "Mini-batch mode: images per batch (paper: 64)", low=1)
     minibatch_steps: int = param(1, "Mini-batch mode: Adam steps per stage each time a batch is visited", low=1)
-    predict_steps: int = param(150, "Adam steps per stage when aligning new images to the fixed centroids", low=1)
+    predict_steps: int = param(150, "Adam steps per stage when aligning new images to the fixed centroids on the exact path "
+                               "(predict_candidates=0)", low=1)
     predict_candidates: int = param(3, "Predict: centroids per new image aligned in full, the closest after a short "
                                     "alignment to every centroid; 0: every centroid, predict_steps per stage from the "
                                     "identity (the exact, slow path)", low=0)
