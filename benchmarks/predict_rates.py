@@ -128,8 +128,8 @@ def table(rows: list[dict]) -> list[str]:
         exact = (f"{r['exact_rate']:.1f} | {r['exact_acc']:.4f} | {r['new_differ']} | {r['fit_differ']}, {r['exact_fit_differ']}"
                  if "exact_rate" in r else f"– | – | – | {r['fit_differ']}, –")
         cand = f" predict_candidates={r['candidates']}" if r["candidates"] != "" else ""
-        if r["candidates"] != "" and not 0 < r["candidates"] < r["k"]:
-            cand += " (≥ K: the exact path)"
+        if r["candidates"] != "" and r["candidates"] >= r["k"]:
+            cand += " (≥ K: every centroid through the fast path's stages)"
         lines.append(f"| {r['data']} | {r['method']} | {r['fit_n']} / {r['new_n']} | {r['rate']:.1f} | {r['acc']:.4f} | "
                      f"{exact} | {r['settings']}{cand} | {r['load_before']} / {r['load_after']} |")
     return lines

@@ -10,6 +10,7 @@ import torch
 
 import ticlust
 from ticlust.methods import st_kmeans
+from ticlust.metrics import hungarian_accuracy
 from ticlust.nuclei import nuclei_field
 from ticlust.object_route import objects_route
 from ticlust.samples import glyphs_sample
@@ -49,13 +50,18 @@ def test_fast_path_gives_the_exact_labels_on_separated_kinds(method, extra):
     assert np.array_equal(_predict(res, crops, 1).labels, res.labels)   # the fit's items keep their clusters
 
 
-def test_candidates_k_is_the_exact_path_and_repeats():
+def test_candidates_k_aligns_every_centroid_and_repeats():
+    """With K or more candidates every centroid goes through the candidates' stages (no screening out), not the exact
+    path: here (its 10 Adam steps per stage) the Gauss-Newton stages align closer and label at least as well; the
+    label is the lowest score; and a run repeats exactly."""
     fit_x, _ = glyphs_sample(n_per_class=6, size=16, seed=1)
-    new_x, _ = glyphs_sample(n_per_class=4, size=16, seed=2)
+    new_x, new_y = glyphs_sample(n_per_class=4, size=16, seed=2)
     res = ticlust.fit(fit_x, "st-kmeans", k=4, device="cpu", seed=0, landmarks=3, **FIT)
     exact = _predict(res, new_x, 0)
-    every = _predict(res, new_x, 4)
-    assert np.array_equal(every.labels, exact.labels) and np.array_equal(every.scores, exact.scores)
+    every, more = _predict(res, new_x, 4), _predict(res, new_x, 9)
+    assert np.array_equal(every.scores, more.scores) and np.array_equal(every.scores.argmin(1), every.labels)
+    assert every.scores.min(1).mean() < 0.5 * exact.scores.min(1).mean()
+    assert hungarian_accuracy(new_y, every.labels) >= hungarian_accuracy(new_y, exact.labels)
     a, b = _predict(res, new_x, 2), _predict(res, new_x, 2)
     assert np.array_equal(a.labels, b.labels) and np.array_equal(a.scores, b.scores)
     assert np.array_equal(a.params["displacements"], b.params["displacements"])
@@ -119,8 +125,58 @@ def test_lean_loss_has_the_fit_kernels_gradient():
 def test_hot_loop_stays_on_the_device():
     """Nothing in the screen, the candidates' alignment or the lean kernels moves data to the host, so the
     same code runs batched on a GPU (``--device cuda``) without a synchronising copy per step."""
-    for fn in (st_kmeans._screened, Aligner.grid, Aligner.warp_pairs, Aligner._grid_maps, Alignments.take,
+    for fn in (st_kmeans._screened, Aligner.gauss_newton, Aligner.grid, Aligner.warp_pairs, Aligner._grid_maps, Alignments.take,
                Alignments.put, Aligner.pair_losses):
         source = inspect.getsource(fn)
         for host in (".cpu()", ".numpy()", ".item()", ".tolist()", "np."):
             assert host not in source, (fn.__qualname__, host)
+
+
+def _blobs(n: int, size: int = 24) -> torch.Tensor:
+    """n smooth test images (1 channel): two Gaussian blobs each, of seeded places and widths."""
+    g = torch.Generator().manual_seed(5)
+    yy, xx = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij")
+    out = torch.zeros(n, 1, size, size)
+    for i in range(n):
+        for _ in range(2):
+            cy, cx = (torch.rand(2, generator=g) * 0.5 + 0.25) * size
+            w = float(torch.rand(1, generator=g)) * 2 + 2
+            out[i, 0] += torch.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * w * w))
+    return out
+
+
+def test_gauss_newton_finds_a_known_affine_warp():
+    """Targets made by warping the images with known affine maps: a few Levenberg-Marquardt iterations from the
+    identity bring every pair's loss to a small part of where it started, at low and at full resolution, and no
+    pair ends worse than it started (a start at the true map stays there)."""
+    x = _blobs(4)
+    aligner = Aligner((24, 24), None, "cpu", lowpass=0.07, max_scale=1.5, lean=True)
+    truth = Alignments(torch.tensor([[0.08, 0.05, 0.1, -0.04, -0.06, -0.08]]).repeat(4, 1)[:, None])   # (4, 1, 6)
+    with torch.no_grad():
+        mu = aligner.warp_pairs(x, truth)                     # (4, 1, C, H, W): each image's own target
+    start = aligner.zeros(4, 1)
+    before = aligner.pair_losses(x, mu, start)
+    full = aligner.gauss_newton(x, mu, start, 6)
+    assert torch.all(full.losses < 0.01 * before)
+    assert torch.allclose(full.losses, aligner.pair_losses(x, mu, full), rtol=1e-4, atol=1e-6)   # the losses it reports
+    assert torch.allclose(full.theta, truth.theta, atol=0.02)
+    ours, theirs = aligner.pyramid(x), aligner.pyramid(mu.flatten(0, 1)).low.unflatten(0, (4, 1))
+    low = aligner.gauss_newton(ours.low, theirs, start, 6, low=True)
+    assert torch.all(low.losses < 0.1 * aligner.pair_losses(ours.low, theirs, start, low=True))
+    kept = aligner.gauss_newton(x, mu, Alignments(truth.theta.clone()), 3)
+    assert torch.all(kept.losses <= aligner.pair_losses(x, mu, truth) + 1e-7)
+
+
+def test_gauss_newton_bends_the_tps_within_its_bound():
+    """The TPS stage (affine maps fixed) lowers every pair's loss towards targets bent by known displacements, and
+    keeps each displacement within the aligner's bound (``max_displacement`` × the landmark spacing)."""
+    x = _blobs(3)
+    aligner = Aligner((24, 24), 3, "cpu", max_displacement=0.5, lean=True)
+    nu = torch.randn(3, 1, 9, 2, generator=torch.Generator().manual_seed(7)) * 0.08
+    bent = Alignments(torch.zeros(3, 1, 6), nu)
+    with torch.no_grad():
+        mu = aligner.warp_pairs(x, bent)
+    start = aligner.zeros(3, 1)
+    out = aligner.gauss_newton(x, mu, start, 6, tps=True)
+    assert torch.all(out.losses < 0.1 * aligner.pair_losses(x, mu, start))
+    assert torch.equal(out.theta, start.theta) and float(out.nu.abs().max()) <= aligner.max_nu + 1e-6

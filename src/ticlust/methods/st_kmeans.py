@@ -61,7 +61,8 @@ class AIKMeansConfig:
     epochs: int = param(150, "Mini-batch mode: passes over the data (paper: 150)", low=1)
     batch_size: int = param(64, "Mini-batch mode: images per batch (paper: 64)", low=1)
     minibatch_steps: int = param(1, "Mini-batch mode: Adam steps per stage each time a batch is visited", low=1)
-    predict_steps: int = param(150, "Adam steps per stage when aligning new images to the fixed centroids", low=1)
+    predict_steps: int = param(150, "Adam steps per stage when aligning new images to the fixed centroids on the exact path "
+                               "(predict_candidates=0)", low=1)
     predict_candidates: int = param(3, "Predict: centroids per new image aligned in full, the closest after a short "
                                     "alignment to every centroid; 0: every centroid, predict_steps per stage from the "
                                     "identity (the exact, slow path)", low=0)
@@ -85,9 +86,9 @@ class STKMeansConfig(AIKMeansConfig):
     affine_first: bool = param(True, "Deformable Lloyd runs: cluster with affine warps alone until no label changes, then "
                                "add the thin-plate spline (coarse to fine, as DTI's curriculum; stops a TPS bending "
                                "members of two groups onto one blended centroid)")
-    # the affine screen ranks ST's centroids less well than AI's (the TPS reorders close ones): 3 candidates lost
-    # 0.023 ACC on MNIST (2,000 held back, quiet machine); 4 keep it (500 held back: 0.872 vs 0.870 exact)
-    predict_candidates: int = param(4, "Predict: centroids per new image aligned in full, the closest after a short "
+    # the affine screen ranks ST's centroids less well than AI's (the TPS reorders close ones): on MNIST (2,000 held
+    # back) the Gauss-Newton path with 4 candidates lost 0.0125 ACC against the exact path, 5 keep it (0.888 both)
+    predict_candidates: int = param(5, "Predict: centroids per new image aligned in full, the closest after a short "
                                     "alignment to every centroid; 0: every centroid, predict_steps per stage from the "
                                     "identity (the exact, slow path)", low=0)
 
@@ -108,17 +109,16 @@ def auto_chunk(stack: Stack, k: int, device: torch.device) -> int:
 
 
 PREDICT_BLOCK = 4096   # images read from a (lazy) stack at once when assigning new images
-#: Predict's fast path (``_screened``), chosen by measurement on MNIST and generated nuclei
-#: (benchmarks/results/predict_rates.md). PREDICT_STAGES[has a TPS stage] = (screen steps, screen gain, low-res share,
-#: full-res share, candidates' gain): every (new image, centroid) pair first gets the screen's Adam steps of the
-#: low-resolution affine stage at its gain × the learning rate; each image's ``predict_candidates`` closest
-#: centroids are then aligned from the identity with those shares of predict_steps for the low- and the
-#: full-resolution stage, at the candidates' gain × both learning rates (about as far travelled as the exact
-#: path's in a fraction of the steps). Without a TPS the full-resolution stage only refines the affine map the
-#: low-resolution one found: 15 + 30 + 15 steps kept ai-kmeans' ACC (MNIST, 2,000 held back: 0.7245 vs 0.7240 exact).
-#: A TPS starts from zero displacements and needs its third, and ST's ranking its 20-step screen (a tenth of
-#: the TPS steps lost 0.02 ACC, a 15-step screen 0.014).
-PREDICT_STAGES = {False: (15, 4.0, 1 / 5, 1 / 10, 3.0), True: (20, 3.0, 1 / 3, 1 / 3, 2.0)}
+#: Predict's fast path (``_screened``): Levenberg-Marquardt iterations (``Aligner.gauss_newton``) of its stages,
+#: PREDICT_ITERATIONS[has a TPS stage] = (screen: every pair's affine map at low resolution, the candidates' affine map
+#: at full resolution, the candidates' TPS displacements at full resolution), chosen on MNIST (2,000 held back,
+#: benchmarks/results/predict_rates.md): ai-kmeans without its full-resolution stage lost 0.03 ACC, with 2 iterations
+#: it is within 0.004 of the exact path; ST's TPS goes on from the screened affine map (a full-resolution affine stage
+#: before it lost 0.01: 0.8615 vs 0.8710 with 4 candidates and 3 TPS iterations).
+PREDICT_ITERATIONS = {False: (2, 2, 0), True: (3, 0, 5)}
+#: The TPS stage's starting Levenberg-Marquardt damping: its least-squares optimum bends an image onto wrong centroids
+#: too (damping 0.01: ACC 0.83 vs 0.888 exact on MNIST), damped steps bend it about as far as the exact path's Adam.
+TPS_DAMPING = 1.0
 
 
 def _chunks(n: int, size: int):
@@ -637,31 +637,33 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
 
 # ---- prediction ----------------------------------------------------------------------------------
 def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
-    """Predict's fast path: every (image, centroid) pair is aligned by the short low-resolution screen
-    (``PREDICT_STAGES``) and priced at full resolution; the ``predict_candidates`` closest centroids of each image are
-    then aligned afresh from the start (the identity, or with ``start`` rigid each pair's rigid pose), as the exact
-    path does, with the candidates' schedule
-    (``_candidate_schedule``), each keeping the better of that and its screened alignment (measured: going on from
-    the screen's pose instead changed 17 of 300 MNIST labels against the exact path, afresh 5 of 200). The other
-    pairs keep their screened alignments, so their scores are upper bounds of a full alignment's and every
-    image's label is one of its candidates."""
+    """Predict's fast path: every (image, centroid) pair's affine map is fitted at low resolution by a few
+    Gauss-Newton iterations from its start (the identity, or with ``start`` rigid each pair's rigid pose; rigid and
+    similarity warps from their best turn, ``Aligner.turned``) and priced at full resolution (the screen); the
+    ``predict_candidates`` closest centroids of each image then go on from that pose at full resolution: the affine
+    map and, with a TPS, the landmark displacements (``PREDICT_ITERATIONS``); with K or more candidates, every centroid
+    (a plate of few kinds). The other pairs keep their screened alignments, so their scores are upper bounds of a full
+    alignment's and every image's label is one of its candidates."""
     cfg, aligner = run.cfg, run.aligner
     tps = aligner.landmarks is not None
+    screen, affine, bend = PREDICT_ITERATIONS[tps]
+    candidates = min(cfg.predict_candidates, mu.shape[0])
     mu = aligner.pyramid(mu)
-    steps, gain = PREDICT_STAGES[tps][:2]
-    screen = Schedule.of(cfg, steps=steps)
-    screen.affine_lr *= gain
-    if screen.affine_steps:   # the low-resolution stage alone, then the full-resolution price
-        screen.steps = 0
     pairs = aligner.zeros(run.stack.n, mu.full.shape[0])
     for s in _chunks(run.stack.n, cfg.chunk):
         x = run.x.rows(s)
         begin = _starting(cfg.start, aligner, x, mu, pairs.rows(s))   # the identity, or each pair's rigid pose
-        found = drain(aligner.align(x, mu, begin, screen))
-        pick = found.losses.topk(cfg.predict_candidates, dim=1, largest=False).indices   # (B, m)
-        full = drain(aligner.align(x, Pyramid(mu.full[pick], mu.low[pick]), begin.take(pick),
-                                   _candidate_schedule(cfg, tps)))
-        found.put(pick, _lower(full, found.take(pick)))
+        turned = Alignments(aligner.turned(x, mu, begin.theta), begin.nu)
+        found = aligner.gauss_newton(x.low, mu.low, turned, screen, low=True)
+        found.losses = aligner.pair_losses(x.full, mu.full, found)
+        found = _lower(found, begin)   # a rigid start's pose where it was better (the identity's loss is not known: inf)
+        pick = found.losses.topk(candidates, dim=1, largest=False).indices   # (B, m)
+        full, targets = found.take(pick), mu.full[pick]
+        if affine:
+            full = aligner.gauss_newton(x.full, targets, full, affine)
+        if tps and bend:
+            full = aligner.gauss_newton(x.full, targets, full, bend, tps=True, damping=TPS_DAMPING)
+        found.put(pick, full)
         pairs[s] = found
     return pairs
 
@@ -673,16 +675,6 @@ def _lower(a: Alignments, b: Alignments) -> Alignments:
     def pick(u, v):
         return None if u is None else torch.where(better.view(*better.shape, *[1] * (u.ndim - 2)), u, v)
     return Alignments(pick(a.theta, b.theta), pick(a.nu, b.nu), torch.minimum(a.losses, b.losses))
-
-
-def _candidate_schedule(cfg, tps: bool) -> Schedule:
-    """The candidates' stages, shares of predict_steps at raised learning rates (``PREDICT_STAGES``)."""
-    affine_share, full_share, gain = PREDICT_STAGES[tps][2:]
-    full = Schedule.of(cfg, steps=max(1, round(cfg.predict_steps * affine_share)))
-    full.steps = max(1, round(cfg.predict_steps * full_share))
-    full.affine_lr *= gain
-    full.lr *= gain
-    return full
 
 
 # ---- the two methods -----------------------------------------------------------------------------
@@ -802,7 +794,7 @@ class AIKMeans(Method):
         if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
             raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
         run = self._start(stack, cfg, x, device)
-        if not 0 < cfg.predict_candidates < mu.shape[0]:   # every centroid aligned in full: the exact path
+        if cfg.predict_candidates == 0:   # every centroid aligned in full by Adam: the exact path (the reference)
             pairs = run.aligner.zeros(stack.n, mu.shape[0])
             drain(run.align_all(mu, pairs, Schedule.of(cfg, steps=cfg.predict_steps)))
             return run, mu, pairs
