@@ -18,6 +18,7 @@ import argparse
 import inspect
 import json
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -103,8 +104,8 @@ def main() -> None:
                 print(method, case, rows[-1][2], flush=True)
     n = len(images)
     lines = [f"## {args.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})", "",
-             f"`python benchmarks/memory.py --label {args.label} --src {args.src} --methods {args.methods} "
-             f"--cases {args.cases}`: {n:,} glyphs of 32×32 (uint8 memmap), "
+             f"`python benchmarks/memory.py --label {shlex.quote(args.label)} --src {args.src} --n-per-class "
+             f"{args.n_per_class} --methods {args.methods} --cases {args.cases}`: {n:,} glyphs of 32×32 (uint8 memmap), "
              f"CPU, {args.threads} torch threads on a 2-core machine shared with other jobs, load average {load_average()} "
              f"when it finished. An N×H×W float32 array is {n * 32 * 32 * 4 / 2**20:.0f} MiB here.", "",
              "| method | case | peak RSS (MiB) | baseline (MiB) | above baseline (MiB) | seconds | per-item pictures kept |",

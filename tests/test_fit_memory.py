@@ -5,6 +5,8 @@ when the run ends, is cancelled or fails."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -88,11 +90,11 @@ def test_fit_and_predict_read_batches_and_keep_no_pair_array_of_every_item(metho
     monkeypatch.setattr(dti, "SEED_BATCH", BATCH, raising=False)   # raising=False: the test also runs on older code
     stack = logged_stack(glyph_file)
     res = fit(method, stack)
-    assert res.n == N and res.aligned is None and "pair_theta" not in res.params
+    assert res.n == N and res.aligned is None and res.grids is None and "pair_theta" not in res.params
     assert max(stack.source.sizes) <= BATCH, f"the fit read {max(stack.source.sizes)} of {N} items at once"
     new = logged_stack(glyph_file)
     out = get_method(method).predict(res, new, CPU, BATCH if method == "dti-kmeans" else None)
-    assert out.n == N and max(new.source.sizes) <= BATCH
+    assert out.n == N and max(new.source.sizes) <= BATCH and out.aligned is None and out.grids is None
     assert not pair_sizes or max(pair_sizes) <= BATCH, "a per-pair array was made for every item"
     if method != "dti-kmeans":
         assert scratch_dirs and all(d is not None and not os.path.exists(d) for d in scratch_dirs)
@@ -111,6 +113,20 @@ def test_the_warm_start_on_disk_gives_the_result_it_gives_in_memory(method, chan
     np.testing.assert_array_equal(on_disk.labels, in_memory.labels)
     np.testing.assert_array_equal(on_disk.scores, in_memory.scores)
     np.testing.assert_array_equal(on_disk.prototypes, in_memory.prototypes)
+
+
+def test_a_fit_and_a_predict_import_no_scikit_learn(glyph_file):
+    """Every result is stamped with scikit-learn's version; importing scikit-learn for it cost each fit and
+    predict process ~140 MiB of resident memory and ~1 s of CPU (benchmarks/results/memory.md)."""
+    code = ("import sys\nimport numpy as np\nimport ticlust\n"
+            "x = np.load(sys.argv[1], mmap_mode='r')\n"
+            "res = ticlust.fit(x, method='dti-kmeans', k=3, seed=0, device='cpu', progress=False, max_epochs=1, threads=1)\n"
+            "out = ticlust.predict(res, x, device='cpu')\n"
+            "assert out.versions['scikit-learn'] == res.versions['scikit-learn'] != ''\n"
+            "print('sklearn' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code, str(glyph_file)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False"]
 
 
 def test_a_cancelled_fit_removes_its_scratch(glyph_file, scratch_dirs):

@@ -638,7 +638,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
     lattice = (cfg.grid_lattice, cfg.grid_lattice)
     out, pictures = Assignments(stack.n), stack.wants_pictures()
     spatial = any(mod.spatial for mod in model.sequence.modules[:active])
-    loss_terms = []    # (N,) per-item losses: their float32 mean is the run's final loss, as it always was
+    losses = np.empty(stack.n, np.float32)   # per-item losses: their float32 mean is the run's final loss
     n_batches = -(-stack.n // batch_size)
     for i, (s, batch) in enumerate(stack.batches(batch_size)):
         yield Progress(i, n_batches, float("nan"), "Aligning every image")
@@ -648,9 +648,10 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
         fields = {"scores": score, "labels": labels}
         if gmm:
             fields["responsibilities"] = torch.softmax(-score, 1)
-            loss_terms.append(-torch.logsumexp(-score, 1) / xb[0].numel())
+            loss = -torch.logsumexp(-score, 1) / xb[0].numel()
         else:
-            loss_terms.append(score.gather(1, labels[:, None])[:, 0])
+            loss = score.gather(1, labels[:, None])[:, 0]
+        losses[s:s + len(batch)] = loss.cpu().numpy()
         rows = torch.arange(len(labels), device=labels.device)
         chosen = [p[rows, labels] for p in params]
         fields.update({f"params/{m}": mod.shaped(p) for m, mod, p in zip(modules, model.sequence.modules, chosen)})
@@ -665,7 +666,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
         result["extras"] = {"variances": from_nchw(var, channels_last).cpu().numpy(),
                             "weights": torch.softmax(model.eta, 0).detach().cpu().numpy()}
     model.train()
-    return result, float(torch.cat(loss_terms).mean())
+    return result, float(torch.from_numpy(losses).mean())
 
 
 def model_lattice(size, lattice, n, device):
