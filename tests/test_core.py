@@ -14,7 +14,7 @@ from ticlust.validation import as_stack, random_subset
 from ticlust.device import DeviceFallbackWarning, resolve_device
 from ticlust.events import Done, Progress, Snapshot
 from ticlust.methods.gmm import em
-from ticlust.kernels import Rows, kmeans_plus_plus, lloyd
+from ticlust.kernels import Rows, bisect, kmeans_plus_plus, lloyd
 from ticlust.metrics import evaluate, hungarian_accuracy, majority_accuracy
 
 
@@ -185,6 +185,25 @@ def test_kmeans_lloyd_matches_sklearn_from_same_init():
     np.testing.assert_allclose(np.sort(centers.numpy(), 0), np.sort(sk.cluster_centers_, 0), atol=1e-6)
     assert np.array_equal(labels.numpy(), sk.labels_)
     assert inertia == pytest.approx(sk.inertia_, rel=1e-6)
+
+
+def test_bisect_block_by_block_splits_as_whole():
+    """A set bisected from its row blocks (a new pass per call, as read back from a scratch) splits as the whole
+    tensor does: the same sides, the same sums of squares and means to float tolerance; two groups are found."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.cat([torch.randn(70, 12, generator=g) + 3, torch.randn(50, 12, generator=g) - 3])
+    whole = bisect(rows)
+    passes = []
+
+    def blocks():
+        passes.append(1)
+        return iter(rows.split(16))
+    blocked = bisect(blocks)
+    assert len(passes) > 3
+    assert torch.equal(whole[3], blocked[3]) and whole[3][:70].all() != whole[3][70:].any()
+    assert blocked[1] < 0.2 * blocked[0]
+    np.testing.assert_allclose(whole[:2], blocked[:2], rtol=1e-5)
+    torch.testing.assert_close(whole[2], blocked[2], rtol=1e-5, atol=1e-5)
 
 
 def test_kmeans_fit_recovers_clusters_and_is_deterministic():

@@ -115,6 +115,24 @@ def test_the_warm_start_on_disk_gives_the_result_it_gives_in_memory(method, chan
     np.testing.assert_array_equal(on_disk.prototypes, in_memory.prototypes)
 
 
+def test_the_repair_move_bisects_a_cluster_block_by_block_from_a_scratch(glyph_file, monkeypatch):
+    """The repair move's split is priced on one cluster's warped members: written to a scratch (on disk here) and
+    bisected a block at a time, never held whole; the fit is the one it is in memory."""
+    in_memory = fit("ai-kmeans", logged_stack(glyph_file))
+    blocks, whole = [], st_kmeans.bisect
+
+    def spy(rows):
+        assert callable(rows), "a cluster's warped members were handed over whole"
+        return whole(lambda: (blocks.append(len(b)) or b for b in rows()))
+    monkeypatch.setattr(st_kmeans, "bisect", spy)
+    monkeypatch.setattr(st_kmeans, "BISECT_BLOCK", 8)
+    monkeypatch.setattr(scratch, "IN_MEMORY_BYTES", 0)
+    on_disk = fit("ai-kmeans", logged_stack(glyph_file))
+    assert len(on_disk.extras["repairs"]) >= 1 and blocks and max(blocks) <= 8
+    np.testing.assert_array_equal(on_disk.labels, in_memory.labels)
+    np.testing.assert_array_equal(on_disk.prototypes, in_memory.prototypes)
+
+
 def test_a_fit_and_a_predict_import_no_scikit_learn(glyph_file):
     """Every result is stamped with scikit-learn's version; importing scikit-learn for it cost each fit and
     predict process ~140 MiB of resident memory and ~1 s of CPU (benchmarks/results/memory.md)."""

@@ -128,27 +128,56 @@ def kmeans_plus_plus_steps(x, k: int, rng: np.random.Generator, n_trials: int | 
     return torch.stack(centers)
 
 
-def bisect(w: torch.Tensor, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
-    """Bisect points w (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two
-    means (2, P) and the mask of the second side. Deterministic: split by the sign along the top principal
-    axis (power iteration from the point farthest from the mean), then a few 2-means iterations."""
-    centred = w - w.mean(0)
-    sse1 = float((centred ** 2).sum())
-    axis = centred[int((centred ** 2).sum(1).argmax())]
+#: Rows of a bisected set handled at once (``bisect``): its passes never hold more than this many rows' temporaries.
+BISECT_BLOCK = 4096
+
+
+def bisect(rows, iters: int = 10) -> tuple[float, float, torch.Tensor, torch.Tensor]:
+    """Bisect points (n ≥ 2, P): their sum of squares about the mean, after the split, the split's two means (2, P)
+    and the mask of the second side. Deterministic: split by the sign along the top principal axis (power
+    iteration from the point farthest from the mean), then a few 2-means iterations. ``rows`` is a tensor or a
+    callable giving the points' row blocks in order (each call a new pass, e.g. read back from a scratch), so a
+    large set is bisected block by block, never whole."""
+    blocks = rows if callable(rows) else (lambda: rows.split(BISECT_BLOCK))
+    n, total = 0, None
+    for b in blocks():
+        n, total = n + len(b), b.sum(0) if total is None else total + b.sum(0)
+    mean = total / n
+    sse1, farthest, axis = 0.0, -1.0, None
+    for b in blocks():
+        distance = ((b - mean) ** 2).sum(1)
+        sse1 += float(distance.sum())
+        i = int(distance.argmax())
+        if float(distance[i]) > farthest:
+            farthest, axis = float(distance[i]), b[i] - mean
     for _ in range(iters):
-        axis = centred.T @ (centred @ axis)
+        axis = sum(((b - mean).T @ ((b - mean) @ axis) for b in blocks()), torch.zeros_like(axis))
         axis = axis / axis.norm().clamp_min(1e-12)
-    side = centred @ axis > 0
+    side = torch.cat([(b - mean) @ axis > 0 for b in blocks()])
     for _ in range(iters + 1):
         if side.all() or not side.any():
-            return sse1, sse1, torch.stack([w.mean(0)] * 2), side
-        means = torch.stack([w[~side].mean(0), w[side].mean(0)])
-        new = ((w - means[1]) ** 2).sum(1) < ((w - means[0]) ** 2).sum(1)
+            return sse1, sse1, torch.stack([mean] * 2), side
+        means = _side_means(blocks, side)
+        new = torch.cat([((b - means[1]) ** 2).sum(1) < ((b - means[0]) ** 2).sum(1) for b in blocks()])
         if torch.equal(new, side):
             break
         side = new
-    means = torch.stack([w[~side].mean(0), w[side].mean(0)])
-    return sse1, float(((w - means[side.long()]) ** 2).sum()), means, side
+    means = _side_means(blocks, side)
+    sse2, at = 0.0, 0
+    for b in blocks():
+        sse2 += float(((b - means[side[at:at + len(b)].long()]) ** 2).sum())
+        at += len(b)
+    return sse1, sse2, means, side
+
+
+def _side_means(blocks, side: torch.Tensor) -> torch.Tensor:
+    """The means (2, P) of the rows off and on ``side``, summed block by block."""
+    sums, at = None, 0
+    for b in blocks():
+        part = torch.zeros(2, b.shape[1], dtype=b.dtype, device=b.device).index_add_(0, side[at:at + len(b)].long(), b)
+        sums, at = part if sums is None else sums + part, at + len(b)
+    counts = torch.stack([(~side).sum(), side.sum()]).to(sums.dtype)
+    return sums / counts[:, None]
 
 
 def random_init(x, k: int, rng: np.random.Generator) -> torch.Tensor:

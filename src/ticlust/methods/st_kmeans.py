@@ -36,7 +36,7 @@ from ..transforms import affine_matrix
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
-from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from ..kernels import BISECT_BLOCK, Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param, start_param
 
@@ -391,26 +391,35 @@ def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.T
     mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
 
 
-def _members_warped(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, c: int, chunk: int) -> torch.Tensor:
-    """The members of cluster c warped by their own warps, flat (n_c, P): one cluster's, never every item's."""
-    out = []
+def _members_warped(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, c: int, chunk: int) -> RowScratch:
+    """The members of cluster c warped by their own warps, one flat row each (n_c, P), written into a scratch
+    (on disk when large) chunk by chunk: one cluster's, and never held whole."""
+    members = labels == c
+    warped, at = None, 0
     with torch.no_grad():
         for s in _chunks(x.shape[0], chunk * 8):
-            mine = labels[s] == c
+            mine = members[s]
             if bool(mine.any()):
-                out.append(aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0][mine].flatten(1))
-    return torch.cat(out)
+                rows = aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0][mine].flatten(1)
+                if warped is None:
+                    warped = RowScratch(int(members.sum()), {"warped": (rows.shape[1],)})
+                warped.write("warped", slice(at, at + len(rows)), rows.cpu().numpy())
+                at += len(rows)
+    return warped
 
 
 def _halves(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, k: int, chunk: int):
-    """Every cluster bisected on its warped members (n_c, P; one cluster at a time): SSE₁ and the split gain
+    """Every cluster bisected on its warped members (n_c, P; one cluster at a time, read back block by block from
+    a scratch, so a large fit sample's cluster is never in memory whole): SSE₁ and the split gain
     SSE₁ − SSE₂ (K,) each, and per cluster with two or more members its two half means (2, P) and the
     members of the second half."""
     sse1, gain, halves = torch.zeros(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64), {}
     for c in range(k):
         members = torch.nonzero(labels == c).flatten()
         if len(members) >= 2:
-            one, two, means, side = bisect(_members_warped(aligner, x, own, labels, c, chunk))
+            with _members_warped(aligner, x, own, labels, c, chunk) as warped:
+                one, two, means, side = bisect(lambda: (torch.from_numpy(warped.read("warped", b)).to(labels.device)
+                                                        for b in _chunks(warped.n, BISECT_BLOCK)))
             sse1[c], gain[c], halves[c] = one, one - two, (means, members[side])
     return sse1, gain, halves
 
