@@ -50,11 +50,12 @@ class RunButton:
         else:
             self.start()
 
-    def run(self, events, *, yielded=None, returned=None, failed=None, finished=None):
+    def run(self, events, *, failed, yielded=None, returned=None, finished=None):
         """Run the generator ``events()`` in a worker with Cancel on the button (a Cancel takes effect at its next
         ``yield``): ``yielded`` gets each event, ``returned`` its return value (None after a failure), ``failed``
         the exception it raised, ``finished(cancelled)`` is called once it has stopped and the button reads
-        ``idle`` again; all in the GUI thread. Returns the worker."""
+        ``idle`` again; all in the GUI thread. ``failed`` is required: every job can fail, and its exception must
+        reach the dock. Returns the worker."""
         def job():
             try:
                 return (yield from events())
