@@ -6,30 +6,11 @@ import pytest
 import torch
 
 import ticlust
+from _shapes import blob_pattern, posed, turned_set
 from ticlust.api import align_one
-from ticlust.transforms.core import affine_grid, affine_inverse, warp
-from ticlust.transforms.rigid import aligned_items, angle_count, pose_theta, rigid_search
+from ticlust.transforms.rigid import aligned_items, angle_count, rigid_search
 
 H = W = 24
-
-
-def _pattern(seed: int = 0, size: int = H) -> torch.Tensor:
-    """An asymmetric blob pattern (no rotational or mirror symmetry), (1, 1, size, size)."""
-    rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:size, 0:size].astype(np.float32)
-    c = (size - 1) / 2
-    img = np.exp(-((yy - c) ** 2 + (xx - c) ** 2) / (2 * (size / 6) ** 2))
-    for _ in range(3):
-        cy, cx = c + rng.uniform(-size / 4, size / 4, 2)
-        img += rng.uniform(0.5, 1.0) * np.exp(-((yy - cy) ** 2 + (xx - cx) ** 2) / (2 * rng.uniform(1.0, 2.0) ** 2))
-    return torch.from_numpy(img.astype(np.float32))[None, None]
-
-
-def _posed(mu: torch.Tensor, angle, flip, shift) -> torch.Tensor:
-    """Items x(p) = mu(T⁻¹ p) for the poses T = (angle, flip, shift): (B, 1, H, W)."""
-    theta = pose_theta(torch.as_tensor(angle, dtype=torch.float32), torch.as_tensor(flip),
-                       torch.as_tensor(shift, dtype=torch.float32), tuple(mu.shape[-2:]))
-    return warp(mu.expand(len(theta), -1, -1, -1), affine_grid(affine_inverse(theta), tuple(mu.shape[-2:])), padding_mode="zeros")
 
 
 def test_angle_count_from_crop_size():
@@ -39,11 +20,11 @@ def test_angle_count_from_crop_size():
 @pytest.mark.parametrize("engine", ["fft", "gemm", "direct"])
 def test_recovers_known_angle_flip_and_shift(engine, one_thread):
     n = 32
-    mu = _pattern()
+    mu = blob_pattern()
     steps = torch.tensor([3, 11, 20, 29])
     flips = torch.tensor([False, True, False, True])
     shifts = torch.tensor([[2.0, -1.0], [0.0, 3.0], [-3.0, -2.0], [1.0, 1.0]])
-    x = _posed(mu, steps * 2 * math.pi / n, flips, shifts)
+    x = posed(mu, steps * 2 * math.pi / n, flips, shifts)
     r = rigid_search(x, mu, n_angles=n, flip=True, max_shift=4, engine=engine)
     assert torch.equal(torch.round(r.angle[:, 0] / (2 * math.pi / n)).long(), steps)
     assert torch.equal(r.flip[:, 0], flips)
@@ -55,9 +36,9 @@ def test_recovers_known_angle_flip_and_shift(engine, one_thread):
 
 def test_off_grid_angle_within_one_step_and_no_flip_without_flip(one_thread):
     n = 24
-    mu = _pattern(1)
+    mu = blob_pattern(1)
     true = torch.tensor([0.37, 2.9, 5.1])
-    x = _posed(mu, true, torch.zeros(3, dtype=torch.bool), torch.zeros(3, 2))
+    x = posed(mu, true, torch.zeros(3, dtype=torch.bool), torch.zeros(3, 2))
     r = rigid_search(x, mu, n_angles=n, max_shift=2)
     err = torch.remainder(r.angle[:, 0] - true + math.pi, 2 * math.pi) - math.pi
     assert float(err.abs().max()) <= 2 * math.pi / n / 2 + 1e-6      # nearest grid angle
@@ -75,21 +56,8 @@ def test_engines_and_batches_agree(one_thread):
     assert torch.allclose(whole.score, torch.cat([o.score for o in ones]), rtol=1e-4, atol=1e-3)
 
 
-def _rotated_set(n_per: int = 12, flip: bool = False, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    protos = [_pattern(s) for s in (2, 3, 4)]
-    xs, ys = [], []
-    for label, mu in enumerate(protos):
-        angles = rng.uniform(0, 2 * math.pi, n_per)
-        flips = rng.random(n_per) < 0.5 if flip else np.zeros(n_per, bool)
-        xs.append(_posed(mu, angles, flips, rng.integers(-1, 2, (n_per, 2)).astype(np.float32))[:, 0].numpy())
-        ys += [label] * n_per
-    order = rng.permutation(len(ys))
-    return np.concatenate(xs)[order], np.asarray(ys)[order]
-
-
 def test_rigid_kmeans_finds_patterns_at_any_angle(one_thread):
-    x, y = _rotated_set()
+    x, y = turned_set()
     r = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5)
     assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
     assert r.scores.shape == (36, 3) and r.aligned.shape == x.shape and r.grids.shape[0] == 36
@@ -101,7 +69,7 @@ def test_rigid_kmeans_finds_patterns_at_any_angle(one_thread):
 
 
 def test_rigid_kmeans_flip_option(one_thread):
-    x, y = _rotated_set(flip=True, seed=1)
+    x, y = turned_set(flip=True, seed=1)
     with_flip = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5, flip=True)
     assert ticlust.evaluate(y, with_flip.labels)["acc"] == 1.0
     assert with_flip.params["flip"].any() and not with_flip.params["flip"].all()
@@ -129,7 +97,7 @@ def test_inner_nuclei_kinds_differ_only_inside(one_thread):
 
 
 def test_rigid_pssc_clusters_turned_patterns_and_predicts(one_thread):
-    x, y = _rotated_set(n_per=15, flip=True, seed=2)
+    x, y = turned_set(n_per=15, flip=True, seed=2)
     r = ticlust.fit(x, "rigid-pssc", k=3, device="cpu", seed=0, flip=True, rigid_angles=24, rigid_iter=5, pca_dim=20,
                     poc=0, clustering="kmeans")   # POC drops the leading directions: on 3 tiny clusters those are the kinds
     assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
@@ -144,8 +112,8 @@ def test_invariant_scattering_ignores_quarter_turns(one_thread):
     from ticlust.scattering import FastScattering2D
 
     op = FastScattering2D((32, 32), 2, 8, 2)
-    img = _pattern(5, 32)[0, 0]
-    other = _pattern(6, 32)[0, 0]
+    img = blob_pattern(5, 32)[0, 0]
+    other = blob_pattern(6, 32)[0, 0]
     s = op(torch.stack([img, torch.rot90(img, 1), other]))
     f = invariant_features(s, 2, 8, 2, 4)
     s_raw = s.flatten(1)
@@ -154,7 +122,7 @@ def test_invariant_scattering_ignores_quarter_turns(one_thread):
     turned = float((f[1] - f[0]).norm() / f[0].norm())
     assert turned < 0.15 and turned < 0.5 * float((s_raw[1] - s_raw[0]).norm() / s_raw[0].norm())
     assert turned < 0.5 * float((f[2] - f[0]).norm() / f[0].norm())
-    x, y = _rotated_set(n_per=10, seed=3)
+    x, y = turned_set(n_per=10, seed=3)
     r = ticlust.fit(x, "pssc", k=3, device="cpu", seed=0, rotation_invariant=True, pad_to=24, scales=2, pca_dim=20, poc=0,
                     clustering="kmeans")
     assert r.labels.shape == (30,)
@@ -164,8 +132,8 @@ def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_t
     from ticlust.methods.st_kmeans import _rigid_start
     from ticlust.transforms.align import Aligner, Alignments
 
-    mu = torch.cat([_pattern(2), _pattern(3)])
-    x = torch.cat([_posed(mu[:1], [2.0], [True], [[1.0, 0.0]]), _posed(mu[1:], [4.0], [False], [[0.0, -1.0]])])
+    mu = torch.cat([blob_pattern(2), blob_pattern(3)])
+    x = torch.cat([posed(mu[:1], [2.0], [True], [[1.0, 0.0]]), posed(mu[1:], [4.0], [False], [[0.0, -1.0]])])
     aligner = Aligner((H, W), 3, "cpu")                     # affine + TPS: the start's displacements are zero
     prev = aligner.zeros(2, 2)
     identity = aligner.pair_losses(x, mu, prev)
@@ -184,7 +152,7 @@ def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_t
 
 @pytest.mark.parametrize("method", ["ai-kmeans", "st-kmeans"])
 def test_ai_st_kmeans_rigid_start_finds_turned_and_mirrored_patterns(method, one_thread):
-    x, y = _rotated_set(flip=True, seed=1)
+    x, y = turned_set(flip=True, seed=1)
     opts = dict(k=3, device="cpu", seed=0, max_iter=5, steps=10, affine_steps=10)
     plain = ticlust.fit(x, method, **opts)
     assert ticlust.evaluate(y, plain.labels)["acc"] < 0.9     # from the identity a half turn or a mirror is not undone
@@ -198,8 +166,8 @@ def test_ai_st_kmeans_rigid_start_finds_turned_and_mirrored_patterns(method, one
 def test_dti_rigid_start_turns_prototypes_onto_items(one_thread):
     from ticlust.methods.dti import DTIKMeansConfig, _posed as dti_posed, _rigid_poses
 
-    mu = torch.cat([_pattern(2), _pattern(3)])
-    x = _posed(mu[:1], [2.5], [True], [[1.0, -1.0]])[:, 0]                  # prototype 0 turned, mirrored, shifted
+    mu = torch.cat([blob_pattern(2), blob_pattern(3)])
+    x = posed(mu[:1], [2.5], [True], [[1.0, -1.0]])[:, 0]                  # prototype 0 turned, mirrored, shifted
     assert _rigid_poses(DTIKMeansConfig(), x[:, None], mu) is None       # identity: the prototypes as they are
     poses = _rigid_poses(DTIKMeansConfig(start="rigid+flip"), x[:, None], mu)
     turned = dti_posed(mu, poses)                                         # (1 item, 2 prototypes, C, H, W)
@@ -211,7 +179,7 @@ def test_dti_rigid_start_turns_prototypes_onto_items(one_thread):
 def test_dti_kmeans_rigid_start_finds_turned_and_mirrored_patterns(one_thread):
     opts = dict(k=3, device="cpu", seed=0, invariances="rigid", max_epochs=8, min_stage_epochs=2, patience=1,
                 final_epochs=1, batch_size=16)
-    xs, y = _rotated_set(n_per=16, flip=True, seed=1)
+    xs, y = turned_set(n_per=16, flip=True, seed=1)
     plain = ticlust.fit(xs, "dti-kmeans", **opts)
     r = ticlust.fit(xs, "dti-kmeans", start="rigid+flip", **opts)
     assert ticlust.evaluate(y, r.labels)["acc"] >= 0.8 > ticlust.evaluate(y, plain.labels)["acc"]
@@ -221,7 +189,7 @@ def test_dti_kmeans_rigid_start_finds_turned_and_mirrored_patterns(one_thread):
 
 
 def test_rigid_kmeans_refine_keeps_searching_the_rigid_pose(one_thread):
-    x, y = _rotated_set(flip=True, seed=1)
+    x, y = turned_set(flip=True, seed=1)
     r = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=5, flip=True, refine="deformable",
                     refine_iter=2)
     assert ticlust.evaluate(y, r.labels)["acc"] == 1.0
@@ -246,12 +214,12 @@ def _styled_set(seed: int):
     """Three kinds at random angles; kind 0 (32 items) comes in two styles (the second with one more spot),
     kinds 1 and 2 have 6 items each."""
     rng = np.random.default_rng(seed)
-    base = _pattern(2)
+    base = blob_pattern(2)
     yy, xx = np.mgrid[0:H, 0:W]
     other_style = base + 0.5 * torch.from_numpy(np.exp(-((yy - 5) ** 2 + (xx - 12) ** 2) / 4.0).astype(np.float32))
     xs, ys = [], []
-    for mu, label, n in ((base, 0, 16), (other_style, 0, 16), (_pattern(3), 1, 6), (_pattern(4), 2, 6)):
-        xs.append(_posed(mu, rng.uniform(0, 2 * math.pi, n), np.zeros(n, bool), rng.integers(-1, 2, (n, 2)).astype(np.float32))[:, 0].numpy())
+    for mu, label, n in ((base, 0, 16), (other_style, 0, 16), (blob_pattern(3), 1, 6), (blob_pattern(4), 2, 6)):
+        xs.append(posed(mu, rng.uniform(0, 2 * math.pi, n), np.zeros(n, bool), rng.integers(-1, 2, (n, 2)).astype(np.float32))[:, 0].numpy())
         ys += [label] * n
     return np.concatenate(xs), np.asarray(ys)
 
