@@ -13,6 +13,7 @@ FAST = {
     "dti-kmeans": dict(max_epochs=1, min_stage_epochs=1, patience=1, final_epochs=0, batch_size=16),
     "dti-gmm": dict(max_epochs=1, min_stage_epochs=1, patience=1, final_epochs=0, batch_size=16),
     "nt": dict(max_iter=2),
+    "rigid-spectral": dict(anchors=12, candidates=8),
 }
 
 

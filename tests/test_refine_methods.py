@@ -63,6 +63,7 @@ CASES = {
     "dti-gmm": (four_digits, DTI_SMALL),
     "nt": (four_digits, dict(max_iter=5, m=256, init="kmeans")),
     "pssc": (four_digits, dict(pad_to=16, scales=2, candidates=120, representatives=40, restarts=3, poc=0)),
+    "rigid-spectral": (four_digits, dict(anchors=60)),
 }
 
 
