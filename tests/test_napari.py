@@ -614,8 +614,9 @@ def test_shape_kmeans_clusters_the_contours_of_a_segmentation(nuclei_widget, qtb
     assert widget.status.value.startswith(f"object 4 (label {painted.features['label'][4]}) → cluster {result.labels[4]}")
 
 
-def test_status_line_shows_the_rigid_pose_and_the_flip(make_napari_viewer, qtbot):
-    """rigid-kmeans with flips searched: stepping through the items names the angle found and, for mirror images
+@pytest.mark.parametrize("method", ["rigid-kmeans", "rigid-spectral"])
+def test_status_line_shows_the_rigid_pose_and_the_flip(make_napari_viewer, qtbot, method):
+    """A rigid method with flips searched: stepping through the items names the angle found and, for mirror images
     of the prototype's shape, that they are mirrored (issue 'Orientation-free', item 2)."""
     from scipy.ndimage import rotate
 
@@ -629,7 +630,7 @@ def test_status_line_shows_the_rigid_pose_and_the_flip(make_napari_viewer, qtbot
     viewer = make_napari_viewer()
     viewer.add_image(stack, name="ells")
     widget = dock(viewer)
-    widget.method.value = "rigid-kmeans"
+    widget.method.value = method
     widget.k.value = 1
     widget.param("flip").value = True
     run_to_end(qtbot, widget)
