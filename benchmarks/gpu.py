@@ -29,6 +29,7 @@ ROWS = {
     "ai-kmeans": ("mnist-test", 200, "ai-kmeans", {}, "—"),
     "shape-kmeans": ("rats", None, "shape-kmeans", {}, "—"),
     "nt": ("coil20", 300, "nt", {}, "issue 16: CA ≥ 0.70, NMI ≥ 0.78"),
+    "rigid-spectral": ("rotated-mnist-test", 2000, "rigid-spectral", {}, "issue 31: ACC ≥ 0.85 (CPU: 0.918 in 27 s)"),
 }
 QUICK = {"dti-kmeans": {"max_epochs": 3}, "st-kmeans": {"max_iter": 2, "steps": 5, "affine_steps": 5},
          "ai-kmeans": {"max_iter": 2, "steps": 5, "affine_steps": 5}, "nt": {"max_iter": 2},
@@ -38,6 +39,10 @@ QUICK = {"dti-kmeans": {"max_epochs": 3}, "st-kmeans": {"max_iter": 2, "steps": 
 def load(name: str, folder: Path):
     import numpy as np
 
+    if name == "rotated-mnist-test":
+        from rotation import rotated_mnist   # benchmarks/rotation.py: every digit at a uniform random angle, seed 0
+
+        return rotated_mnist(10000, data=str(folder))
     if name.startswith("mnist"):
         with np.load(folder / "mnist.npz") as d:
             if name == "mnist-test":

@@ -16,6 +16,7 @@ FAST = {
     "pssc": dict(pad_to=16, scales=2, candidates=60, representatives=20, restarts=2),
     "dti-kmeans": dict(max_epochs=3, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32),
     "dti-gmm": dict(max_epochs=3, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32),
+    "rigid-spectral": dict(anchors=40),
 }
 
 
