@@ -141,3 +141,24 @@ def test_pose_of_the_search_is_the_rigid_modules_convention():
     shift = centre[0] - torch.tensor([c * ref[0] - s * ref[1], s * ref[0] + c * ref[1]])
     back = aligned_items(item, pose_theta(t.angle[0], t.flip[0], shift[None], (24, 24)))
     assert float(((back - refs) ** 2).sum()) < 0.1 * float((refs ** 2).sum())
+
+
+def test_rigid_spectral_fits_a_store_sample_and_assigns_the_plate(tmp_path, one_thread):
+    """The plate route: extract a generated plate, fit on a sample of its objects (similarity invariances, as for
+    every aligning method on objects), predict every object into the store; the kinds come out."""
+    import pandas as pd
+
+    from ticlust.nuclei import write_nuclei_plate
+    from ticlust.plate_run import fit_store, predict_store
+
+    manifest = write_nuclei_plate(tmp_path / "plate", fields=3, n=30, shape=(224, 224), seed=5)
+    store = ticlust.extract(manifest, tmp_path / "plate.zarr")
+    result, _ = fit_store(store, method="rigid-spectral", k=3, sample=60, progress=False, anchors=40)
+    assert result.config["invariances"] == "similarity" and result.n == 60
+    predict_store(result, store, progress=False)
+    table = pd.read_parquet(store.path / "predictions.parquet")
+    assert len(table) == len(store) and table["cluster"].between(0, 2).all()
+    kinds = pd.read_csv(tmp_path / "plate" / "kinds.csv")
+    truth = table.merge(kinds, left_on=["image", "label"], right_on=["image", "label"])["kind"]
+    assert len(truth) == len(table)
+    assert ticlust.evaluate(pd.factorize(truth)[0], table["cluster"].to_numpy())["acc"] >= 0.9
