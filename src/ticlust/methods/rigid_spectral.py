@@ -67,7 +67,9 @@ class RigidSpectralConfig:
     # 0.962, USPS 0.890 vs 0.888) in 0.7x the time; 0 (the search's distance alone) loses 0.06 on rotated MNIST
     fit_iter: int = param(2, "Levenberg-Marquardt iterations of each (item, candidate) warp fit (0: the rotation search's "
                           "distance alone)", low=0)
-    lowpass: float = param(0.025, "Gaussian blur σ before comparing, as a fraction of the image side", low=0.0, high=0.5)
+    # 0.0125 (0.4 px at 32 px) measured against 0.025 and 0: equal within 0.002 on rotated MNIST-test, USPS and COIL-20 (no
+    # blur loses COIL-20 0.033), and on six inner-pattern fields 0.964 mean ACC against 0.950 (a wider blur smears foci)
+    lowpass: float = param(0.0125, "Gaussian blur σ before comparing, as a fraction of the image side", low=0.0, high=0.5)
     embedding: str = param("diffusion", "Coordinates k-means clusters: diffusion (the 2K leading spectral coordinates, "
                            "weighted by exp(−λ/λ_K)) or spectral (the K leading ones)", choices=("diffusion", "spectral"))
     restarts: int = param(10, "k-means restarts on the embedding (the lowest inertia is kept)", low=1)
