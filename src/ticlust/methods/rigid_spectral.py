@@ -171,7 +171,7 @@ class Graph:
 class RigidSpectral(Method):
     name, title = "rigid-spectral", "Orientation-free spectral clustering (every angle searched, a warp fitted, a k-NN graph cut)"
     config, state, inputs = RigidSpectralConfig, RigidSpectralState, ("images",)
-    paper = "exhaustive in-plane search (cryo-EM 2D classification) + U-SPEC spectral clustering (PSSC, Huang et al.)"
+    paper = "exhaustive in-plane search (cryo-EM 2D classification) + U-SPEC spectral clustering (Huang et al., as in PSSC)"
     caution = "Indifferent to orientation by design: on upright data where orientation tells kinds apart (6 and 9), use another method"
 
     def _checked(self, stack: Stack, cfg: RigidSpectralConfig) -> None:
