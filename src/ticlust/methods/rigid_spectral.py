@@ -174,7 +174,7 @@ class RigidSpectral(Method):
     paper = "exhaustive in-plane search (cryo-EM 2D classification) + U-SPEC spectral clustering (Huang et al., as in PSSC)"
     caution = "Indifferent to orientation by design: on upright data where orientation tells kinds apart (6 and 9), use another method"
 
-    def _checked(self, stack: Stack, cfg: RigidSpectralConfig) -> None:
+    def _checked(self, stack: Stack) -> None:
         if not stack.is_image:
             raise InputError(f"{self.name} compares images at every angle: give an image stack shaped N×H×W or N×H×W×C, not vectors.")
         if min(stack.item_shape[:2]) < 8:
@@ -210,7 +210,7 @@ class RigidSpectral(Method):
         return Graph(extend_embedding(aff, idx, transfer), anchor_index, anchors, sigma, transfer, vals, (dist, idx))
 
     def train(self, stack: Stack, cfg: RigidSpectralConfig, device: torch.device, seed: int):
-        self._checked(stack, cfg)
+        self._checked(stack)
         if cfg.k > stack.n:
             raise InputError(f"k = {cfg.k} is more than the {stack.n} images.")
         start = time.perf_counter()
@@ -228,7 +228,7 @@ class RigidSpectral(Method):
     def refine(self, stack: Stack, cfg: RigidSpectralConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         """k-means on the graph's embedding (rebuilt with the fit's seed) from the centres of the edited partition, pinned
         items kept where the user put them; an emptied cluster starts from the centre of all items."""
-        self._checked(stack, cfg)
+        self._checked(stack)
         seed = int(start.config.get("seed", 0))
         rng = seed_everything(seed)
         t0 = time.perf_counter()
