@@ -361,14 +361,6 @@ def nearest_hnsw(z: torch.Tensor, reps: torch.Tensor, k: int, seed: int, ef: int
     return (torch.from_numpy(np.sqrt(np.maximum(d2, 0))).to(dev), torch.from_numpy(labels.astype(np.int64)).to(dev))
 
 
-
-
-
-
-
-
-
-
 def uspec_steps(z: torch.Tensor, cfg: PSSCConfig, rng: np.random.Generator, seed: int, timing: dict):
     """Generator, stage 3: U-SPEC (Sec. 3.3) on the projected items.
 
