@@ -94,15 +94,16 @@ def nearest_turns(items: torch.Tensor, refs: torch.Tensor, k: int, n_angles: int
     weight = cos[:, 0]
     energy = lambda s: (s.abs() ** 2 * weight).sum((-2, -1)).clamp_min(1e-30).sqrt()   # noqa: E731
     norm_items, norm_refs = energy(items), energy(refs)
-    poses = [(refs, False)] + ([(mirrored(refs), True)] if flip else [])
+    # each pose's references laid out once as (M, R, P), conjugated: the right factor of every block's product
+    poses = [r.permute(2, 1, 0).conj() for r in ([refs, mirrored(refs)] if flip else [refs])]
     k = min(k, refs.shape[0] - (0 if exclude is None else 1))
     block = max(1, BLOCK_BYTES // max(1, refs.shape[0] * n_angles * 4 * len(poses)))
     out = []
     for s in range(0, items.shape[0], block):
         part = items[s:s + block].permute(2, 0, 1)                       # (M, b, R)
         best, where = [], []
-        for spectra, _ in poses:
-            g = torch.matmul(part, spectra.permute(2, 1, 0).conj())      # (M, b, P): G_m of every pair
+        for spectra in poses:
+            g = torch.matmul(part, spectra)                              # (M, b, P): G_m of every pair
             corr = torch.matmul(g.real.permute(1, 2, 0), cos) + torch.matmul(g.imag.permute(1, 2, 0), sin)
             value, turn = corr.max(-1)                                   # (b, P)
             best.append(value)
