@@ -85,11 +85,6 @@ def rigid_kmeans_plus_plus(x: torch.Tensor, cfg: RigidKMeansConfig, rng: np.rand
     return x[chosen].clone()
 
 
-def _assigned(match: RigidMatch, labels: torch.Tensor) -> dict:
-    pick = lambda t: t.gather(1, labels.view(-1, *([1] * (t.ndim - 1))).expand(-1, 1, *t.shape[2:]))[:, 0]   # noqa: E731
-    return {"angle": pick(match.angle), "flip": pick(match.flip), "shift": pick(match.shift), "theta": pick(match.theta)}
-
-
 def _centroids(x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
     """Each centroid the mean of its members carried onto its frame; an emptied one restarts on the worst-fitted item."""
     k = mu.shape[0]
@@ -194,7 +189,7 @@ class RigidKMeans(Method):
             yield Progress(it, cfg.max_iter, history[-1], f"Lloyd iteration {it}")
             if prev is not None and torch.equal(prev, labels):
                 break
-            mu = _centroids(x, mu, _assigned(match, labels)["theta"], labels, own)
+            mu = _centroids(x, mu, match.assigned(labels).theta, labels, own)
             prev = labels
             yield Snapshot(self._items(stack, mu))
         return self._result(stack, cfg, x, mu, match, labels, history, it)
@@ -204,14 +199,14 @@ class RigidKMeans(Method):
                            timing={"iterations": iterations}, **self._outputs(stack, x, match, labels))
 
     def _outputs(self, stack: Stack, x: torch.Tensor, match: RigidMatch, labels: torch.Tensor) -> dict:
-        own = _assigned(match, labels)
+        own = match.assigned(labels)
         aligner = Aligner(tuple(x.shape[-2:]), None, x.device)
-        aligned = torch.cat([aligned_items(x[s:s + 2048], own["theta"][s:s + 2048]) for s in range(0, x.shape[0], 2048)])
-        params = {"angle": own["angle"].cpu().numpy(), "flip": own["flip"].cpu().numpy(), "shift": own["shift"].cpu().numpy(),
-                  "affine": (own["theta"].reshape(-1, 2, 3) + torch.eye(2, 3, device=x.device)).cpu().numpy(),
+        aligned = torch.cat([aligned_items(x[s:s + 2048], own.theta[s:s + 2048]) for s in range(0, x.shape[0], 2048)])
+        params = {"angle": own.angle.cpu().numpy(), "flip": own.flip.cpu().numpy(), "shift": own.shift.cpu().numpy(),
+                  "affine": (own.theta.reshape(-1, 2, 3) + torch.eye(2, 3, device=x.device)).cpu().numpy(),
                   "pair_theta": match.theta.cpu().numpy()}
         return dict(labels=labels.cpu().numpy(), scores=match.score.cpu().numpy(), aligned=self._items(stack, aligned),
-                    aligned_kind="item-on-prototype", grids=aligner.display_grids(Alignments(own["theta"])).cpu().numpy(),
+                    aligned_kind="item-on-prototype", grids=aligner.display_grids(Alignments(own.theta)).cpu().numpy(),
                     params=params)
 
     def _refined(self, stack, cfg, x, rigid: ClusteringResult, device, seed, start):

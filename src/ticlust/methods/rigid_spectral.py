@@ -211,8 +211,6 @@ class RigidSpectral(Method):
 
     def train(self, stack: Stack, cfg: RigidSpectralConfig, device: torch.device, seed: int):
         self._checked(stack)
-        if cfg.k > stack.n:
-            raise InputError(f"k = {cfg.k} is more than the {stack.n} images.")
         start = time.perf_counter()
         rng = seed_everything(seed)
         graph = yield from self._graph(stack, cfg, device, rng)
@@ -280,24 +278,22 @@ class RigidSpectral(Method):
             pool = members if len(members) else torch.arange(len(labels), device=labels.device)
             medoid.append(int(pool[torch.argmin(own[pool] if len(members) else scores[pool, c])]))
         frames = to_nchw(torch.from_numpy(stack.take(np.asarray(medoid))).to(device))
-        counts = torch.bincount(labels, minlength=k).to(frames.dtype).clamp_min(1).view(-1, 1, 1, 1)
+        sizes = torch.bincount(labels, minlength=k).view(-1, 1, 1, 1)
         for rnd in range(2):
             sums = torch.zeros_like(frames)
             for s, b in stack.batches(cfg.batch_size):
                 x, lab = to_nchw(torch.from_numpy(b).to(device)), labels[s:s + len(b)]
-                theta = self._search(cfg, x, frames).theta.gather(1, lab.view(-1, 1, 1).expand(-1, 1, 6))[:, 0]
-                sums.index_add_(0, lab, aligned_items(x, theta))
-            frames = torch.where(torch.bincount(labels, minlength=k).view(-1, 1, 1, 1) > 0, sums / counts, frames)
+                sums.index_add_(0, lab, aligned_items(x, self._search(cfg, x, frames).assigned(lab).theta))
+            frames = torch.where(sizes > 0, sums / sizes.clamp_min(1).to(frames.dtype), frames)
             yield Progress(rnd + 1, 2, stage="prototypes: members posed and averaged")
         return frames
 
     def _posed(self, stack: Stack, cfg: RigidSpectralConfig, x: torch.Tensor, frames: torch.Tensor, labels: torch.Tensor) -> dict:
         """Each item's pose onto its cluster's prototype (angle, flip, shift, affine) and, when pictures are kept, the item
         aligned onto it and its grid."""
-        match = self._search(cfg, x, frames)
-        pick = lambda t: t.gather(1, labels.view(-1, *([1] * (t.ndim - 1))).expand(-1, 1, *t.shape[2:]))[:, 0]   # noqa: E731
-        theta = pick(match.theta)
-        fields = {"params/angle": pick(match.angle), "params/flip": pick(match.flip), "params/shift": pick(match.shift),
+        own = self._search(cfg, x, frames).assigned(labels)
+        theta = own.theta
+        fields = {"params/angle": own.angle, "params/flip": own.flip, "params/shift": own.shift,
                   "params/affine": theta.reshape(-1, 2, 3) + torch.eye(2, 3, device=x.device)}
         if stack.wants_pictures():
             aligner = Aligner(tuple(x.shape[-2:]), None, x.device)
@@ -343,11 +339,12 @@ class RigidSpectral(Method):
         """For the inspector: the image posed onto every prototype by the rigid search (flip included), and its scores
         (distances to the k-means centres in the embedding, as the result's)."""
         cfg = self.config_of(result)
-        anchors, transfer, centers, frames = self._fitted(result, device)
+        frames = torch.from_numpy(np.asarray(result.state.frames, np.float32)).to(device)
         x = to_nchw(torch.from_numpy(stack.batch(0, 1)).to(device))
-        if index is not None and result.scores is not None:
+        if index is not None and result.scores is not None:   # an item of the fit: its scores are the result's
             scores = np.asarray(result.scores[index])
         else:
+            anchors, transfer, centers, _ = self._fitted(result, device)
             z, _, _ = self._embedded(cfg, x, anchors, transfer, float(result.state.sigma), self.aligner(cfg, tuple(x.shape[-2:]), device))
             scores = torch.cdist(z, centers)[0].cpu().numpy()
         match = self._search(cfg, x, frames)

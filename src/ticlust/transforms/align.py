@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from ..events import Progress
-from .core import affine_matrix, affine_points, identity_points, lattice_pixels, to_normalized, to_pixels, tps_basis, warp
+from .core import affine_matrix, affine_points, assigned_pair, identity_points, lattice_pixels, to_normalized, to_pixels, tps_basis, warp
 
 #: Display grids (``Aligner.display_grids``): a lattice of at most this many points a side.
 DISPLAY_LATTICE = 12
@@ -209,7 +209,7 @@ class Alignments:
 
     def assigned(self, labels: torch.Tensor) -> Alignments:
         """Each item's warp onto its assigned centroid: theta (N, 6), nu (N, ℓ, 2)."""
-        return Alignments(_assigned_pair(self.theta, labels), _assigned_pair(self.nu, labels))
+        return Alignments(assigned_pair(self.theta, labels), assigned_pair(self.nu, labels))
 
     def as_pairs(self) -> Alignments:
         """Per-item warps (N, ...) as one pair per item (N, 1, ...)."""
@@ -252,14 +252,6 @@ def _along(t: torch.Tensor | None, pick: torch.Tensor) -> torch.Tensor | None:
     if t is None:
         return None
     return t.gather(1, _index_like(pick, t))
-
-
-def _assigned_pair(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
-    """The assigned pair's parameters (N, ...) out of (N, K, ...)."""
-    if t is None:
-        return None
-    idx = labels.view(-1, 1, *([1] * (t.ndim - 2))).expand(-1, 1, *t.shape[2:])
-    return t.gather(1, idx)[:, 0]
 
 
 class _SquaredDistance(torch.autograd.Function):

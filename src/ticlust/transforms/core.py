@@ -301,3 +301,11 @@ def morpho_apply(images: torch.Tensor, params: torch.Tensor, kernel_size: int = 
     conv = F.conv2d(both, weight, padding=k // 2, groups=n * c)
     out = conv[0] / conv[1].clamp_min(torch.finfo(conv.dtype).tiny)
     return out.reshape(*lead, c, h, w)
+
+
+def assigned_pair(t: torch.Tensor | None, labels: torch.Tensor) -> torch.Tensor | None:
+    """The assigned pair's values (N, ...) out of per-pair values (N, K, ...): each item's row for its ``labels`` (N,)."""
+    if t is None:
+        return None
+    idx = labels.view(-1, 1, *([1] * (t.ndim - 2))).expand(-1, 1, *t.shape[2:])
+    return t.gather(1, idx)[:, 0]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .core import identity_points, warp
+from .core import assigned_pair, identity_points, warp
 
 #: Angular step: a point on the inscribed circle moves at most this many pixels between two angles tried.
 RIM_STEP_PX = 2.0
@@ -88,6 +88,10 @@ class RigidMatch:
     shift: torch.Tensor
     score: torch.Tensor
     theta: torch.Tensor
+
+    def assigned(self, labels: torch.Tensor) -> "RigidMatch":
+        """Each item's pose onto its own prototype ``labels`` (B,): every field with the prototype axis taken away."""
+        return RigidMatch(*(assigned_pair(t, labels) for t in (self.angle, self.flip, self.shift, self.score, self.theta)))
 
 
 def pose_theta(angle: torch.Tensor, flip: torch.Tensor, shift: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
