@@ -124,9 +124,9 @@ def warp_distances(x: torch.Tensor, centres: torch.Tensor, anchors: Anchors, tur
     cos, sin = torch.cos(turns.angle), torch.sin(turns.angle)
     turned = torch.stack([cos * ref[..., 0] - sin * ref[..., 1], sin * ref[..., 0] + cos * ref[..., 1]], -1)
     theta = pose_theta(turns.angle, turns.flip, centres[:, None] - turned, size)
+    start = Alignments(theta, None, None)   # gauss_newton evaluates the start's losses itself
     with torch.no_grad():
-        start = Alignments(theta, None, aligner.pair_losses(x, targets, Alignments(theta, None, None)))
-        return aligner.gauss_newton(x, targets, start, iterations).losses if iterations else start.losses
+        return aligner.gauss_newton(x, targets, start, iterations).losses if iterations else aligner.pair_losses(x, targets, start)
 
 
 def anchor_links(images: torch.Tensor, anchors: Anchors, cfg: RigidSpectralConfig, aligner: Aligner,
