@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ticlust  # noqa: E402
-from ticlust.validation import random_subset  # noqa: E402
+from ticlust.core.validation import random_subset  # noqa: E402
 from ticlust.metrics import evaluate, hungarian_accuracy  # noqa: E402
 from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 

@@ -24,7 +24,7 @@ import torch  # noqa: E402
 import ticlust  # noqa: E402
 from ticlust import curation  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
-from ticlust.validation import random_subset  # noqa: E402
+from ticlust.core.validation import random_subset  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 

@@ -4,7 +4,7 @@ not requested ("One house for a million objects", items 1–2).
     python benchmarks/memory.py [--src SRC] [--label after] [--n-per-class 5000] [--threads 2]
                                 [--methods ai-kmeans,st-kmeans] [--cases fit]
 
-The stack is ``ticlust.samples.glyphs_sample(n_per_class=5000)`` (4 classes, 20,000 items of 32×32),
+The stack is ``ticlust.datasets.samples.glyphs_sample(n_per_class=5000)`` (4 classes, 20,000 items of 32×32),
 written once as a uint8 .npy memmap (20 MiB; 78 MiB as float32, 80 MiB for an N×H×W float32 array).
 Each case runs in a fresh child process (``--src``: the ticlust source tree it imports, e.g. a checkout
 of an older commit) and reports the child's peak RSS (``ru_maxrss``) above its baseline: the RSS after
@@ -87,7 +87,7 @@ def main() -> None:
     import numpy as np
 
     sys.path.insert(0, args.src)
-    from ticlust.samples import glyphs_sample
+    from ticlust.datasets.samples import glyphs_sample
 
     images, _ = glyphs_sample(n_per_class=args.n_per_class)
     rows = []

@@ -46,10 +46,10 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import ticlust  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
-from ticlust.nuclei import nuclei_field  # noqa: E402
+from ticlust.datasets.nuclei import nuclei_field  # noqa: E402
 from ticlust.api import object_params  # noqa: E402
 from ticlust.methods.invariances import FAMILIES  # noqa: E402
-from ticlust.objects import ROUTE_OPTIONS, objects_from_labels, shapes_from_labels  # noqa: E402
+from ticlust.objects.crops import ROUTE_OPTIONS, objects_from_labels, shapes_from_labels  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 RESULTS = HERE / "results"
@@ -191,8 +191,8 @@ def other_data(args) -> dict:
     """auto vs similarity where the nuisance warps bend and shear: Non-rigid MNIST (train part) and glyphs."""
     import torch
 
-    from ticlust.samples import glyphs_sample
-    from ticlust.warped_digits import nonrigid_digits
+    from ticlust.datasets.samples import glyphs_sample
+    from ticlust.datasets.warped_digits import nonrigid_digits
 
     torch.set_num_threads(args.threads)
     mnist = np.load(data_dir(args.data_dir) / "mnist.npz")

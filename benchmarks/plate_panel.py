@@ -45,8 +45,8 @@ SHARES_PER = ("site", "image", "well") * 2
 
 def plate(folder: Path, fields: int) -> Path:
     """The predicted store of a generated plate, made on the first call."""
-    from ticlust.nuclei import write_nuclei_plate
-    from ticlust.plate_run import fit_store, is_store, predict_store
+    from ticlust.datasets.nuclei import write_nuclei_plate
+    from ticlust.plate.run import fit_store, is_store, predict_store
 
     store = folder / f"plate{fields}.zarr"
     if not is_store(store) or not (store / "predictions.parquet").exists():

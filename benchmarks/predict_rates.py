@@ -6,7 +6,7 @@ exact predict, and the fit-sample items whose cluster predict changes.
 Two kinds of data, each fitted once per method on a sample and predicted on held-back items:
   mnist   MNIST 32×32 (the 28×28 digits zero-padded by 2 pixels), K = 10: fit on the first --fit items of a
           seeded shuffle of MNIST-test, predict the next --new items;
-  nuclei  generated nuclei fields (ticlust.nuclei: round, elongated, dividing), cut by the objects route with
+  nuclei  generated nuclei fields (ticlust.datasets.nuclei: round, elongated, dividing), cut by the objects route with
           its parameters for objects, K = 3: fit on fields seeded 0, 1, ..., predict the objects of fields seeded 10,000, ...
 Per (data, method): the fit's settings (short ones for the slow methods, written in the table), predict
 objects/s at --threads threads, ACC (Hungarian, against the truth) of the default predict, and for ST/AI
@@ -33,10 +33,10 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import ticlust  # noqa: E402
 from ticlust.api import object_params  # noqa: E402
-from ticlust.atomic import write_atomic  # noqa: E402
+from ticlust.core.atomic import write_atomic  # noqa: E402
 from ticlust.metrics import hungarian_accuracy  # noqa: E402
-from ticlust.nuclei import nuclei_field  # noqa: E402
-from ticlust.object_route import objects_route  # noqa: E402
+from ticlust.datasets.nuclei import nuclei_field  # noqa: E402
+from ticlust.objects.route import objects_route  # noqa: E402
 
 from _data import data_dir, load_average  # noqa: E402
 

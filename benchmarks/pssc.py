@@ -83,7 +83,7 @@ def knn_child(args) -> None:
     x, y = load("mnist-test", data_dir(args.data_dir))
     r = ticlust.fit(x, method="pssc", k=10, device=args.device, clustering="kmeans", restarts=1, kmeans_iter=1,
                     cache_dir=args.cache_dir)
-    stack = ticlust.validation.as_stack(x)
+    stack = ticlust.core.validation.as_stack(x)
     cfg = pssc.PSSCConfig()
     feats = np.load(Path(args.cache_dir) / f"{pssc.feature_key(stack, cfg)}.npy")
     scales = r.state.path_scales

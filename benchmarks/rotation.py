@@ -4,7 +4,7 @@ Sets (``--sets``, default all):
   rotated    MNIST-test (the first ``--n`` images; 10,000 = all), every digit turned by a uniform random
              angle (bilinear, about the image centre, seed 0). 6 and 9 become one kind: ceiling ≈ 0.90.
   mirrored   the same, and every other digit (at random) mirrored left-right as well.
-  inner      the inner-pattern nuclei sample (ticlust.inner_nuclei: uniform, rim, foci, pole inside one outline
+  inner      the inner-pattern nuclei sample (ticlust.datasets.inner_nuclei: uniform, rim, foci, pole inside one outline
              distribution, random angles), cut out three ways: plain crops; the objects route's options
              (orient + normalize, ROUTE_OPTIONS); normalize + rescale (each object zoomed to fill its crop).
   route      the objects route's choice of crops, on round and elongated objects: the inner-pattern field and the
@@ -71,8 +71,8 @@ def other_rotated_sets(seed: int = 0, data: str | None = None) -> dict:
 
 
 def inner_sets(seed: int = 0):
-    from ticlust.inner_nuclei import inner_nuclei_field
-    from ticlust.objects import ROUTE_OPTIONS, objects_from_labels
+    from ticlust.datasets.inner_nuclei import inner_nuclei_field
+    from ticlust.objects.crops import ROUTE_OPTIONS, objects_from_labels
 
     f = inner_nuclei_field(seed=seed)
     out = {}
@@ -111,9 +111,9 @@ ROUTE_CROPS = {"orient": dict(orient=True, rescale=False), "plain": dict(orient=
 def route_sets(seed: int = 0, crops=tuple(ROUTE_CROPS)) -> dict:
     """The inner-pattern and outline nuclei fields cut by the objects route with each of ``crops`` (ROUTE_CROPS' names;
     normalize on)."""
-    from ticlust.inner_nuclei import inner_nuclei_field
-    from ticlust.nuclei import nuclei_field
-    from ticlust.object_route import objects_route
+    from ticlust.datasets.inner_nuclei import inner_nuclei_field
+    from ticlust.datasets.nuclei import nuclei_field
+    from ticlust.objects.route import objects_route
 
     out = {}
     for field_name, f in (("inner", inner_nuclei_field(seed=seed)), ("outline", nuclei_field(seed=seed))):

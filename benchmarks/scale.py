@@ -1,5 +1,5 @@
 """A plate at scale (issue "Plates and a million objects", items 3 and 7): extract, fit on a sample, predict every
-object, on a generated plate with known kinds (ticlust.nuclei.write_nuclei_plate: fields of 250 nuclei, 1024×1024
+object, on a generated plate with known kinds (ticlust.datasets.nuclei.write_nuclei_plate: fields of 250 nuclei, 1024×1024
 uint16, Cellpose-style masks, kinds.csv).
 
   python benchmarks/scale.py --objects 10000 100000 --methods kmeans ai-kmeans pssc dti-kmeans --fit-sample 2000
@@ -77,7 +77,7 @@ def accuracy(store: Path, plate: Path) -> float:
     import pandas as pd
 
     from ticlust.metrics import evaluate
-    from ticlust.nuclei import KINDS
+    from ticlust.datasets.nuclei import KINDS
 
     table = pd.read_parquet(store / "predictions.parquet", columns=["image", "label", "cluster"])
     kinds = pd.read_csv(plate / "kinds.csv")
@@ -88,7 +88,7 @@ def accuracy(store: Path, plate: Path) -> float:
 
 
 def plate_size(work: Path, objects: int, args) -> list[dict]:
-    from ticlust.nuclei import write_nuclei_plate
+    from ticlust.datasets.nuclei import write_nuclei_plate
 
     fields = math.ceil(objects / PER_FIELD)
     plate, store = work / f"plate{fields}", work / f"plate{fields}.zarr"

@@ -34,9 +34,9 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
 import ticlust  # noqa: E402
-from ticlust import store as store_module  # noqa: E402
-from ticlust.cluster import DaskBackend, local_cluster  # noqa: E402
-from ticlust.nuclei import write_nuclei_plate  # noqa: E402
+from ticlust.plate import store as store_module  # noqa: E402
+from ticlust.core.backends import DaskBackend, local_cluster  # noqa: E402
+from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
 from _data import load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 RESULTS = HERE / "results"
@@ -88,7 +88,7 @@ PREDICT_FAST = {"ai-kmeans": dict(steps=20, affine_steps=10, predict_steps=30, m
 
 def fit_for_predict(store: Path, work: Path, method: str, sample: int) -> Path:
     """A result fitted on a seeded sample of the store (short settings), saved for predict_store."""
-    from ticlust.plate_run import fit_store
+    from ticlust.plate.run import fit_store
 
     result, _ = fit_store(store, method, k=3, sample=sample, seed=0, progress=False, **PREDICT_FAST.get(method, {}))
     return result.save(work / f"{method}.npz")
@@ -96,7 +96,7 @@ def fit_for_predict(store: Path, work: Path, method: str, sample: int) -> Path:
 
 def timed_predict(result: Path, store: Path, csv: Path, client=None) -> dict:
     """Every object of the store predicted (in this process, or on ``client``'s cluster): wall time, CSV."""
-    from ticlust.plate_run import predict_store
+    from ticlust.plate.run import predict_store
 
     start = time.perf_counter()
     done = predict_store(result, store, csv=csv, client=client)
@@ -111,7 +111,7 @@ def on_cluster(plate: Path, work: Path, workers: int, reference: Path, noop: int
     start = time.perf_counter()
     cluster = local_cluster(workers, dashboard=None)                  # as `--workers N` starts it
     client = Client(cluster)
-    client.run(lambda: __import__("ticlust.store"))                   # workers import ticlust before the clock starts
+    client.run(lambda: __import__("ticlust.plate.store"))                   # workers import ticlust before the clock starts
     started = time.perf_counter() - start
     try:
         cpu0 = sum(client.run(_cpu_seconds).values())

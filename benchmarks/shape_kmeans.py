@@ -22,7 +22,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import ticlust  # noqa: E402
-from ticlust.landmarks import simulate_shapes  # noqa: E402
+from ticlust.datasets.shapes import simulate_shapes  # noqa: E402
 from _data import data_dir  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 PAPER = {"isotropic": (0.96, 0.85, 0.88, 0.96), "heteroscedastic": (0.54, 0.84, 1.00, 0.43),

@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve()
 sys.path.insert(0, str(HERE.parents[1] / "src"))
 
 import ticlust  # noqa: E402
-from ticlust.landmarks import procrustes_align  # noqa: E402
+from ticlust.transforms.procrustes import procrustes_align  # noqa: E402
 from ticlust.methods.shape_kmeans import ShapeKMeansConfig, _final  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402
 

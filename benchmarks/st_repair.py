@@ -28,7 +28,7 @@ import torch  # noqa: E402
 
 import ticlust  # noqa: E402
 from ticlust.metrics import evaluate  # noqa: E402
-from ticlust.warped_digits import nonrigid_digits  # noqa: E402
+from ticlust.datasets.warped_digits import nonrigid_digits  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from strong_warps import strong_warps  # noqa: E402
 

@@ -1,5 +1,5 @@
 """The object store (issue "Plates and a million objects", items 1-2): extraction speed and memory on a
-generated plate (ticlust.nuclei.write_nuclei_plate: fields of 250 nuclei, 1024×1024 uint16, Cellpose-style
+generated plate (ticlust.datasets.nuclei.write_nuclei_plate: fields of 250 nuclei, 1024×1024 uint16, Cellpose-style
 masks), through `ticlust extract` as a user runs it.
 
   speed    --fields (default 20 and 100) × 250 nuclei extracted with --workers 1 and 2 (the route's defaults: oriented,
@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from ticlust.nuclei import write_nuclei_plate  # noqa: E402
+from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
 from _data import load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 RESULTS = HERE / "results"

@@ -1,4 +1,4 @@
-"""A second warped-digit set, written apart from ``ticlust.warped_digits`` (issue 15), with stronger warps.
+"""A second warped-digit set, written apart from ``ticlust.datasets.warped_digits`` (issue 15), with stronger warps.
 
 Ten base digits — the first image of each class in MNIST-test (a fixed, documented rule, no draw) —
 each warped ``n_warps`` times by a random affine map about the image centre (rotation uniform in

@@ -16,8 +16,8 @@ from qtpy.QtWidgets import QApplication
 
 import ticlust
 from ticlust._napari.store_panel import STORE_PANEL
-from ticlust.nuclei import write_nuclei_plate
-from ticlust.plate_run import fit_store, predict_store
+from ticlust.datasets.nuclei import write_nuclei_plate
+from ticlust.plate.run import fit_store, predict_store
 
 out = Path(sys.argv[1] if len(sys.argv) > 1 else Path(__file__).parent / "plate-panel.png")
 with tempfile.TemporaryDirectory() as tmp:

@@ -19,8 +19,8 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 import ticlust  # noqa: E402
 from rotation import rotated_mnist  # noqa: E402
-from ticlust.atomic import write_atomic  # noqa: E402
-from ticlust.gallery import tile  # noqa: E402
+from ticlust.core.atomic import write_atomic  # noqa: E402
+from ticlust.io.gallery import tile  # noqa: E402
 
 MEMBERS = 6
 

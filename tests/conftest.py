@@ -20,7 +20,7 @@ def landmark_fit():
     import numpy as np
 
     import ticlust
-    from ticlust.landmarks import sample_landmarks
+    from ticlust.datasets.shapes import sample_landmarks
 
     def fit(method: str):
         x, y = sample_landmarks(seed=4, n=60)
@@ -45,7 +45,7 @@ def size_groups():
 
     import ticlust
     from landmark_poses import similar
-    from ticlust.landmarks import MEAN_SHAPE_A
+    from ticlust.datasets.shapes import MEAN_SHAPE_A
 
     def fit(method: str, seed: int):
         rng = np.random.default_rng(seed)
@@ -67,7 +67,7 @@ def client():
     """A real dask cluster for a test module: two single-threaded worker processes on 127.0.0.1, dashboard off,
     started as ticlust starts its own (cluster.local_cluster: no malloc-trim setting leaking into this process)."""
     distributed = pytest.importorskip("distributed")
-    from ticlust.cluster import local_cluster
+    from ticlust.core.backends import local_cluster
 
     with local_cluster(2, dashboard=None) as local, distributed.Client(local) as c:
         yield c

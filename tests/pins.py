@@ -56,8 +56,8 @@ CASES = {
 def pinned_fit(method: str, **changes):
     """The pinned fit of ``method`` (``changes`` override its parameters: a deliberate change)."""
     import ticlust
-    from ticlust.landmarks import sample_landmarks
-    from ticlust.samples import glyphs_sample
+    from ticlust.datasets.shapes import sample_landmarks
+    from ticlust.datasets.samples import glyphs_sample
 
     if method in ("shape-kmeans", "procrustes-kmeans"):
         x, _ = sample_landmarks(seed=0, n=30)
@@ -133,8 +133,8 @@ def same_seed_fits(out: str) -> None:
     aligning methods on the objects route, at the current thread count; the arrays saved to ``out``."""
     import ticlust
     from ticlust.api import object_params
-    from ticlust.landmarks import sample_landmarks
-    from ticlust.samples import glyphs_sample, sample
+    from ticlust.datasets.shapes import sample_landmarks
+    from ticlust.datasets.samples import glyphs_sample, sample
 
     images, _ = glyphs_sample(n_per_class=60, size=16, seed=2)
     shapes, _ = sample_landmarks(seed=1, n=120)

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, event, given, settings, strategies as st
 import ticlust
 from ticlust.errors import InputError
 from ticlust.events import Done
-from ticlust.validation import as_landmarks, as_stack
+from ticlust.core.validation import as_landmarks, as_stack
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -329,7 +329,7 @@ def landmark_csvs(draw):
 @BATTERY
 @given(content=landmark_csvs())
 def test_landmark_csv_reader(content):
-    from ticlust.landmarks import read_landmarks
+    from ticlust.io.landmarks import read_landmarks
 
     path = Path(tempfile.mkstemp(suffix=".csv", dir=SCRATCH)[1])
     path.write_bytes(content)
@@ -444,7 +444,7 @@ def test_new_items_far_outside_the_fitted_range_are_refused():
 
 
 def test_a_landmark_csv_saved_by_excel_is_read(tmp_path):
-    from ticlust.landmarks import read_landmarks, write_landmarks_csv
+    from ticlust.io.landmarks import read_landmarks, write_landmarks_csv
 
     shapes = ticlust.sample("shapes")[0][:5]
     write_landmarks_csv(tmp_path / "plain.csv", shapes)

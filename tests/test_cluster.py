@@ -1,4 +1,4 @@
-"""The same runs on a dask.distributed cluster (issue "Beyond one machine"): ticlust.cluster's backends,
+"""The same runs on a dask.distributed cluster (issue "Beyond one machine"): ticlust.core.backends's backends,
 and extraction on a real local cluster of two worker processes (loopback only, no dashboard) — the same
 store as in-process, a worker killed mid-run, an unreachable scheduler, a run killed from outside."""
 import os
@@ -14,11 +14,11 @@ import psutil
 import pytest
 
 import ticlust
-from ticlust import cluster
-from ticlust.cluster import LOCAL, DaskBackend, backend_for
+from ticlust.core import backends as cluster
+from ticlust.core.backends import LOCAL, DaskBackend, backend_for
 from ticlust.errors import InputError
-from ticlust.nuclei import write_nuclei_plate
-from ticlust.store import _Steps, extract_field, read_attributes
+from ticlust.datasets.nuclei import write_nuclei_plate
+from ticlust.plate.store import _Steps, extract_field, read_attributes
 
 from test_store import cli, files
 
@@ -82,8 +82,8 @@ def test_a_task_whose_worker_dies_runs_again_elsewhere(plate, client, tmp_path):
     store = ticlust.extract(manifest, tmp_path / "ref.zarr", client=client)
     for part in (store.path / "fields").glob("0000[0-7]"):
         os.rename(part, tmp_path / part.name)                          # parts to cut again
-    from ticlust.plate import list_fields
-    from ticlust.store import _plan_of
+    from ticlust.plate.fields import list_fields
+    from ticlust.plate.store import _plan_of
 
     specs, _ = list_fields(manifest)
     plan = _plan_of(read_attributes(store.path))
@@ -175,11 +175,11 @@ def test_a_killed_cluster_run_leaves_no_worker_and_resumes_to_the_same_store(pla
 
 def test_a_distributed_lloyd_iteration_is_the_in_process_one(plate, client):
     """kmeans' E-step per chunk of store crops (sums and counts per cluster), reduced in the M-step: the
-    same iterations as ticlust.kernels.lloyd on the same rows, in-process and on the 2-process cluster."""
+    same iterations as ticlust.kernels.kmeans.lloyd on the same rows, in-process and on the 2-process cluster."""
     import numpy as np
     import torch
 
-    from ticlust.chunk_lloyd import lloyd_store
+    from ticlust.kernels.chunked import lloyd_store
     from ticlust.kernels import kmeans_plus_plus, lloyd
 
     _, store = plate
@@ -201,7 +201,7 @@ def test_a_distributed_lloyd_iteration_is_the_in_process_one(plate, client):
 def fitted(plate, tmp_path_factory):
     """A kmeans result fitted on a sample of the plate's store, and the in-process predictions' CSV (the reference)."""
     from ticlust.cli import main
-    from ticlust.plate_run import predict_store
+    from ticlust.plate.run import predict_store
 
     _, store = plate
     folder = tmp_path_factory.mktemp("predict")
@@ -224,7 +224,7 @@ def _fresh(store, tmp_path):
 def test_prediction_on_a_cluster_gives_the_same_table(plate, fitted, client, tmp_path):
     import pandas as pd
 
-    from ticlust.plate_run import predict_store
+    from ticlust.plate.run import predict_store
 
     _, store = plate
     km, table, csv = fitted
@@ -242,7 +242,7 @@ def test_prediction_on_a_cluster_gives_the_same_table(plate, fitted, client, tmp
 
 def _predict_dies_once(task):
     """predict_part, except that the first call (a marker file says which) kills its own worker process."""
-    from ticlust.plate_run import predict_part
+    from ticlust.plate.run import predict_part
 
     part, marker = task
     try:
@@ -265,7 +265,7 @@ class _KillsOneWorker(DaskBackend):
 
 
 def test_a_worker_killed_mid_prediction_and_the_csv_is_the_same(plate, fitted, client, tmp_path):
-    from ticlust.plate_run import predict_store
+    from ticlust.plate.run import predict_store
 
     _, store = plate
     km, _, csv = fitted

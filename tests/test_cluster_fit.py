@@ -10,8 +10,8 @@ import pytest
 
 import ticlust
 from ticlust.cli import main
-from ticlust.nuclei import write_nuclei_plate
-from ticlust.plate_run import fit_store
+from ticlust.datasets.nuclei import write_nuclei_plate
+from ticlust.plate.run import fit_store
 
 distributed = pytest.importorskip("distributed")
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -128,8 +128,8 @@ class Reads:
 
 def test_an_aligning_fit_reads_the_stack_a_chunk_at_a_time():
     """ai-kmeans (st-kmeans runs the same loop): 80 items read at most chunk × 8 = 64 at a time."""
-    from ticlust.samples import glyphs_sample
-    from ticlust.validation import as_stack
+    from ticlust.datasets.samples import glyphs_sample
+    from ticlust.core.validation import as_stack
 
     images, _ = glyphs_sample(n_per_class=20, size=16, seed=0)
     source = Reads(images)

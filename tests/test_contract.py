@@ -14,7 +14,7 @@ from ticlust.errors import InputError
 from ticlust.events import Progress, Snapshot
 from ticlust.methods.base import Method, get_method, param, register, unregister
 from ticlust.result import FittedState
-from ticlust.stack import Stack
+from ticlust.core.stack import Stack
 
 SRC = pathlib.Path(ticlust.__file__).parent
 
@@ -71,14 +71,14 @@ def test_no_import_cycle_inside_the_package():
 def test_the_import_walker_resolves_relative_imports():
     """The walker above resolves relative imports and ``from . import module`` (so the cycle test can fail)."""
     pkg = SRC / "methods" / "kmeans.py"
-    assert "ticlust.methods.base" in imports_of(pkg) and "ticlust.stack" in imports_of(pkg)
+    assert "ticlust.methods.base" in imports_of(pkg) and "ticlust.core.stack" in imports_of(pkg)
     assert "ticlust.methods.kmeans" in imports_of(SRC / "methods" / "__init__.py")
 
 
 def test_kernels_and_engines_sit_below_the_methods():
-    """Shared maths (kernels.py), the alignment engine (transforms/) and the event records import no method:
+    """Shared maths (kernels/), the alignment engine (transforms/) and the event records import no method:
     a method file holds only its method, and no method imports another's file for its maths."""
-    low = [SRC / "kernels.py", SRC / "events.py", *(SRC / "transforms").glob("*.py")]
+    low = [SRC / "events.py", *(SRC / "kernels").glob("*.py"), *(SRC / "transforms").glob("*.py")]
     for path in low:
         assert not any(m.startswith("ticlust.methods") for m in imports_of(path)), path.name
     assert imports_of(SRC / "events.py") == set()
@@ -213,7 +213,7 @@ def test_a_method_is_one_file_under_methods(tmp_path):
     source = "\n\n".join(inspect.getsource(obj) for obj in (ToyConfig, ToyState, Toy))
     (package / "methods" / "toy_bins.py").write_text(
         '"""A toy method dropped in as one file."""\nfrom dataclasses import dataclass\n\nimport numpy as np\n\n'
-        "from ..events import Progress, Snapshot\nfrom ..result import FittedState\nfrom ..stack import Stack\n"
+        "from ..events import Progress, Snapshot\nfrom ..result import FittedState\nfrom ..core.stack import Stack\n"
         "from .base import Method, param, register\n\n\n" + source + "\n\nregister(Toy())\n")
     script = (
         "import sys, numpy as np, ticlust\n"

@@ -10,8 +10,8 @@ from sklearn.mixture import GaussianMixture
 
 import ticlust
 from ticlust.errors import InputError
-from ticlust.validation import as_stack, random_subset
-from ticlust.device import DeviceFallbackWarning, resolve_device
+from ticlust.core.validation import as_stack, random_subset
+from ticlust.core.device import DeviceFallbackWarning, resolve_device
 from ticlust.events import Done, Progress, Snapshot
 from ticlust.methods.gmm import em
 from ticlust.kernels import Rows, bisect, kmeans_plus_plus, lloyd
@@ -158,7 +158,7 @@ def test_an_explicit_request_is_kept_silently_when_possible(monkeypatch, gpu):
 
 
 def test_oom_retry_halves_the_batch():
-    from ticlust.device import with_oom_retry
+    from ticlust.core.device import with_oom_retry
 
     tried = []
 
@@ -322,7 +322,7 @@ def test_samples_are_made_locally():
 
 
 def test_landmark_files_read_as_landmarks(tmp_path):
-    from ticlust.landmarks import write_landmarks_csv, write_tps
+    from ticlust.io.landmarks import write_landmarks_csv, write_tps
 
     shapes, groups = ticlust.sample("shapes")
     write_landmarks_csv(tmp_path / "s.csv", shapes)
@@ -338,7 +338,7 @@ def test_kmeans_and_gmm_stream_a_stack_too_large_to_load():
     """Rows read batch by batch (the path of memory-mapped stacks over the in-memory budget) give the
     same K-means and EM as the whole tensor in memory."""
     from ticlust.methods.gmm import em
-    from ticlust.validation import as_stack
+    from ticlust.core.validation import as_stack
 
     x = np.random.default_rng(4).random((300, 6, 6)).astype(np.float32)
     x[:100] += 1.0

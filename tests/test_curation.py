@@ -6,7 +6,7 @@ import ticlust
 from ticlust import curation
 from ticlust.errors import InputError
 from ticlust.result import OUTLIER
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.samples import glyphs_sample
 
 from _shapes import corner_squares
 

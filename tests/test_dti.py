@@ -9,7 +9,7 @@ from ticlust.errors import InputError
 from ticlust.metrics import hungarian_accuracy
 from ticlust.methods import dti
 from ticlust.kernels import own_and_runner_up
-from ticlust.methods.dti_net import BatchedMLP
+from ticlust.methods.dti.net import BatchedMLP
 
 FAST = dict(max_epochs=2, min_stage_epochs=1, patience=1, final_epochs=1, batch_size=32, threads=1)
 
@@ -259,7 +259,7 @@ def test_split_targets_the_cluster_of_two_patterns_and_holds_its_halves_apart():
     """Prototype 1 sits between the bars and the columns, prototypes 0 and 2 are two rings. The
     cluster of two patterns gains most from a second prototype; the move copies it into the redundant
     prototype and holds one pattern in each copy for ``split_hold`` epochs, then frees them."""
-    from ticlust.validation import as_stack
+    from ticlust.core.validation import as_stack
     x, y = glyphs(("ring", "bar", "column"), 60)
     cfg = dti.DTIKMeansConfig(k=3, transforms=("color", "affine"), curriculum="milestones", milestones=(1, 2, 9),
                               max_epochs=10, split_hold=2)
@@ -292,7 +292,7 @@ def test_split_targets_the_cluster_of_two_patterns_and_holds_its_halves_apart():
 
 def test_split_gains_of_a_large_set_come_from_a_sample(monkeypatch):
     """Above SPLIT_SAMPLE_BYTES of residuals the clusters are bisected on a seeded sample of the items."""
-    from ticlust.validation import as_stack
+    from ticlust.core.validation import as_stack
     x, y = glyphs(("ring", "bar", "column"), 60)
     monkeypatch.setattr(dti, "SPLIT_SAMPLE_BYTES", 4 * 16 * 16 * 30)       # 30 items of 16 × 16
 
@@ -376,7 +376,7 @@ def test_inspector_alignment_matches_the_fit(tiny):
 def test_large_batches_scale_and_warm_up_the_learning_rate(tiny):
     """Batches above 128 (a GPU's) train at lr × batch/128 after a linear warm-up; 128 and below are untouched."""
     from ticlust.methods.dti import DTIKMeansConfig, DTIRun
-    from ticlust.validation import as_stack
+    from ticlust.core.validation import as_stack
 
     x, _ = tiny
     big = np.concatenate([x] * (300 // len(x) + 1))[:300]

@@ -14,10 +14,10 @@ from ticlust import cli, curation
 from ticlust.api import fit_job
 from ticlust.evaluation import select_model
 from ticlust.events import Done, Progress, Snapshot
-from ticlust.execute import Backend, Job, LocalBackend, best_of, execute, stream
+from ticlust.core.execute import Backend, Job, LocalBackend, best_of, execute, stream
 from ticlust.methods import base, get_method
 from ticlust.methods.base import register, unregister
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.samples import glyphs_sample
 
 from test_contract import Toy, dark_and_bright
 
@@ -160,7 +160,7 @@ def test_the_device_is_resolved_only_by_the_seam():
 def test_the_execution_seam_knows_no_method():
     from test_contract import imports_of
 
-    assert not any(m.startswith(("ticlust.methods", "ticlust.api")) for m in imports_of(SRC / "execute.py"))
+    assert not any(m.startswith(("ticlust.methods", "ticlust.api")) for m in imports_of(SRC / "core" / "execute.py"))
 
 
 # ---- the objects route, written once -------------------------------------------------------------
@@ -200,7 +200,7 @@ def test_the_objects_route_is_the_same_from_the_cli_and_the_widget(make_napari_v
 
 
 def test_runs_in_two_threads_do_not_undo_each_others_determinism():
-    from ticlust.device import reproducible
+    from ticlust.core.device import reproducible
 
     cpu = torch.device("cpu")
     outer, inner = reproducible(cpu), reproducible(cpu)

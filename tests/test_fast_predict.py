@@ -11,9 +11,9 @@ import torch
 import ticlust
 from ticlust.methods import st_kmeans
 from ticlust.metrics import hungarian_accuracy
-from ticlust.nuclei import nuclei_field
-from ticlust.object_route import objects_route
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.nuclei import nuclei_field
+from ticlust.objects.route import objects_route
+from ticlust.datasets.samples import glyphs_sample
 from ticlust.transforms.align import Aligner, Alignments
 
 FIT = dict(steps=6, affine_steps=4, max_iter=3, predict_steps=10)

@@ -10,10 +10,10 @@ from torch import nn
 
 import ticlust
 from ticlust.methods import dti, pssc
-from ticlust.methods.dti_net import InferenceEncoder, ResNetEncoder, cpu_bfloat16
+from ticlust.methods.dti.net import InferenceEncoder, ResNetEncoder, cpu_bfloat16
 from ticlust.result import load_result
-from ticlust.samples import glyphs_sample
-from ticlust.stack import Stack, to_nchw
+from ticlust.datasets.samples import glyphs_sample
+from ticlust.core.stack import Stack, to_nchw
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -176,7 +176,7 @@ def test_pssc_predict_matches_fit_and_any_batch_size(glyphs, saved):
 def test_runs_skip_the_nan_fill_and_restore_it(monkeypatch):
     """Deterministic kernels stay on while a run lasts, but not torch's NaN fill of every new tensor (a fifth of
     predict's time, no result changed); both settings come back after the run."""
-    from ticlust.device import reproducible
+    from ticlust.core.device import reproducible
 
     monkeypatch.delenv("TICLUST_DETERMINISTIC", raising=False)
     before = torch.utils.deterministic.fill_uninitialized_memory

@@ -21,9 +21,9 @@ import tifffile
 import ticlust
 from test_store import files
 from ticlust.errors import InputError
-from ticlust.nuclei import write_nuclei_plate
-from ticlust.plate_run import PREDICTIONS
-from ticlust.store import read_attributes
+from ticlust.datasets.nuclei import write_nuclei_plate
+from ticlust.plate.run import PREDICTIONS
+from ticlust.plate.store import read_attributes
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -92,7 +92,7 @@ KILL_EXTRACTION = {
         pq.ParquetWriter.write_table = write_then_die
     """,
     "the attributes": """
-        import ticlust.atomic as atomic
+        import ticlust.core.atomic as atomic
         replace = atomic.os.replace
         class Dies:
             def __getattr__(self, name):

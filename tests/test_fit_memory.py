@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 import torch
 
-from ticlust import scratch
+from ticlust.core import scratch
 from ticlust.events import Progress, drain
 from ticlust.methods import dti, st_kmeans
 from ticlust.methods.base import get_method
-from ticlust.samples import glyphs_sample
-from ticlust.scratch import RowScratch
-from ticlust.stack import Stack
+from ticlust.datasets.samples import glyphs_sample
+from ticlust.core.scratch import RowScratch
+from ticlust.core.stack import Stack
 from ticlust.transforms.align import Aligner
 
 N, BATCH = 96, 64   # every batch size below is BATCH or less, so a read of more than BATCH items is a whole-stack read

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import ticlust
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.samples import glyphs_sample
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 

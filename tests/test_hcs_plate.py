@@ -5,8 +5,8 @@ import pytest
 
 import ticlust
 from ticlust.errors import InputError
-from ticlust.nuclei import nuclei_field
-from ticlust.objects import objects_from_labels
+from ticlust.datasets.nuclei import nuclei_field
+from ticlust.objects.crops import objects_from_labels
 
 WELLS = ("B/3", "A/1", "A/12")        # listed out of order: the store follows the plate's row/column order
 

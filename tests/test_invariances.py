@@ -11,8 +11,8 @@ from ticlust.api import object_params
 from ticlust.errors import InputError
 from ticlust.events import drain
 from ticlust.transforms.align import Aligner, Schedule
-from ticlust.nuclei import nuclei_field
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.nuclei import nuclei_field
+from ticlust.datasets.samples import glyphs_sample
 from ticlust.transforms import affine_grid, make_module, similarity_affine
 
 pytestmark = pytest.mark.usefixtures("one_thread")

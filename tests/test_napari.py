@@ -335,7 +335,7 @@ def test_reader_opens_plain_stack(tmp_path):
 
 
 def test_landmark_workflow(make_napari_viewer, qtbot, tmp_path):
-    from ticlust.landmarks import write_tps
+    from ticlust.io.landmarks import write_tps
 
     viewer = make_napari_viewer()
     viewer.open_sample("napari-ticlust", "shapes")

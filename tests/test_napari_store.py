@@ -1,6 +1,6 @@
 """A plate in napari (issue "Plates and a million objects", item 6): the plate panel and the store reader with a
 real viewer, on a small generated plate (2 wells × 2 fields × 20 nuclei of 256×256) extracted, fitted with
-kmeans on the store and predicted, once per module; and the napari-free pieces (ticlust.plate_view) on it."""
+kmeans on the store and predicted, once per module; and the napari-free pieces (ticlust.plate.view) on it."""
 import os
 import subprocess
 import sys
@@ -15,13 +15,13 @@ import tifffile
 napari = pytest.importorskip("napari")
 
 import ticlust  # noqa: E402
-from ticlust import plate_view  # noqa: E402
+from ticlust.plate import view as plate_view  # noqa: E402
 from ticlust._napari import layers as L  # noqa: E402
 from ticlust._napari import reader, store_panel  # noqa: E402
 from ticlust._napari.store_panel import STORE_PANEL, StorePanel  # noqa: E402
 from ticlust.events import Progress, drain  # noqa: E402
-from ticlust.nuclei import write_nuclei_plate  # noqa: E402
-from ticlust.plate_run import fit_store, predict_store  # noqa: E402
+from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
+from ticlust.plate.run import fit_store, predict_store  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -141,7 +141,7 @@ def test_a_result_loaded_in_a_fresh_process_keeps_its_fitted_state(plate):
     """ticlust.load_result alone, in a process that has not imported the methods, drops the fitted state (the
     registry of state types is empty) and the result then reads as edited by hand: load_store_result must not."""
     _, store, km, _ = plate
-    code = ("import sys; from ticlust.plate_view import load_store_result; from ticlust import open_objects; "
+    code = ("import sys; from ticlust.plate.view import load_store_result; from ticlust import open_objects; "
             "r = load_store_result(sys.argv[1], open_objects(sys.argv[2])); print(r.state is not None)")
     out = subprocess.run([sys.executable, "-c", code, str(km), str(store.path)], capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(Path(ticlust.__file__).parents[1])})
@@ -329,7 +329,7 @@ def test_assign_objects_cuts_as_the_result_was_fitted(plate):
     assert set(columns) >= {"cluster", "score", "runner_up", "runner_up_score"}
     assert image.flags.writeable and np.array_equal(image, field_layers(manifest, store, 2)[0])     # read, not changed
 
-    from ticlust.object_route import objects_route
+    from ticlust.objects.route import objects_route
     route = objects_route(image, labels, "kmeans")
     own = ticlust.fit(route.items, "kmeans", k=3, seed=0, device="cpu")
     assert plate_view.route_options(own)["size"] == route.items.shape[1]

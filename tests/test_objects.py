@@ -11,9 +11,9 @@ import pytest
 
 import ticlust
 from ticlust.errors import InputError
-from ticlust.landmarks import align_to
-from ticlust.nuclei import nuclei_field
-from ticlust.objects import TABLE_COLUMNS, labels_fit, objects_from_labels, shapes_from_labels
+from ticlust.transforms.procrustes import align_to
+from ticlust.datasets.nuclei import nuclei_field
+from ticlust.objects.crops import TABLE_COLUMNS, labels_fit, objects_from_labels, shapes_from_labels
 
 
 def disc(labels, cy, cx, r, value):

@@ -5,7 +5,7 @@ import pytest
 
 import ticlust
 from ticlust.cli import main
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.samples import glyphs_sample
 
 
 @pytest.fixture

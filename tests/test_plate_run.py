@@ -1,4 +1,4 @@
-"""Fit on a sample of an object store, assign every object (ticlust.plate_run; `ticlust fit STORE --fit-sample`,
+"""Fit on a sample of an object store, assign every object (ticlust.plate.run; `ticlust fit STORE --fit-sample`,
 `ticlust predict`), on a small generated plate: 6 fields × 40 nuclei of 256×256."""
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import ticlust
 from ticlust.cli import main
 from ticlust.errors import InputError
-from ticlust.execute import LocalBackend
-from ticlust.nuclei import write_nuclei_plate
-from ticlust.plate_run import PREDICTIONS, predict_store, sample_objects, sample_quotas
+from ticlust.core.execute import LocalBackend
+from ticlust.datasets.nuclei import write_nuclei_plate
+from ticlust.plate.run import PREDICTIONS, predict_store, sample_objects, sample_quotas
 from ticlust.result import load_result
 from test_store import files
 

@@ -6,7 +6,8 @@ import pytest
 import ticlust
 from ticlust import InputError
 from landmark_poses import similar
-from ticlust.landmarks import MEAN_SHAPE_A, MEAN_SHAPE_B, align_to, procrustes_align, sample_landmarks
+from ticlust.datasets.shapes import MEAN_SHAPE_A, MEAN_SHAPE_B, sample_landmarks
+from ticlust.transforms.procrustes import align_to, procrustes_align
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,10 +8,10 @@ import torch
 
 import ticlust
 from ticlust.errors import InputError
-from ticlust.samples import digits_sample
+from ticlust.datasets.samples import digits_sample
 from ticlust.events import drain
 from ticlust.methods import pssc
-from ticlust.scattering import FastScattering2D, fast_scattering, kymatio_scattering, n_paths
+from ticlust.features.scattering import FastScattering2D, fast_scattering, kymatio_scattering, n_paths
 
 
 # small, fast settings for the tiny test data (the defaults are the paper's)

@@ -13,9 +13,9 @@ import pytest
 
 import ticlust
 from ticlust import curation
-from ticlust.landmarks import MEAN_SHAPE_A, MEAN_SHAPE_B, simulate_shapes
+from ticlust.datasets.shapes import MEAN_SHAPE_A, MEAN_SHAPE_B, simulate_shapes
 from ticlust.events import Done, Progress
-from ticlust.samples import digits_sample
+from ticlust.datasets.samples import digits_sample
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

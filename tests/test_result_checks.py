@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 import ticlust
 from ticlust.cli import main
 from ticlust.errors import InputError
-from ticlust.gallery import export_gallery
+from ticlust.io.gallery import export_gallery
 from ticlust.result import CHECKSUMS, ITEM_NAMES, load_result
-from ticlust.samples import glyphs_sample
+from ticlust.datasets.samples import glyphs_sample
 
 from pins import CASES, pinned_fit
 

@@ -10,7 +10,7 @@ import ticlust
 from ticlust import curation
 from ticlust.api import align_one
 from ticlust.result import ITEM_NAMES, PICTURES, Assignments, load_result
-from ticlust.stack import PICTURE_BYTES, Stack
+from ticlust.core.stack import PICTURE_BYTES, Stack
 
 FIXTURES = Path(__file__).parent / "fixtures"
 ST = dict(max_iter=2, steps=3, affine_steps=3, predict_steps=3)

@@ -79,8 +79,8 @@ def test_rigid_kmeans_flip_option(one_thread):
 
 
 def test_inner_nuclei_kinds_differ_only_inside(one_thread):
-    from ticlust.inner_nuclei import INNER_KINDS, inner_nuclei_field
-    from ticlust.objects import objects_from_labels
+    from ticlust.datasets.inner_nuclei import INNER_KINDS, inner_nuclei_field
+    from ticlust.objects.crops import objects_from_labels
 
     f = inner_nuclei_field(n=80, shape=(400, 400), seed=1)
     assert np.bincount(f.kinds[1:]).tolist() == [20] * 4 and f.kind_names == INNER_KINDS
@@ -108,8 +108,8 @@ def test_rigid_pssc_clusters_turned_patterns_and_predicts(one_thread):
 
 
 def test_invariant_scattering_ignores_quarter_turns(one_thread):
-    from ticlust.invariant_scattering import invariant_features
-    from ticlust.scattering import FastScattering2D
+    from ticlust.features.invariant_scattering import invariant_features
+    from ticlust.features.scattering import FastScattering2D
 
     op = FastScattering2D((32, 32), 2, 8, 2)
     img = blob_pattern(5, 32)[0, 0]

@@ -148,8 +148,8 @@ def test_rigid_spectral_fits_a_store_sample_and_assigns_the_plate(tmp_path, one_
     every aligning method on objects), predict every object into the store; the kinds come out."""
     import pandas as pd
 
-    from ticlust.nuclei import write_nuclei_plate
-    from ticlust.plate_run import fit_store, predict_store
+    from ticlust.datasets.nuclei import write_nuclei_plate
+    from ticlust.plate.run import fit_store, predict_store
 
     manifest = write_nuclei_plate(tmp_path / "plate", fields=3, n=30, shape=(224, 224), seed=5)
     store = ticlust.extract(manifest, tmp_path / "plate.zarr")

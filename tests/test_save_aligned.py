@@ -7,8 +7,8 @@ import ticlust
 from ticlust import load_result
 from ticlust.cli import main
 from ticlust.errors import InputError
-from ticlust.nuclei import write_nuclei_plate
-from ticlust.plate_run import PART_ALIGNED, aligned_images, fit_store, predict_store
+from ticlust.datasets.nuclei import write_nuclei_plate
+from ticlust.plate.run import PART_ALIGNED, aligned_images, fit_store, predict_store
 
 
 @pytest.fixture(scope="module")

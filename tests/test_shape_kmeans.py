@@ -11,9 +11,10 @@ import torch
 import ticlust
 from ticlust import InputError
 from landmark_poses import similar
-from ticlust.landmarks import (MEAN_SHAPE_A, MEAN_SHAPE_B, align_to, ellipse_corners, landmarks_to_points,
-                               points_to_landmarks, procrustes_align, read_landmarks, read_landmarks_csv, read_tps,
-                               sample_landmarks, simulate_shapes, write_landmarks_csv, write_tps)
+from ticlust.datasets.shapes import MEAN_SHAPE_A, MEAN_SHAPE_B, sample_landmarks, simulate_shapes
+from ticlust.transforms.procrustes import align_to, ellipse_corners, procrustes_align
+from ticlust.io.landmarks import (landmarks_to_points, points_to_landmarks, read_landmarks, read_landmarks_csv, read_tps,
+                                  write_landmarks_csv, write_tps)
 from ticlust.methods.shape_kmeans import (fisher_rao_diagonal, fisher_rao_round, fisher_rao_univariate,
                                           wasserstein_diagonal, wasserstein_gaussian)
 

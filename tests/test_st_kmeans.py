@@ -6,8 +6,8 @@ import torch
 
 import ticlust
 from ticlust.errors import InputError
-from ticlust.samples import glyphs_sample
-from ticlust.validation import as_stack
+from ticlust.datasets.samples import glyphs_sample
+from ticlust.core.validation import as_stack
 from ticlust.events import Progress, drain
 from ticlust.methods.base import seed_everything
 from ticlust.metrics import evaluate
@@ -17,7 +17,7 @@ from ticlust.methods.st_kmeans import _centroid_update, _lloyd, _reseed, _runnin
 from ticlust.transforms.align import Aligner, Alignments, Schedule, adam, gaussian_lowpass
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
-from ticlust.warped_digits import nonrigid_digits, rigid_digits
+from ticlust.datasets.warped_digits import nonrigid_digits, rigid_digits
 
 FAST = dict(steps=6, affine_steps=4, predict_steps=8, max_iter=4)
 

@@ -7,7 +7,7 @@ import pytest
 
 import ticlust
 from ticlust.metrics import hungarian_accuracy
-from ticlust.warped_digits import nonrigid_digits
+from ticlust.datasets.warped_digits import nonrigid_digits
 
 ROOT = Path(__file__).resolve().parents[1]
 CANDIDATES = [ROOT.parent / "shared" / "datasets", ROOT.parents[1] / "shared" / "datasets"]

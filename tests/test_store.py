@@ -19,9 +19,9 @@ from PIL import Image
 
 import ticlust
 from ticlust.errors import InputError
-from ticlust.nuclei import nuclei_field, write_nuclei_plate
-from ticlust.objects import objects_from_labels
-from ticlust.store import read_attributes
+from ticlust.datasets.nuclei import nuclei_field, write_nuclei_plate
+from ticlust.objects.crops import objects_from_labels
+from ticlust.plate.store import read_attributes
 
 
 def cli(*args, timeout=300):

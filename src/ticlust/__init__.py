@@ -1,22 +1,23 @@
 """ticlust: transformation-invariant clustering of image stacks and landmark shapes.
 
 The public names are imported on first use (PEP 562), so ``import ticlust`` is light and a process that
-only cuts objects out (an extraction worker running :mod:`ticlust.store`) never loads torch.
+only cuts objects out (an extraction worker running :mod:`ticlust.plate.store`) never loads torch.
 """
 import importlib
 
 __version__ = "0.1.0"
 
-from .determinism import request_reproducible_blas  # noqa: E402  (no torch: keeps the import light)
+from .core.determinism import request_reproducible_blas  # noqa: E402  (no torch: keeps the import light)
 
 request_reproducible_blas()      # before MKL's first call: the same seed gives the same result (docs/reproducibility.md)
 
 #: Each public name and the module that defines it.
-_EXPORTS = {"fit": "api", "run": "api", "predict": "plate_run", "refine": "curation", "InputError": "errors",
-            "read_input": "readers", "sample": "samples", "available_methods": "methods", "get_method": "methods",
-            "evaluate": "metrics", "nuclei_field": "nuclei", "objects_from_labels": "objects",
-            "shapes_from_labels": "objects", "ClusteringResult": "result", "load_result": "api",
-            "extract": "store", "open_objects": "store", "ObjectStore": "store"}
+_EXPORTS = {"fit": "api", "run": "api", "predict": "plate.run", "refine": "curation", "InputError": "errors",
+            "read_input": "io.readers", "sample": "datasets.samples", "available_methods": "methods",
+            "get_method": "methods", "evaluate": "metrics", "nuclei_field": "datasets.nuclei",
+            "objects_from_labels": "objects.crops", "shapes_from_labels": "objects.crops",
+            "ClusteringResult": "result", "load_result": "api", "extract": "plate.store",
+            "open_objects": "plate.store", "ObjectStore": "plate.store"}
 
 __all__ = [*_EXPORTS, "__version__"]
 

@@ -1,6 +1,6 @@
 """The Python entry points: ``fit``, ``run`` (the same as a generator of events), ``predict``, ``align_one``.
 
-Each validates its input, builds a :class:`~ticlust.execute.Job` and hands it to the execution seam
+Each validates its input, builds a :class:`~ticlust.core.execute.Job` and hands it to the execution seam
 (``execute.py``), which resolves the device, turns on deterministic kernels, runs the seeds and stamps
 the result."""
 from __future__ import annotations
@@ -14,14 +14,14 @@ import numpy as np
 
 from .errors import InputError, whole_number
 from .events import Done, Event, Progress
-from .execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, stream, versions, with_eta  # noqa: F401
+from .core.execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, stream, versions, with_eta  # noqa: F401
 from .methods import get_method
 from .methods.base import Method, coerce, param_infos
 from .methods.invariances import OBJECTS
 # ticlust.load_result is taken from here: every method is registered by then, so a saved state reads back typed
 from .result import ClusteringResult, load_result  # noqa: F401
-from .stack import Stack
-from .validation import (as_landmarks, as_stack, check_batch_size, check_distinct, check_fitted_range, check_k,
+from .core.stack import Stack
+from .core.validation import (as_landmarks, as_stack, check_batch_size, check_distinct, check_fitted_range, check_k,
                          check_same_items, check_seed)
 
 
@@ -66,7 +66,7 @@ def run(data, method: str = "kmeans", k: int | None = None, device: str = "auto"
 
 def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
             aligned: bool | None = None, **params) -> Job:
-    """Training as a :class:`~ticlust.execute.Job`: the input validated and the config made now (errors
+    """Training as a :class:`~ticlust.core.execute.Job`: the input validated and the config made now (errors
     are raised here, before anything runs), the fit's config stamped on the result at the end."""
     spec = get_method(method)
     whole_number(runs, "runs", 1)

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .api import fit, fitted_scale, item_count, prepare
-from .execute import Job, execute, stream
+from .core.execute import Job, execute, stream
 from .errors import InputError
 from .methods import get_method
 from .result import ITEM_NAMES, OUTLIER, Assignments, ClusteringResult

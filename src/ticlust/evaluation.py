@@ -6,12 +6,12 @@ import numpy as np
 import torch
 
 from .api import fit, predict, prepare
-from .execute import Job, execute
+from .core.execute import Job, execute
 from .errors import InputError
 from .methods import get_method
 from .methods.nt import standardise
 from .methods.st_kmeans import LANDMARK_GRID, LR_GRID, AIKMeans
-from .validation import as_stack, check_k, check_seed
+from .core.validation import as_stack, check_k, check_seed
 
 
 def select_model(data, method: str = "st-kmeans", k: int | None = None, device: str = "auto", seed: int = 0,

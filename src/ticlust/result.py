@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .atomic import write_atomic
+from .core.atomic import write_atomic
 from .errors import InputError
 
 @dataclass(frozen=True)
@@ -412,7 +412,7 @@ def _check_arrays(path: Path, arrays: dict[str, Any]) -> None:
     if span is not None and not (isinstance(span, list) and len(span) == 2 and
                                  all(isinstance(v, (int, float)) and np.isfinite(v) for v in span)):
         raise _damaged(path, f"its config's input_range is {span!r}, not two finite numbers")
-    sample = arrays["config"].get("fit_sample")         # a store's fit: the objects its N items are (ticlust.plate_run)
+    sample = arrays["config"].get("fit_sample")         # a store's fit: the objects its N items are (ticlust.plate.run)
     if sample is not None:
         index = np.asarray(sample.get("index", []) if isinstance(sample, dict) else [])
         if index.shape != (n,) or index.dtype.kind not in "iu" or (n and index.min() < 0):

@@ -13,7 +13,7 @@ from napari.utils.notifications import show_error, show_info
 
 from .. import curation
 from ..errors import InputError
-from ..gallery import export_gallery
+from ..io.gallery import export_gallery
 from ..events import Done
 from ..result import OUTLIER, ClusteringResult
 from . import layers as L

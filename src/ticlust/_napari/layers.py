@@ -470,7 +470,8 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     The input layer's data stay as they are (it is hidden: the overlaid raw shapes form an unreadable
     ring); its ``features`` gain ``cluster`` and ``score`` columns.
     """
-    from ..landmarks import ellipse_corners, landmarks_to_points, points_to_landmarks  # napari-free geometry
+    from ..transforms.procrustes import ellipse_corners
+    from ..io.landmarks import landmarks_to_points, points_to_landmarks  # napari-free geometry
 
     names = layer_names(input_layer.name)
     shape_of_point = shape_index_of_points(input_layer)
@@ -594,12 +595,12 @@ def paint_objects(viewer, labels_layer, table: dict, assigned: dict, name: str):
     Its values are the object's place in the stack + 1 (so that a time series, where an id names one
     object per frame, stays unambiguous), and its ``features`` are the per-object table (label id,
     frame, centroid, …) with the assignment columns ``assigned`` (cluster, score, runner-up, …: a result's
-    :func:`assignment_features`, or what :func:`ticlust.plate_view.assign_objects` returns), keyed by value
+    :func:`assignment_features`, or what :func:`ticlust.plate.view.assign_objects` returns), keyed by value
     (``index``); objects marked ``outlier`` are grey. The input Labels layer is read, never changed.
     """
     from napari.utils.colormaps import DirectLabelColormap
 
-    from ..plate_view import object_values
+    from ..plate.view import object_values
 
     painted = object_values(labels_layer.data, table["label"], table["frame"])
     clusters = np.asarray(assigned["cluster"])

@@ -101,7 +101,7 @@ def read_stack(path) -> list[tuple]:
 
 def read_tps_points(path) -> list[tuple]:
     """A tpsDig file as a Points layer: one point per landmark with shape_id and landmark features."""
-    from ..landmarks import landmarks_to_points, read_tps
+    from ..io.landmarks import landmarks_to_points, read_tps
 
     landmarks, ids = read_tps(path)
     coords, shape_id, landmark = landmarks_to_points(landmarks, ids)
@@ -110,7 +110,7 @@ def read_tps_points(path) -> list[tuple]:
 
 def get_store_reader(path):
     """Return a reader for an object store folder (``ticlust extract``), or None so that napari tries other plugins."""
-    from ..plate_run import is_store
+    from ..plate.run import is_store
 
     if isinstance(path, list) or not is_store(path):
         return None

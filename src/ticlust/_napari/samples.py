@@ -1,7 +1,7 @@
 """Sample data for File > Open Sample > ticlust (made on the fly, no download)."""
 from __future__ import annotations
 
-from ..samples import sample
+from ..datasets.samples import sample
 
 
 def digits():
@@ -16,7 +16,7 @@ def glyphs():
 
 def shapes():
     """Landmark shapes as a Points layer: one point per landmark, grouped by a shape_id feature."""
-    from ..landmarks import landmarks_to_points
+    from ..io.landmarks import landmarks_to_points
 
     landmarks, labels = sample("shapes")
     coords, shape_id, landmark = landmarks_to_points(landmarks)
@@ -27,7 +27,7 @@ def shapes():
 def nuclei():
     """A generated fluorescence field of nuclei of three kinds and its segmentation (a Labels layer);
     the labels' metadata keep every id's true kind, so a run says how well it found them."""
-    from ..nuclei import nuclei_field
+    from ..datasets.nuclei import nuclei_field
 
     field = nuclei_field(n=60, shape=(320, 320), seed=0)   # small enough to see the objects beside the field
     return [(field.image, {"name": "nuclei", "colormap": "gray"}, "image"),
@@ -38,7 +38,7 @@ def nuclei():
 def inner_nuclei():
     """A generated field of nuclei that differ inside (uniform, rim, foci, pole; one outline distribution, random
     angles) and its segmentation; the labels' metadata keep every id's true kind."""
-    from ..inner_nuclei import inner_nuclei_field
+    from ..datasets.inner_nuclei import inner_nuclei_field
 
     field = inner_nuclei_field(n=60, shape=(320, 320), seed=0)
     return [(field.image, {"name": "inner nuclei", "colormap": "gray"}, "image"),

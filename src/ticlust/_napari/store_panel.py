@@ -6,7 +6,7 @@ across the plate; in the dock, each cluster's share per well (or per another man
 as CSV; and Apply result, which assigns with a loaded result the objects of the current field, or of an image
 layer and its labels layer (no store needed: cut as the result's objects were). Opening a store, reading a
 field, counting the shares and Apply result run in worker threads; what they read and compute comes from
-:mod:`ticlust.plate_view` (no napari there), and this module draws it in the GUI thread. Closing the dock stops
+:mod:`ticlust.plate.view` (no napari there), and this module draws it in the GUI thread. Closing the dock stops
 its workers and draws nothing more.
 
 No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
@@ -25,10 +25,10 @@ from qtpy.QtWidgets import QWidget
 
 from ..errors import InputError
 from ..events import Progress
-from ..objects import labels_fit
-from ..plate_view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
+from ..objects.crops import labels_fit
+from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
                           field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
-from ..store import ObjectStore
+from ..plate.store import ObjectStore
 from . import layers as L
 from .workers import RunButton, start_worker
 
@@ -52,7 +52,7 @@ class SharePlot(QWidget):
         self.setMinimumSize(200, 150)
 
     def set_shares(self, shares, by: str) -> None:
-        """Show this share table (:func:`ticlust.plate_view.cluster_shares`), or nothing (None); repaint."""
+        """Show this share table (:func:`ticlust.plate.view.cluster_shares`), or nothing (None); repaint."""
         self.shares, self.by = shares, by
         self.setToolTip("" if shares is None else f"each cluster's share of the objects per {by}; Export shares… "
                                                   "writes the numbers")

@@ -17,14 +17,14 @@ from napari.viewer import Viewer  # napari injects the viewer by this annotation
 
 from .. import api
 from ..errors import InputError
-from ..validation import channels_last
-from ..device import DEVICE_CHOICES
+from ..core.validation import channels_last
+from ..core.device import DEVICE_CHOICES
 from ..events import Done, Progress, Snapshot
 from ..methods import available_methods, get_method
 from ..methods.base import param_infos
-from ..object_route import objects_route
-from ..objects import ROUTE_OPTIONS, labels_fit
-from ..plate_view import record_route
+from ..objects.route import objects_route
+from ..objects.crops import ROUTE_OPTIONS, labels_fit
+from ..plate.view import record_route
 from ..api import load_result
 from ..result import ClusteringResult
 from . import layers as L
@@ -282,7 +282,7 @@ class TiclustWidget(Container):
 
     def _layer_data(self, layer):
         if isinstance(layer, Points):
-            from ..landmarks import points_to_landmarks
+            from ..io.landmarks import points_to_landmarks
 
             features = layer.features
             if "shape_id" not in features:
@@ -353,7 +353,7 @@ class TiclustWidget(Container):
         kinds = labels.metadata.get("kinds")
         truth = {"labels": np.asarray(kinds)[event.table["label"]]} if kinds is not None else {}
         if self.spec.inputs == ("landmarks",):                    # contours: (N, n_points, 2) landmarks
-            from ..landmarks import landmarks_to_points
+            from ..io.landmarks import landmarks_to_points
 
             self._remember(names["contours"])
             coords, shape_id, landmark = landmarks_to_points(event.data)

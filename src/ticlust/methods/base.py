@@ -21,7 +21,7 @@ import torch
 
 from ..errors import InputError
 from ..events import Done, Event
-from ..execute import best_of  # noqa: F401  (the minLoss loop lives in the execution seam)
+from ..core.execute import best_of  # noqa: F401  (the minLoss loop lives in the execution seam)
 from ..result import STATE_TYPES, ClusteringResult, FittedState
 
 

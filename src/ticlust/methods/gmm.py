@@ -7,9 +7,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..stack import Stack
-from ..validation import check_same_size
-from ..device import with_oom_retry
+from ..core.stack import Stack
+from ..core.validation import check_same_size
+from ..core.device import with_oom_retry
 from ..result import ClusteringResult, FittedState
 from ..events import Progress, Snapshot
 from ..kernels import Rows, as_rows, keep_pinned, kmeans_plus_plus_steps, lloyd

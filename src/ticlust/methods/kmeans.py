@@ -1,6 +1,6 @@
 """Pixel K-means with k-means++ initialisation and Lloyd iterations, in torch on the CPU or a GPU.
 
-The method only: its pieces (``Rows``, ``kmeans_plus_plus``, ``lloyd``, ...) are ``ticlust.kernels``,
+The method only: its pieces (``Rows``, ``kmeans_plus_plus``, ``lloyd``, ...) are ``ticlust.kernels.kmeans``,
 which the other methods share.
 """
 from __future__ import annotations
@@ -10,9 +10,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..stack import Stack
-from ..validation import check_same_size
-from ..device import with_oom_retry
+from ..core.stack import Stack
+from ..core.validation import check_same_size
+from ..core.device import with_oom_retry
 from ..result import ClusteringResult, FittedState
 from ..kernels import Rows, kmeans_plus_plus_steps, lloyd_steps, random_init, squared_distances
 from .base import Method, param, register, seed_everything

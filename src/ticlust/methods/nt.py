@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..stack import SCAN_BATCH, Stack
-from ..validation import check_same_size
+from ..core.stack import SCAN_BATCH, Stack
+from ..core.validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..events import Progress, Snapshot, drain
 from ..kernels import kmeans_plus_plus, lloyd

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..landmarks import align_to, procrustes_align
+from ..transforms.procrustes import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
 from ..kernels import kmeans_plus_plus, lloyd_steps, partition_means, squared_distances
 from .base import Method, param, register, seed_everything

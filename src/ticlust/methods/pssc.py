@@ -26,10 +26,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..stack import Stack
+from ..core.stack import Stack
 from ..result import Assignments, ClusteringResult, FittedState
-from ..invariant_scattering import invariant_features, ring_weights
-from ..scattering import fast_scattering, kymatio_scattering, n_paths
+from ..features.invariant_scattering import invariant_features, ring_weights
+from ..features.scattering import fast_scattering, kymatio_scattering, n_paths
 from ..events import Progress, Snapshot, drain
 from ..kernels import (affinities, extend_embedding, keep_pinned, kmeans_restarts, lloyd, partition_means, random_init,
                        squared_distances, transfer_cut)

@@ -33,8 +33,8 @@ import torch
 
 from ..events import Progress, Snapshot
 from ..result import ClusteringResult, FittedState
-from ..stack import Stack, from_nchw, to_nchw
-from ..validation import check_same_size
+from ..core.stack import Stack, from_nchw, to_nchw
+from ..core.validation import check_same_size
 from ..kernels import keep_pinned
 from ..transforms.align import Aligner, Alignments
 from ..transforms.rigid import (SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, common_frame, rigid_search,

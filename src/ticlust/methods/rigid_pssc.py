@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..result import ClusteringResult
-from ..stack import Stack, from_nchw, to_nchw
+from ..core.stack import Stack, from_nchw, to_nchw
 from ..transforms.rigid import aligned_items, common_frame, compose, rigid_search
 from .base import param, register, seed_everything
 from .pssc import PSSC, PSSCConfig, PSSCState

@@ -39,11 +39,11 @@ from ..errors import InputError
 from ..events import Progress, Snapshot
 from ..kernels import affinities, extend_embedding, keep_pinned, kmeans_restarts, lloyd, partition_means, transfer_cut
 from ..result import Assignments, ClusteringResult, FittedState
-from ..stack import Stack, from_nchw, to_nchw
+from ..core.stack import Stack, from_nchw, to_nchw
 from ..transforms.align import Aligner, Alignments, gaussian_lowpass
 from ..transforms.polar import Turns, intensity_centres, nearest_turns, polar_spectra
 from ..transforms.rigid import SHIFT_FRACTION, aligned_items, angle_count, pose_theta, rigid_search, shift_pixels
-from ..validation import check_same_items
+from ..core.validation import check_same_items
 from .base import Method, param, register, seed_everything
 from .invariances import invariances_param
 

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..landmarks import align_to, procrustes_align
+from ..transforms.procrustes import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
 from ..events import Progress, Snapshot
 from ..kernels import keep_pinned, kmeans_plus_plus, squared_distances

@@ -28,10 +28,10 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..stack import Stack, StackImages, from_nchw, to_nchw
-from ..validation import check_same_size
+from ..core.stack import Stack, StackImages, from_nchw, to_nchw
+from ..core.validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
-from ..scratch import RowScratch
+from ..core.scratch import RowScratch
 from ..transforms import affine_matrix
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
 from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels

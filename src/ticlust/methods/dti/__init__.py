@@ -20,18 +20,18 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from torch import nn
-from ..errors import InputError
-from ..stack import Stack, StackImages, from_nchw, to_nchw
-from ..validation import check_same_size
-from ..result import Assignments, ClusteringResult, FittedState
-from ..transforms import TransformSequence, lattice_pixels
-from ..transforms.core import affine_grid, affine_inverse, warp
-from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
-from ..events import Progress, Snapshot, drain
-from ..kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
-from .base import Method, param, register, seed_everything
-from .dti_net import BatchedMLP, InferenceEncoder, ResNetEncoder, cpu_bfloat16
-from .invariances import invariances_param, start_param
+from ...errors import InputError
+from ...core.stack import Stack, StackImages, from_nchw, to_nchw
+from ...core.validation import check_same_size
+from ...result import Assignments, ClusteringResult, FittedState
+from ...transforms import TransformSequence, lattice_pixels
+from ...transforms.core import affine_grid, affine_inverse, warp
+from ...transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
+from ...events import Progress, Snapshot, drain
+from ...kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
+from ..base import Method, param, register, seed_everything
+from .net import BatchedMLP, InferenceEncoder, ResNetEncoder, cpu_bfloat16
+from ..invariances import invariances_param, start_param
 
 MODULE_CHOICES = ("auto", "color", "rigid", "similarity", "affine", "projective", "tps", "morpho")
 #: The modules of each invariance family, in curriculum order (methods/invariances.py); colour first in all.

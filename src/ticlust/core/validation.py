@@ -6,7 +6,7 @@ import warnings
 
 import numpy as np
 
-from .errors import InputError, whole_number
+from ..errors import InputError, whole_number
 from .stack import SCAN_BATCH, Stack
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)

@@ -3,7 +3,7 @@ pick, one field's image and objects, each cluster's share per well (or condition
 over the plate, and assigning one field's objects with a result. The napari panel
 (``ticlust._napari.store_panel``) only draws what these functions return, so they are tested without a viewer.
 
-Everything reads an :class:`~ticlust.store.ObjectStore` (``ticlust extract``) and, once ``ticlust predict``
+Everything reads an :class:`~ticlust.plate.store.ObjectStore` (``ticlust extract``) and, once ``ticlust predict``
 has run, its ``predictions.parquet`` (the store's table + cluster, score, runner_up, runner_up_score, in
 table order). Nothing here writes into the store; the share table is written only where asked, atomically.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, whole_number
+from ..errors import InputError, whole_number
 from .store import ObjectStore
 
 #: Crops per cluster in a gallery.
@@ -44,7 +44,7 @@ def read_predictions(store: ObjectStore, columns=None):
 
 
 def predictions_path(store: ObjectStore) -> Path:
-    from .plate_run import PREDICTIONS
+    from .run import PREDICTIONS
 
     return store.path / PREDICTIONS
 
@@ -112,7 +112,7 @@ class FieldPicture:
 def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
     """Read one field's image and mask from where the store's input named them; an InputError when a file
     is gone or unreadable (the sentence names it)."""
-    from .plate import FieldSpec, _beside, _is_zarr, open_field
+    from .fields import FieldSpec, _beside, _is_zarr, open_field
 
     field_index = check_field(store, field_index)
     row = store.fields.iloc[field_index]
@@ -188,7 +188,7 @@ def cluster_shares(predictions, by: str = "well"):
 
 def write_shares(shares, path) -> Path:
     """The share table as a CSV at ``path``, written whole or not at all."""
-    from .atomic import write_atomic
+    from ..core.atomic import write_atomic
 
     path = Path(path)
     if not path.parent.is_dir():
@@ -219,8 +219,8 @@ def gallery_sample(predictions, per_cluster: int = GALLERY_PER_CLUSTER, seed: in
 def load_store_result(path, store: ObjectStore | None = None):
     """A saved result, ready to assign objects; with a ``store``, refused in one sentence when it cannot assign the
     store's objects (another crop size, channel count or crop options; edited by hand and not refined)."""
-    from .api import load_result
-    from .plate_run import check_result_for_store
+    from ..api import load_result
+    from .run import check_result_for_store
 
     result = load_result(path)
     if store is not None:
@@ -232,8 +232,8 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
     """Assign one field's objects with a fitted result, ``block`` objects at a time: a generator of Progress
     events that returns the assignment columns (cluster, score, runner_up, runner_up_score) in the field's
     object order. Refuses a result that cannot assign this store's objects (another crop size, …)."""
-    from .methods import get_method
-    from .plate_run import N_POINTS, check_result_for_store, result_points, store_items
+    from ..methods import get_method
+    from .run import N_POINTS, check_result_for_store, result_points, store_items
 
     check_result_for_store(result, store)
     index = field_rows(store, field_index)
@@ -247,8 +247,8 @@ def assign_field(result, store: ObjectStore, field_index: int, device: str = "au
 def assign_items(result, items, device: str = "auto", block: int = APPLY_BLOCK):
     """Assign ``items`` with a fitted result, ``block`` at a time (a Cancel takes effect between blocks): a
     generator of Progress events that returns the assignment columns, in item order."""
-    from .events import Progress
-    from .plate_run import predict_items
+    from ..events import Progress
+    from .run import predict_items
 
     chunks = []
     for s in range(0, len(items), block):
@@ -263,7 +263,7 @@ def route_options(result) -> dict:
     orient, normalize, rescale) as the result's store recorded them, or as the napari widget recorded them
     (``config["objects"]``, a run on a labels layer), else the route's defaults at its prototypes' size. New
     objects are cut the same way before they are assigned."""
-    from .objects import ROUTE_OPTIONS
+    from ..objects.crops import ROUTE_OPTIONS
 
     fitted = result.config.get("store")
     if fitted is not None:
@@ -280,7 +280,7 @@ def record_route(result, options: dict) -> None:
     """Write into ``result.config["objects"]`` how its objects were cut out of a field (the route's ``options``;
     a missing orient/normalize is the route's default), so that :func:`route_options` cuts new objects the same
     way. Image results only: a shape method's contours have no crop."""
-    from .objects import ROUTE_OPTIONS
+    from ..objects.crops import ROUTE_OPTIONS
 
     if np.ndim(result.prototypes) >= 3:
         chosen = {k: options.get(k) for k in ROUTE_KEYS}
@@ -294,11 +294,11 @@ def assign_objects(result, image, labels, device: str = "auto", block: int = APP
     of Progress events that returns ``(object table, assignment columns)``, one row per object. Labels that do
     not segment the image, or crops of another size or channel count than the result's, are refused in one
     sentence. The arrays are read, never changed."""
-    from .events import Progress
-    from .methods import get_method
-    from .object_route import objects_route
-    from .objects import labels_fit
-    from .plate_run import result_points
+    from ..events import Progress
+    from ..methods import get_method
+    from ..objects.route import objects_route
+    from ..objects.crops import labels_fit
+    from .run import result_points
 
     if not labels_fit(image, labels):
         raise InputError(f"The labels ({_shape_words(np.shape(labels))}) do not segment the image "

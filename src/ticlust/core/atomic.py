@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
-from .errors import InputError
+from ..errors import InputError
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .errors import InputError, whole_number
+from ..errors import InputError, whole_number
 
 
 def random_affines(rng: np.random.Generator, n: int, rotation: float = 30.0, scale: tuple[float, float] = (0.8, 1.2),
@@ -121,7 +121,7 @@ def nonrigid_digits(images, labels, n_transforms: int = 100, test_fraction: floa
     (``tps_grid_size``² control points, displacement std ``tps_strength``), so every copy is an
     affine-and-elastic warp of its class's instance.
     """
-    from .transforms import affine_points, tps_grid
+    from ..transforms import affine_points, tps_grid
 
     _check(n_transforms, test_fraction)
     rng = np.random.default_rng(seed)

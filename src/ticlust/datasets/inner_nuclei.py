@@ -12,16 +12,16 @@ The kinds differ only in how the intensity is laid out inside, each at its own r
 Brightness is log-normal per nucleus and the integrated signal is about the same for every kind, so total
 or mean intensity does not tell them apart; only the pattern, seen under any rotation, does. Imaging
 (blur, background, Poisson and read noise, uint16) and the labels (true masks, ids in random order) are
-as in :func:`ticlust.nuclei.nuclei_field`.
+as in :func:`ticlust.datasets.nuclei.nuclei_field`.
 """
 from __future__ import annotations
 
 import numpy as np
 from scipy import ndimage
 
-from .errors import InputError
+from ..errors import InputError
 from .nuclei import NucleiField, _count, _place, _shape, paint
-from .objects import objects_from_labels
+from ..objects.crops import objects_from_labels
 
 INNER_KINDS = ("uniform", "rim", "foci", "pole")
 

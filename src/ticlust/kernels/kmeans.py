@@ -1,4 +1,4 @@
-"""The shared maths of the clustering methods, with no method of its own: rows of a stack on a device
+"""K-means pieces shared by the methods, with no method of its own: rows of a stack on a device
 (in memory or streamed), squared distances, k-means++ seeding, random starts, assignment, pinned labels,
 partition means, Lloyd iterations, bisection and runner-up costs.
 
@@ -17,8 +17,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .events import Progress, Snapshot, drain
-from .stack import Stack
+from ..events import Progress, Snapshot, drain
+from ..core.stack import Stack
 
 IN_MEMORY_BYTES = 256 * 2**20   # a stack whose float32 rows fit in this is loaded whole; a larger one streams
 
@@ -79,7 +79,7 @@ class Rows:
         """``fn(rows, *args, pinned=…, start=…)`` for every chunk of rows (its pinned items, its first item
         number), the values in chunk order. ``fn`` is a pure kernel (:func:`lloyd_e_step`, gmm's E-step), so
         where it runs changes nothing: here by default; a stack that knows where its items live and a
-        backend to run on (a store's fit sample on a dask cluster, ``ticlust.chunk_lloyd.StoreSample``)
+        backend to run on (a store's fit sample on a dask cluster, ``ticlust.kernels.chunked.StoreSample``)
         sends each chunk there as one task instead."""
         if self.remote is not None:
             return self.remote.map_chunks(fn, args, pinned, self.batch_size)
@@ -221,7 +221,7 @@ class LloydStep:
 def lloyd_e_step(x: torch.Tensor, centers: torch.Tensor, pinned: torch.Tensor | None = None,
                  start: int = 0) -> LloydStep:
     """The E-step of one chunk of rows ``x`` (n, D) against ``centers`` (K, D): a pure function, so the
-    in-process loop and a cluster's workers (``ticlust.chunk_lloyd``) run the very same arithmetic.
+    in-process loop and a cluster's workers (``ticlust.kernels.chunked``) run the very same arithmetic.
     ``pinned`` (n,): the chunk's user-fixed clusters (-1: free); ``start``: the chunk's first item number."""
     k = centers.shape[0]
     d2 = squared_distances(x, centers)
@@ -294,54 +294,3 @@ def own_and_runner_up(dist: torch.Tensor, labels: torch.Tensor) -> tuple[torch.T
     own = dist.gather(1, labels[:, None])[:, 0]
     others = dist.scatter(1, labels[:, None], float("inf")).min(1)
     return own, others.values, others.indices
-
-
-# ---- U-SPEC's spectral step (PSSC, rigid-spectral) ---------------------------------------------------
-def affinities(dist: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Gaussian kernel on Euclidean distances (Eq. 5)."""
-    return torch.exp(-(dist.double() ** 2) / (2.0 * sigma * sigma))
-
-
-def transfer_cut(aff: torch.Tensor, idx: torch.Tensor, p: int, n_clusters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Transfer cut on the bipartite graph given by a sparse N×p affinity (values ``aff``, columns ``idx``).
-
-    Ā = Aᵀ D_X⁻¹ A (Eq. 6), L = D_Y^-½ Ā D_Y^-½ (Eq. 7); the eigenvectors v of L with the C largest
-    eigenvalues give w = D_Y^-½ v, which solve Eq. 8 on the representatives, and transfer to the items
-    as D_X⁻¹ A w. Returns (items' embedding (N, C), w (p, C), eigenvalues (C,)).
-    """
-    n, k = aff.shape
-    dx = aff.sum(1).clamp_min(1e-300)
-    weights = (aff[:, :, None] * aff[:, None, :] / dx[:, None, None]).reshape(-1)
-    flat = (idx[:, :, None] * p + idx[:, None, :]).reshape(-1)
-    abar = torch.zeros(p * p, dtype=aff.dtype, device=aff.device).index_add_(0, flat, weights).reshape(p, p)
-    dy = abar.sum(1)
-    inv_sqrt = torch.where(dy > 0, dy.clamp_min(1e-300).rsqrt(), torch.zeros_like(dy))
-    lap = inv_sqrt[:, None] * abar * inv_sqrt[None, :]
-    vals, vecs = torch.linalg.eigh((lap + lap.T) / 2)
-    vals, vecs = vals.flip(0)[:n_clusters], vecs.flip(1)[:, :n_clusters]
-    w = inv_sqrt[:, None] * vecs
-    return extend_embedding(aff, idx, w), w, vals
-
-
-def extend_embedding(aff: torch.Tensor, idx: torch.Tensor, w: torch.Tensor, normalise: bool = True) -> torch.Tensor:
-    """Items' spectral coordinates D_X⁻¹ A w, row-normalised (U-SPEC's embedding) unless told otherwise."""
-    dx = aff.sum(1, keepdim=True).clamp_min(1e-300)
-    emb = ((aff / dx)[:, :, None] * w[idx]).sum(1)
-    if normalise:
-        emb = emb / (emb.norm(dim=1, keepdim=True) + 1e-10)
-    return emb.float()
-
-
-def kmeans_restarts(x: torch.Tensor, k: int, restarts: int, max_iter: int, rng: np.random.Generator):
-    """Generator: k-means++ + Lloyd, ``restarts`` times; yields after each restart, returns the lowest-inertia
-    (centres, labels, history)."""
-    best = None
-    for r in range(restarts):
-        centers = kmeans_plus_plus(x, k, rng)
-        history = []
-        for _, inertia, centers, labels in lloyd(x, centers, max_iter=max_iter):
-            history.append(inertia / x.shape[0])
-        if best is None or history[-1] < best[2][-1]:
-            best = (centers, labels, history)
-        yield r + 1, best
-    return best

@@ -1,9 +1,9 @@
 """The object store: every object of a plate cut out onto disk, with one table row per object.
 
-``extract(INPUT, STORE)`` lists the fields (:mod:`ticlust.plate`), fixes the crop size, dtype and
+``extract(INPUT, STORE)`` lists the fields (:mod:`ticlust.plate.fields`), fixes the crop size, dtype and
 channels for the whole store (from a first pass over the masks and file headers), then cuts field
-after field with :func:`ticlust.objects.field_objects`: in this process, or on a dask.distributed
-cluster (``workers=N``, ``scheduler=ADDRESS`` or ``client=``; :mod:`ticlust.cluster`). Each field's
+after field with :func:`ticlust.objects.crops.field_objects`: in this process, or on a dask.distributed
+cluster (``workers=N``, ``scheduler=ADDRESS`` or ``client=``; :mod:`ticlust.core.backends`). Each field's
 step, :func:`extract_field`, is one pure function — a field's paths and the plan in, its part written
 into the store by path, a small :class:`FieldReport` out — so the local loop and a cluster's workers
 call the same function, and a task that a lost worker had begun is simply run again. A field's part
@@ -32,11 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import write_atomic
-from .cluster import Backend, backend_for, stderr_notice
-from .errors import InputError, whole_number
-from .objects import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
-from .plate import FieldSpec, list_fields, open_field
+from ..core.atomic import write_atomic
+from ..core.backends import Backend, backend_for, stderr_notice
+from ..errors import InputError, whole_number
+from ..objects.crops import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
+from .fields import FieldSpec, list_fields, open_field
 
 #: Version of the layout on disk (docs/store.md).
 FORMAT = 1
@@ -196,8 +196,8 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
 
     ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels`` columns,
     the others carried to every row), an OME-Zarr image with labels (``labels`` names one), or one field
-    image with ``labels=MASK`` (see :mod:`ticlust.plate`). The crop options are those of the objects
-    route (``ticlust fit --labels``; :func:`ticlust.objects.objects_from_labels`), with its defaults
+    image with ``labels=MASK`` (see :mod:`ticlust.plate.fields`). The crop options are those of the objects
+    route (``ticlust fit --labels``; :func:`ticlust.objects.crops.objects_from_labels`), with its defaults
     (``orient``, ``normalize`` on); ``crop_size`` None: the smallest multiple of 4 that holds every kept
     object of the plate (the median object with ``rescale``), at most 128, from a first pass over the masks.
     Where the fields are cut (docs/cluster.md): in this process by default; ``workers=N`` starts a
@@ -438,7 +438,7 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
 
 # ---- running the steps -----------------------------------------------------------------------------
 class _Steps:
-    """Runs per-field steps through a :class:`~ticlust.cluster.Backend` (this process, or a dask
+    """Runs per-field steps through a :class:`~ticlust.core.backends.Backend` (this process, or a dask
     cluster's workers), turning every finished step into a Progress record."""
 
     def __init__(self, backend: Backend, report):
@@ -459,7 +459,7 @@ def progress_sink(progress):
     """(where Progress events go, the terminal bar to close or None) for ``progress``: True (a bar on
     standard error), a callable taking Progress events, or None/False (nowhere, and no import)."""
     if progress is True:
-        from .api import TerminalProgress
+        from ..api import TerminalProgress
 
         bar = TerminalProgress()
         return bar.update, bar
@@ -477,8 +477,8 @@ class _Reporter:
     def __call__(self, stage: str, step: int, total: int) -> None:
         if self.sink is None:
             return
-        from .api import StagePace
-        from .events import Progress
+        from ..api import StagePace
+        from ..events import Progress
 
         self.pace = self.pace or StagePace()
         self.used = True

@@ -7,7 +7,7 @@ objects' indices) together with the store's options and crop (``store``), so a p
 both. ``predict_store(result, store)`` assigns every object: one pure per-part step,
 :func:`predict_part` (a result file, its digest, the store and a part in; the part's
 ``predict.parquet`` written by temp file + rename; a small report out), mapped over the parts through
-an :class:`ticlust.execute.Backend`, then the joined table (the store's table + cluster, score,
+an :class:`ticlust.core.execute.Backend`, then the joined table (the store's table + cluster, score,
 runner-up) written to the store's ``predictions.parquet`` and to ``--csv`` / ``--parquet``, streamed
 part by part. A part already predicted by the same result (its digest) is skipped, so a killed run
 resumes; a part predicted by another result is predicted again, so two results never mix.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError, whole_number
+from ..errors import InputError, whole_number
 from .store import LazyStack, ObjectStore, _write_errors, part_name, progress_sink, read_attributes
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
@@ -120,7 +120,7 @@ def store_items(store: ObjectStore, index, landmarks: bool, n_points: int = N_PO
 
 def contours(masks: np.ndarray, n_points: int) -> np.ndarray:
     """Each mask's outer contour as (n_points, 2) landmarks (objects.contour_landmarks)."""
-    from .objects import contour_landmarks
+    from ..objects.crops import contour_landmarks
 
     out = np.empty((len(masks), n_points, 2))
     for i, mask in enumerate(masks):
@@ -142,10 +142,10 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     E-steps; one task per chunk of the sample, read by the workers from the store) to the cluster, with
     the same labels and prototypes to float tolerance. The other methods fit in this process and say so
     in one line (a warning); no cluster is started for them."""
-    from .api import fit, object_params, prepare
-    from .chunk_lloyd import StoreSample
-    from .cluster import backend_for, stderr_notice
-    from .methods import get_method
+    from ..api import fit, object_params, prepare
+    from ..kernels.chunked import StoreSample
+    from ..core.backends import backend_for, stderr_notice
+    from ..methods import get_method
 
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     spec = get_method(method)
@@ -195,14 +195,14 @@ def result_digest(path) -> str:
 @lru_cache(maxsize=2)
 def _loaded(path: str, digest: str):
     """A result file, loaded once per process (a worker predicts many parts with it)."""
-    from .api import load_result
+    from ..api import load_result
 
     return load_result(path)
 
 
 def check_result_for_store(result, store: ObjectStore) -> None:
     """Refuse, with one sentence, a result that cannot assign this store's objects."""
-    from .methods import get_method
+    from ..methods import get_method
 
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
@@ -254,7 +254,7 @@ def assignment_columns(labels, scores) -> dict:
 def predict_items(result, items, device="auto", batch_size: int | None = None, aligned: bool = False):
     """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling); with
     ``aligned``, ``(columns, the items aligned with their prototypes, their kind)``."""
-    from .api import predict
+    from ..api import predict
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -315,7 +315,7 @@ def predict_part(task: PartTask) -> PartReport:
     import pyarrow.parquet as pq
     import zarr
 
-    from .methods import get_method
+    from ..methods import get_method
 
     start = time.perf_counter()
     part = Path(task.store) / "fields" / part_name(task.field)
@@ -436,11 +436,11 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     address), or a callable taking Progress events. ``save_aligned``: also write every object aligned with its
     prototype into its part (``fields/NNNNN/aligned``, read back with :func:`aligned_images`), batch by batch,
     for the methods that align (ai-/st-kmeans, rigid-kmeans, dti-kmeans)."""
-    from .api import load_result
-    from .cluster import backend_for, stderr_notice
-    from .methods import get_method
-    from .result import ClusteringResult
-    from .validation import check_batch_size
+    from ..api import load_result
+    from ..core.backends import backend_for, stderr_notice
+    from ..methods import get_method
+    from ..result import ClusteringResult
+    from ..core.validation import check_batch_size
 
     start = time.perf_counter()
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
@@ -491,8 +491,8 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
     """The parts through ``backend.imap``, all handed out at once (a worker takes the next part as soon as it is
     free: no round waits for its slowest part), progress (objects done, ETA) moving as each part finishes.
     The reports in task order."""
-    from .execute import StagePace
-    from .events import Progress
+    from ..core.execute import StagePace
+    from ..events import Progress
 
     sink, bar = progress_sink(progress)
     total, done, fresh = int(np.sum(counts)), 0, 0
@@ -519,7 +519,7 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    from .atomic import write_atomic
+    from ..core.atomic import write_atomic
     from .store import ROW_GROUP
 
     sample = result.config.get("fit_sample")
@@ -615,8 +615,8 @@ def aligned_images(store):
 def predict_stream(result, items, *, device: str = "auto", batch_size: int | None = None, progress=None) -> dict:
     """Assign a stack (or landmark set), a chunk of ``batch_size`` (default CHUNK) items at a time, with
     progress; the assignment columns for every item."""
-    from .execute import StagePace
-    from .events import Progress
+    from ..core.execute import StagePace
+    from ..events import Progress
 
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
@@ -643,7 +643,7 @@ def predict(result, data, device: str = "auto", batch_size: int | None = None, p
     (:func:`predict_store`, on a dask cluster with ``workers`` / ``scheduler`` / ``client``; returns a
     :class:`StorePrediction`; ``csv`` / ``parquet``: the joined table there too); anything else goes to
     :func:`ticlust.api.predict` (returns a ClusteringResult; ``aligned`` as there)."""
-    from .api import predict as predict_items_of
+    from ..api import predict as predict_items_of
 
     if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
         if aligned:

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .api import object_params
-from .errors import InputError
-from .methods import get_method
-from .objects import ROUTE_OPTIONS, TABLE_COLUMNS, objects_from_labels, shapes_from_labels
+from ..api import object_params
+from ..errors import InputError
+from ..methods import get_method
+from .crops import ROUTE_OPTIONS, TABLE_COLUMNS, objects_from_labels, shapes_from_labels
 
 
 @dataclass

@@ -26,7 +26,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Sequence
 
-from .errors import InputError, whole_number
+from ..errors import InputError, whole_number
 
 #: Seconds to wait for a scheduler at ``scheduler=ADDRESS`` before giving up.
 CONNECT_TIMEOUT = 10.0

@@ -24,8 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from .errors import InputError, whole_number
-from .objects import objects_from_labels
+from ..errors import InputError, whole_number
+from ..objects.crops import objects_from_labels
 
 KINDS = ("round", "elongated", "dividing")
 

@@ -22,7 +22,7 @@ import math
 import numpy as np
 from scipy import ndimage
 
-from .errors import InputError, whole_number
+from ..errors import InputError, whole_number
 
 TABLE_COLUMNS = ("label", "frame", "centroid_y", "centroid_x", "bbox_y0", "bbox_x0", "bbox_y1", "bbox_x1",
                  "area", "touches_border", "scale", "angle")
@@ -272,7 +272,7 @@ def field_objects(image, labels, size: int, *, keep_border: bool = False, keep_c
                   channel_axis: int | None = None, channels=None):
     """One field's objects at a crop side fixed beforehand, with their masks, any number of them (none too).
 
-    The per-field step of an object store (:mod:`ticlust.store`), where every field of a plate is cut at
+    The per-field step of an object store (:mod:`ticlust.plate.store`), where every field of a plate is cut at
     the plate's one crop size and an empty field is not an error. Same crops and table as
     :func:`objects_from_labels` with the same options; returns ``(stack, masks, table)``, masks (N, size,
     size) bool: the pixels of each crop that belong to its object.
@@ -470,7 +470,7 @@ def shapes_from_labels(labels, n_points: int = 64, *, keep_border: bool = False,
     with the object, or towards +x for ``start="east"`` (fixed in the field).
 
     Returns ``(landmarks, table)``: landmarks (N, n_points, 2) float64 in (x, y) field pixels (the
-    convention of :mod:`ticlust.landmarks`), ready for ``shape-kmeans``; table as for
+    convention of :mod:`ticlust.io.landmarks`), ready for ``shape-kmeans``; table as for
     :func:`objects_from_labels`.
     """
     _check_labels(labels)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import InputError
-from .landmarks import sample_landmarks
+from ..errors import InputError
+from .shapes import sample_landmarks
 from .inner_nuclei import inner_nuclei_sample
 from .nuclei import nuclei_sample
 

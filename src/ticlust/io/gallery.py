@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .atomic import write_atomic
-from .errors import InputError, whole_number
-from .result import ClusteringResult
-from .stack import Stack
-from .validation import as_stack, check_same_items
+from ..core.atomic import write_atomic
+from ..errors import InputError, whole_number
+from ..result import ClusteringResult
+from ..core.stack import Stack
+from ..core.validation import as_stack, check_same_items
 
 
 def _rgb(tile: np.ndarray) -> np.ndarray:

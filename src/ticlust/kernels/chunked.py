@@ -1,13 +1,13 @@
 """Lloyd's k-means (and gmm's EM) over an object store's crops, one E-step task per chunk of objects
 (docs/cluster.md).
 
-The E-step is :func:`ticlust.kernels.lloyd_e_step` (or ``methods.gmm.em_e_step``), a pure function of a
+The E-step is :func:`ticlust.kernels.kmeans.lloyd_e_step` (or ``methods.gmm.em_e_step``), a pure function of a
 chunk of rows and the current parameters, run by :func:`chunk_task`. Here
 a task names its chunk instead of carrying it — the store's path, the objects' numbers, the stack's
-normalisation and the centres in; the chunk's sufficient statistics (:class:`~ticlust.kernels.LloydStep`:
-per-cluster sums and counts, inertia, labels, farthest items) out — so a :class:`~ticlust.cluster.Backend`
+normalisation and the centres in; the chunk's sufficient statistics (:class:`~ticlust.kernels.kmeans.LloydStep`:
+per-cluster sums and counts, inertia, labels, farthest items) out — so a :class:`~ticlust.core.backends.Backend`
 runs it in this process or on a cluster's workers, which read the crops from the store: they are never
-shipped. The M-step (:func:`ticlust.kernels.lloyd`) reduces the chunks' statistics in chunk order, so a
+shipped. The M-step (:func:`ticlust.kernels.kmeans.lloyd`) reduces the chunks' statistics in chunk order, so a
 distributed Lloyd iteration is the in-process one: the same labels, centres equal to float tolerance.
 
 :class:`StoreSample` is how a fit reaches it: a Stack of a store's objects that knows where they live and
@@ -19,8 +19,8 @@ import dataclasses
 
 import numpy as np
 
-from .cluster import LOCAL, Backend
-from .stack import Stack
+from ..core.backends import LOCAL, Backend
+from ..core.stack import Stack
 
 
 class StoreSample(Stack):
@@ -38,7 +38,7 @@ class StoreSample(Stack):
 
     def map_chunks(self, fn, args: tuple, pinned, chunk: int) -> list:
         """``fn`` (a pure kernel) on every chunk of ``chunk`` objects through the backend, the values in chunk
-        order and on the arguments' device (see :meth:`ticlust.kernels.Rows.map_chunks`)."""
+        order and on the arguments' device (see :meth:`ticlust.kernels.kmeans.Rows.map_chunks`)."""
         import torch
 
         device = next((a.device for a in args if isinstance(a, torch.Tensor)), torch.device("cpu"))
@@ -68,7 +68,7 @@ def chunk_task(task: tuple):
     (so the rows are those of the fit's stack, bit for bit)."""
     import torch
 
-    from .store import open_objects
+    from ..plate.store import open_objects
 
     fn, path, index, lo, hi, args, kwargs = task
     rows = Stack(open_objects(path).crops[np.asarray(index)], lo, hi).batch(0, len(index))
@@ -95,13 +95,13 @@ def _on(value, device):
 
 def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300, tol: float = 1e-4,
                 chunk: int = 8192):
-    """:func:`ticlust.kernels.lloyd` on every crop of the store at ``path`` (flat rows, unscaled), its
+    """:func:`ticlust.kernels.kmeans.lloyd` on every crop of the store at ``path`` (flat rows, unscaled), its
     E-step one ``backend`` task per chunk of ``chunk`` objects; yields (iteration, inertia, centres,
     labels) after each update, as numpy arrays."""
     import torch
 
-    from .kernels import Rows, lloyd
-    from .store import open_objects
+    from .kmeans import Rows, lloyd
+    from ..plate.store import open_objects
 
     crops = np.asarray(open_objects(path).crops)
     sample = StoreSample(Stack(crops, 0.0, 1.0), path, np.arange(len(crops)), backend)

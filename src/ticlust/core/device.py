@@ -10,7 +10,7 @@ from typing import Callable, TypeVar
 import torch
 
 from .determinism import determinism_wanted
-from .errors import InputError
+from ..errors import InputError
 
 T = TypeVar("T")
 DEVICE_CHOICES = ("auto", "cpu", "cuda")

@@ -14,7 +14,7 @@ is the same as a generator (what the sink would receive, in order) for the napar
 takes effect at the next event.
 
 Per-block work (one pure function applied to chunks) goes through a :class:`Backend` (in
-:mod:`ticlust.cluster`: in-process, or a dask.distributed cluster); this module knows no method (it
+:mod:`ticlust.core.backends`: in-process, or a dask.distributed cluster); this module knows no method (it
 imports only ``device``, ``events`` and ``cluster``), so a method and a remote worker can call into it.
 """
 from __future__ import annotations
@@ -29,16 +29,16 @@ import numpy as np
 import torch
 
 from .device import describe, reproducible, resolve_device
-from .events import Done, Event, Progress
+from ..events import Done, Event, Progress
 
 Sink = Callable[[Event], None]
 
 
 # ---- where per-block work runs -------------------------------------------------------------------
 # Backend (map/imap of one pure function over small tasks), the in-process LocalBackend and the
-# dask.distributed DaskBackend live in ticlust.cluster (no torch there, so the store's extraction uses
+# dask.distributed DaskBackend live in ticlust.core.backends (no torch there, so the store's extraction uses
 # them too); backend_for(workers=, scheduler=, client=) picks one.
-from .cluster import LOCAL, Backend, DaskBackend, LocalBackend, backend_for  # noqa: E402,F401
+from .backends import LOCAL, Backend, DaskBackend, LocalBackend, backend_for  # noqa: E402,F401
 
 
 # ---- what to run ---------------------------------------------------------------------------------
@@ -183,7 +183,7 @@ def versions() -> dict[str, str]:
 
     import scipy
 
-    from . import __version__
+    from .. import __version__
 
     return {"ticlust": __version__, "python": sys.version.split()[0], "numpy": np.__version__,
             "torch": torch.__version__, "scipy": scipy.__version__, "scikit-learn": version("scikit-learn")}

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import InputError
-from .objects import TABLE_COLUMNS
-from .readers import IMAGE_SUFFIXES, read_image
+from ..errors import InputError
+from ..objects.crops import TABLE_COLUMNS
+from ..io.readers import IMAGE_SUFFIXES, read_image
 
 #: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels.
 MASK_ENDINGS = ("_cp_masks", "_masks", ".labels")

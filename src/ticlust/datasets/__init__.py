@@ -1,0 +1,1 @@
+"""Bundled and generated samples: digits, glyphs, landmark shapes, nuclei fields and plates."""

@@ -1,0 +1,1 @@
+"""Fixed (untrained) image features: the scattering transform and its rotation-invariant form."""

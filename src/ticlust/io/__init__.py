@@ -1,0 +1,1 @@
+"""Files in and out: image and stack readers, landmark files, galleries."""
