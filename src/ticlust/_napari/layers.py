@@ -470,8 +470,7 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     The input layer's data stay as they are (it is hidden: the overlaid raw shapes form an unreadable
     ring); its ``features`` gain ``cluster`` and ``score`` columns.
     """
-    from ..transforms.procrustes import ellipse_corners
-    from ..io.landmarks import landmarks_to_points, points_to_landmarks  # napari-free geometry
+    from ..io.landmarks import points_to_landmarks  # napari-free geometry
 
     names = layer_names(input_layer.name)
     shape_of_point = shape_index_of_points(input_layer)
@@ -490,8 +489,19 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     point_colors = np.array([cluster_color(int(result.labels[s])) for s in np.repeat(np.arange(result.n), raw.shape[1])])
     _set_points(viewer, names["landmarks"], gallery, point_colors, size)
     made = [names["landmarks"]]
-    # the aligned view (aligned shapes, ellipses, means) sits to the right of the gallery, scaled so
-    # that a mean shape is as wide as the gallery is tall at most
+    zoom = _show_aligned_shapes(viewer, names, result, gallery, spacing, size, made)
+    _show_landmark_legend(viewer, names, result, gallery, spacing, zoom)
+    made.append(names["legend"])
+    return made
+
+
+def _show_aligned_shapes(viewer, names: dict, result: ClusteringResult, gallery: np.ndarray, spacing: float,
+                         size: float, made: list) -> float:
+    """The aligned view right of the gallery (aligned shapes, per-landmark ellipses, the mean shapes), scaled so
+    that a mean shape is as wide as the gallery is tall at most; appends the layers it made, returns the zoom."""
+    from ..io.landmarks import landmarks_to_points
+    from ..transforms.procrustes import ellipse_corners
+
     aligned_frame = result.aligned if result.aligned is not None else result.prototypes
     g_lo, g_hi = gallery.min(0), gallery.max(0)
     a_span = float(np.ptp(aligned_frame.reshape(-1, 2), axis=0).max()) or 1.0
@@ -524,6 +534,13 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
                [p / viewer.scene.camera.zoom for p in px], metadata={"screen_widths": px},
                blending="translucent_no_depth", opacity=1.0)
     made.append(names["means"])
+    return zoom
+
+
+def _show_landmark_legend(viewer, names: dict, result: ClusteringResult, gallery: np.ndarray, spacing: float,
+                          zoom: float) -> None:
+    """The colour legend left of the gallery: each cluster's size and what the two views show."""
+    k = result.prototypes.shape[0]
     sizes = result.cluster_sizes()
     texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)] + [
         "left: every shape, by cluster (input units)", "right: Procrustes-aligned, mean ± 2 sd per landmark"]
@@ -531,12 +548,11 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     legend = Scene(1, 80, len(texts))
     raster, factor = text_raster(legend, 1, texts, colors)
     unit = 0.1 * spacing
+    g_lo = gallery.min(0)
     offset = (g_lo[0] - (legend.grid_shape(1)[0] + 2) * unit, g_lo[1])
     set_text_layer(viewer, names["legend"], raster, factor, offset, unit=unit,
                    metadata={"texts": texts, "units": "gallery: the input's own units; aligned view: Procrustes-"
                                                       f"aligned coordinates scaled by {zoom:.3g} to fit"})
-    made.append(names["legend"])
-    return made
 
 
 def _set_points(viewer, name: str, coords: np.ndarray, colors: np.ndarray, size: float):
