@@ -1,4 +1,4 @@
-"""Turning a ClusteringResult into napari layers, reusing layers by name (GUIDE §3).
+"""Turning a ClusteringResult into napari layers, reusing layers by name (so a re-run updates them in place).
 
 Where things go (data pixels; the input stack occupies rows 0…H, columns 0…W and owns the slider):
 

@@ -1,4 +1,4 @@
-"""Pictures a lab keeps (issue 18): per-cluster galleries and the prototype montage, as PNG files.
+"""Pictures a lab keeps: per-cluster galleries and the prototype montage, as PNG files.
 
 A cluster's gallery shows its members sorted by score (closest first), each beside its alignment with
 the prototype where the method aligns (the result's ``aligned``); the montage shows every prototype.
