@@ -307,7 +307,7 @@ def test_load_result_errors(tmp_path):
     with pytest.raises(ValueError, match="not a ticlust result"):
         ticlust.load_result(tmp_path / "plain.npz")
     (tmp_path / "junk.npz").write_bytes(b"junk")
-    with pytest.raises(ValueError, match="not a readable"):
+    with pytest.raises(InputError, match=r"junk\.npz is not a ticlust result file \(it is not an \.npz archive\)"):
         ticlust.load_result(tmp_path / "junk.npz")
 
 

@@ -18,6 +18,7 @@ import torch
 
 from .api import fit, fitted_scale, item_count, prepare
 from .core.execute import Job, execute, stream
+from .core.validation import check_same_items
 from .errors import InputError
 from .methods import get_method
 from .result import ITEM_NAMES, OUTLIER, Assignments, ClusteringResult
@@ -212,8 +213,11 @@ def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: s
 
 
 def _fitted_items(data, result: ClusteringResult):
-    """The data a result was fitted on, validated and scaled like the fit; it must hold as many items."""
-    items = fitted_scale(prepare(data, get_method(result.method)), result)
+    """The data a result was fitted on, validated and scaled like the fit; it must hold as many items, each
+    of the shape the result's prototypes have."""
+    items = prepare(data, get_method(result.method))
+    check_same_items(items, np.shape(result.prototypes)[1:], "data's items", "give the data it was fitted on")
+    items = fitted_scale(items, result)
     if item_count(items) != result.n:
         raise InputError(f"The data has {item_count(items)} items but the result has {result.n}: give the data it was fitted on.")
     return items

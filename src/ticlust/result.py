@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import zipfile
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -238,12 +239,23 @@ class ClusteringResult:
         the result was edited by hand, whether the user marked the item as an outlier).
 
         ``columns``: extra per-item columns ({name: N values}, e.g. an object table), written after
-        ``item``. Written as CSV when ``path`` is given; the rows are returned either way.
+        ``item``. ``names``: one name per item, in place of its number. Written as CSV when ``path`` is
+        given; the rows are returned either way. Names or columns of another length are refused before
+        anything is written.
         """
+        if names is not None:
+            if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
+                raise InputError(f"The names are a {type(names).__name__}: give a list of one name per item ({self.n}).")
+            if len(names) != self.n:
+                raise InputError(f"The names list has {len(names)} entries but the result has {self.n} items: give one "
+                                 "name per item.")
+        if columns is not None and not hasattr(columns, "items"):
+            raise InputError(f"The extra columns are a {type(columns).__name__}: give a dict of {{name: one value per item}}.")
         columns = {} if columns is None else {str(c): np.asarray(v) for c, v in columns.items()}
-        bad = [c for c, v in columns.items() if v.shape != (self.n,)]
+        bad = [f"{c} ({f'{v.size} values' if v.ndim == 1 else f'shape {v.shape}'})" for c, v in columns.items()
+               if v.shape != (self.n,)]
         if bad:
-            raise ValueError(f"extra column(s) {', '.join(bad)} need one value per item ({self.n}).")
+            raise InputError(f"The extra column(s) {', '.join(bad)} need one value per item ({self.n}).")
         order = np.argsort(self.scores, axis=1)
         rows = []
         for i in range(self.n):
@@ -284,14 +296,10 @@ def load_result(path: str | Path) -> ClusteringResult:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"No result file at {path}: check the path.")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            contents = {key: npz[key] for key in npz.files}
-    except Exception as exc:  # corrupt or not an npz
-        raise InputError(f"{path} is not a readable ticlust result file ({exc}).") from None
+    contents = _npz_contents(path)
     check_unchanged(path, contents)
     if not is_result_file(contents):
-        raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
+        raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json): {_SAVED_BY}.")
     meta = _metadata(path, contents.pop("meta_json"), "meta_json")
     config = _metadata(path, contents.pop("config_json"), "config_json")
     _check_meta(path, meta)
@@ -311,6 +319,31 @@ def load_result(path: str | Path) -> ClusteringResult:
     if state_type is not None and state:      # none saved: a result edited by hand and not refined yet
         kwargs["state"] = _state(path, state_type, meta["method"], state)
     return ClusteringResult(**kwargs)
+
+
+_SAVED_BY = "give a file that ticlust saved (ClusteringResult.save, ticlust fit -o)"
+
+
+def _npz_contents(path: Path) -> dict[str, np.ndarray]:
+    """Every entry of a result file, read without unpickling; a file that is no .npz archive, a damaged
+    one, or one holding Python objects is refused by what it is (NumPy's hint to load it unsafely is not
+    passed on: a ticlust result never holds pickled data)."""
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            zipped = fh.read(4) == b"PK\x03\x04"          # a zip's first bytes: an archive cut short or damaged
+        if zipped:
+            raise InputError(f"{path} is not a readable ticlust result file (its .npz archive is cut short or "
+                             "damaged): save the result again or fit again.")
+        raise InputError(f"{path} is not a ticlust result file (it is not an .npz archive): {_SAVED_BY}.")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except Exception as exc:       # object arrays; a member cut short, a bad CRC, a header NumPy cannot parse
+        if isinstance(exc, ValueError) and "pickle" in str(exc).lower():
+            raise InputError(f"{path} is not a ticlust result file (it holds Python objects, which ticlust never "
+                             f"saves): {_SAVED_BY}.") from None
+        raise InputError(f"{path} is not a readable ticlust result file (an entry is damaged: "
+                         f"{type(exc).__name__}): save the result again or fit again.") from None
 
 
 def array_digest(name: str, array: np.ndarray) -> str:
