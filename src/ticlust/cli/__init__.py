@@ -10,14 +10,14 @@ import warnings
 
 import numpy as np
 
-from .core.atomic import check_outputs
-from .errors import InputError
-from .io.readers import IMAGE_SUFFIXES, folder_images, read_input
-from .result import OUTLIER, npz_path
+from ..core.atomic import check_outputs
+from ..errors import InputError
+from ..io.readers import IMAGE_SUFFIXES, folder_images, read_input
+from ..result import OUTLIER, npz_path
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .datasets.samples import SAMPLES     # here, not at the top: a worker process re-imports this module (spawn)
+    from ..datasets.samples import SAMPLES     # here, not at the top: a worker process re-imports this module (spawn)
 
     parser = argparse.ArgumentParser(prog="ticlust", description="Transformation-invariant clustering of image stacks and landmark shapes.")
     common = argparse.ArgumentParser(add_help=False)
@@ -159,7 +159,7 @@ def cluster_options(parser, what: str) -> None:
 
 def _route_defaults(args) -> None:
     """The objects route's defaults where no --(no-)orient / --(no-)normalize was given."""
-    from .objects.crops import ROUTE_OPTIONS
+    from ..objects.crops import ROUTE_OPTIONS
 
     for name, default in ROUTE_OPTIONS.items():
         if getattr(args, name) is None:
@@ -167,7 +167,7 @@ def _route_defaults(args) -> None:
 
 
 def _extract(args) -> int:
-    from .plate.store import extract
+    from ..plate.store import extract
 
     _route_defaults(args)
     with warnings.catch_warnings():
@@ -209,8 +209,8 @@ def at_least_one(text: str) -> int:
 
 def _export(args) -> int:
     """``ticlust export RESULT --input STACK --gallery FOLDER``: no picture written over an input."""
-    from .io.gallery import export_gallery, gallery_files
-    from .api import load_result
+    from ..io.gallery import export_gallery, gallery_files
+    from ..api import load_result
 
     inputs = {"RESULT": args.result, "--input": args.input}
     check_outputs(inputs, {"--gallery": args.gallery})
@@ -229,8 +229,8 @@ def _export(args) -> int:
 def _curate(args) -> int:
     """``ticlust curate RESULT``: one hand edit of ``ticlust.curation`` (items in its one selector grammar,
     ``curation.item_index``), saved to a new file; refine it in Python or napari, where the data is."""
-    from . import curation
-    from .api import load_result
+    from .. import curation
+    from ..api import load_result
 
     if args.move is not None and args.to is None:
         raise InputError("--move needs --to CLUSTER: the cluster the items go into.")
@@ -263,8 +263,8 @@ def _curate(args) -> int:
 
 
 def _methods() -> int:
-    from .methods import available_methods, get_method
-    from .methods.base import param_infos
+    from ..methods import available_methods, get_method
+    from ..methods.base import param_infos
 
     for name in available_methods():
         spec = get_method(name)
@@ -276,15 +276,15 @@ def _methods() -> int:
 
 
 def _fit(args) -> int:
-    from .methods import get_method
-    from .datasets.samples import sample
-    from .core.validation import random_subset
-    from .api import fit
-    from .metrics import evaluate
+    from ..methods import get_method
+    from ..datasets.samples import sample
+    from ..core.validation import random_subset
+    from ..api import fit
+    from ..metrics import evaluate
 
     if (args.input is None) == (args.sample is None):
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
-    from .plate.store import read_attributes
+    from ..plate.store import read_attributes
 
     if args.input is not None and read_attributes(args.input) is not None:
         return _fit_store(args)
@@ -333,7 +333,7 @@ def _fit(args) -> int:
         result = fit(data, method=args.method, k=k, device=args.device, seed=args.seed, runs=args.runs,
                      progress=not args.quiet, **params)
     if args.labels is not None:
-        from .plate.view import record_route
+        from ..plate.view import record_route
 
         record_route(result, vars(args))
     out = result.save(args.output)
@@ -365,9 +365,9 @@ def _params(args) -> dict:
 
 def _fit_store(args) -> int:
     """``ticlust fit STORE --fit-sample N``: fit on a seeded sample spread over the store's fields."""
-    from .methods import get_method
-    from .plate.run import fit_store
-    from .plate.store import open_objects
+    from ..methods import get_method
+    from ..plate.run import fit_store
+    from ..plate.store import open_objects
 
     wrong = [flag for flag, value in (("--labels", args.labels), ("--max-images", args.max_images), ("--key", args.key),
                                       ("--labels-key", args.labels_key), ("--crop-size", args.crop_size),
@@ -399,7 +399,7 @@ def _fit_store(args) -> int:
     if args.csv:                     # the sample's rows of the store's table, with their clusters
         import pyarrow.parquet as pq
 
-        from .plate.run import assignment_columns
+        from ..plate.run import assignment_columns
 
         rows = pq.read_table(store.path / "table.parquet").take(index).to_pandas()
         rows.insert(0, "object", index)
@@ -415,12 +415,12 @@ def _fit_store(args) -> int:
 def _predict(args) -> int:
     """``ticlust predict RESULT INPUT``: a store (every object, into the store and --csv/--parquet), a stack
     or a field with --labels (into --csv/--parquet), chunk by chunk with progress."""
-    from .methods import get_method
-    from .plate.run import assignment_columns, is_store, predict_store, predict_stream  # noqa: F401
-    from .api import load_result
+    from ..methods import get_method
+    from ..plate.run import assignment_columns, is_store, predict_store, predict_stream  # noqa: F401
+    from ..api import load_result
 
     if args.batch_size is not None:
-        from .core.validation import check_batch_size
+        from ..core.validation import check_batch_size
 
         check_batch_size(args.batch_size)
     crop_given = args.keep_border or args.rescale or args.orient is not None or args.normalize is not None \
@@ -462,9 +462,9 @@ def _predict(args) -> int:
     data, _ = read_input(args.input, key=args.key)
     columns = {}
     if args.labels is not None:
-        from .objects.route import objects_route
+        from ..objects.route import objects_route
 
-        from .plate.view import route_options
+        from ..plate.view import route_options
 
         mask, _ = read_input(args.labels)
         if crop_given:      # the options given, the route's defaults for the rest
@@ -506,7 +506,7 @@ def _predict(args) -> int:
 def _objects(args, field, params: dict):
     """The objects of --labels cut out of the field INPUT (or their contours, for shape methods):
     (items, object table, the method's parameters for objects), by the one objects route."""
-    from .objects.route import objects_route
+    from ..objects.route import objects_route
 
     if args.input is None:
         raise InputError("--labels needs the field image as INPUT (it does not apply to --sample).")
@@ -563,6 +563,3 @@ def gui_viewer(sample_name: str = "nuclei"):
                                "File > Open Sample > ticlust.")
     return viewer
 
-
-if __name__ == "__main__":
-    sys.exit(main())
