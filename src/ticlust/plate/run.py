@@ -667,8 +667,8 @@ def predict(result, data, device: str = "auto", batch_size: int | None = None, p
                              scheduler=scheduler, client=client, csv=csv, parquet=parquet)
     if any(v is not None for v in (workers, scheduler, client, csv, parquet)):
         raise InputError("workers, scheduler, client, csv and parquet apply to an object store (ticlust.extract): a "
-                         "stack or a field is assigned in this process and returned (a stack's assignments_table, a "
-                         "field's DataFrame write a CSV).")
+                         "stack or a field is assigned in this process and returned (write a stack's CSV with its "
+                         "assignments_table, a field's with the DataFrame's to_csv).")
     result = load_result(result) if isinstance(result, (str, os.PathLike)) else result
     data = read_input(data)[0] if path else data
     if labels is None:
