@@ -22,7 +22,7 @@ class Progress:
     total: int
     loss: float = float("nan")
     stage: str = ""
-    eta: float | None = None  # seconds left, filled in by ticlust.api.run
+    eta: float | None = None  # seconds left, filled in by core.execute.with_eta (or plate.store.Reporter)
 
 
 @dataclass

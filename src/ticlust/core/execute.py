@@ -58,7 +58,6 @@ class Job:
     label: str = "run"
     finish: Callable[[Any, list], Any] | None = None
     losses: bool = True          # record every run's final loss in ``run_losses`` (not for a prediction)
-    backend: Backend = LOCAL
 
 
 def execute(job: Job, sink: Sink | None = None):

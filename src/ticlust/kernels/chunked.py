@@ -26,8 +26,14 @@ from ..core.stack import Stack
 class StoreSample(Stack):
     """Objects ``index`` of the store at ``path`` as a Stack (``stack``: their crops, validated; held in this
     process for the k-means++ start and the final assignment) whose per-chunk kernels (the Lloyd E-step,
-    gmm's EM E-step: ``kernels.Rows.map_chunks``) run on ``backend``: one task per chunk, the worker
-    reading the chunk's crops from the store by path. A part of it (``blocks``, ``subset``) is a plain Stack."""
+    gmm's EM E-step, st-kmeans' alignment E-step) run on ``backend``: one task per chunk, the worker reading
+    the chunk's crops from the store by path. The fits know it by its type (``kernels.Rows``, st-kmeans'
+    E-steps): a stack of any other type is worked through in this process. A part of it (``blocks``,
+    ``subset``) is a plain Stack."""
+
+    path: str                 # the store, as the workers see it
+    index: np.ndarray         # (n,) the sample's objects: rows of the store's table
+    backend: Backend          # where the chunks' tasks run
 
     def __init__(self, stack: Stack, path, index, backend: Backend):
         super().__init__(stack.source, stack.lo, stack.hi, stack.pictures)

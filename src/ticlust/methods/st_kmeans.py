@@ -37,6 +37,7 @@ from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid,
 from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import BISECT_BLOCK, Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from ..kernels.chunked import StoreSample
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param, start_param
 
@@ -326,7 +327,7 @@ def _rigid_start(aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments
 
 def _chunk_e_step(rows: torch.Tensor, aligner: Aligner, mu: Pyramid, schedule: Schedule, shape: tuple,
                   start_option: str, *, start: Alignments, pinned: torch.Tensor | None) -> _ChunkStep:
-    """:func:`_e_step` as one task on a chunk of a store's fit sample (``chunk_lloyd.StoreSample.imap_tasks``,
+    """:func:`_e_step` as one task on a chunk of a store's fit sample (``kernels.chunked.StoreSample.imap_tasks``,
     here or on a cluster's worker): the chunk's flat rows (n, D), read by the task, made the images
     (n, C, H, W) the in-process loop reads; its warm-start alignments in and out, the config's ``start``
     (:func:`_starting`) applied to them here, beside the images. The schedule has no ticker: the task emits no
@@ -352,14 +353,13 @@ def _e_steps(run: _Run, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinn
     """:func:`_e_step` on every chunk of the run's items (generator), each chunk's alignments written back into
     ``pairs`` as it is done; returns (labels (N,), warped sums (K, C, H, W) and counts (K,) per cluster, added
     in chunk order: the M-step's reduce). Here chunk by chunk, a Progress per Adam step; or, when the stack is
-    a store's fit sample with a backend (``chunk_lloyd.StoreSample``: ``fit_store(..., workers=, scheduler=,
+    a store's fit sample with a backend (``kernels.chunked.StoreSample``: ``fit_store(..., workers=, scheduler=,
     client=)``), one :func:`_chunk_e_step` task per chunk, its warm-start alignments shipped with it, a
     Progress per finished task. Both give the same labels and sums."""
     slices = _chunks(run.stack.n, run.cfg.chunk)
     own = [None if pinned is None else pinned[s] for s in slices]
-    remote = getattr(run.stack, "imap_tasks", None)
     steps = [None] * len(slices)
-    if remote is None:
+    if not isinstance(run.stack, StoreSample):
         for i, s in enumerate(slices):
             x = run.x.rows(s)
             start = _starting(run.cfg.start, run.aligner, x, mu, pairs.rows(s))
@@ -370,7 +370,8 @@ def _e_steps(run: _Run, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinn
         args = (_aligner_on(run.aligner, "cpu"), mu, dataclasses.replace(schedule, ticker=None),
                 tuple(run.stack.item_shape), run.cfg.start)
         tasks = [dict(start=pairs.rows(s), pinned=p) for s, p in zip(slices, own)]
-        for done, (i, step) in enumerate(remote(_chunk_e_step, run.cfg.chunk, args, tasks, run.aligner.device), 1):
+        chunks = run.stack.imap_tasks(_chunk_e_step, run.cfg.chunk, args, tasks, run.aligner.device)
+        for done, (i, step) in enumerate(chunks, 1):
             loss = float(step.pairs.losses.min(1).values.mean())
             pairs[slices[i]], step.pairs, steps[i] = step.pairs, None, step
             ticker.step += ticks - 1

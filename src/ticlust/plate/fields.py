@@ -155,8 +155,14 @@ def _beside(base: Path, value) -> str | None:
 
 # ---- OME-Zarr ------------------------------------------------------------------------------------
 def _is_zarr(path: Path) -> bool:
-    """A folder that is a Zarr group (v3 zarr.json, or v2 .zattrs/.zgroup): an OME-Zarr candidate."""
-    return (path / "zarr.json").is_file() or (path / ".zattrs").is_file() or (path / ".zgroup").is_file()
+    """A folder that zarr opens as a Zarr node (v3 or v2, a group or an array): an OME-Zarr candidate."""
+    import zarr
+
+    try:
+        zarr.open(path, mode="r")
+    except (OSError, ValueError):             # zarr's errors (no node there, damaged metadata) are ValueErrors
+        return False
+    return True
 
 
 @contextmanager
@@ -202,8 +208,8 @@ def _ome_listing(path: Path, name):
 
 
 def _attributes(path: Path) -> dict:
-    """A Zarr group's attributes as ome-zarr-py reads them (v2 .zattrs or v3 zarr.json; NGFF 0.5's ``ome`` key
-    opened up); {} when the group is not there."""
+    """A Zarr group's attributes as ome-zarr-py reads them (Zarr v2 or v3; NGFF 0.5's ``ome`` key opened up);
+    {} when the group is not there."""
     from ome_zarr.io import parse_url
 
     with _quiet_ome():

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import uuid
 import warnings
@@ -32,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, whole_number
-from .store import LazyStack, ObjectStore, _write_errors, part_name, progress_sink, read_attributes
+from .store import (LazyStack, ObjectStore, Reporter, _write_errors, part_name, part_objects, read_attributes,
+                    store_lock)
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
 PREDICTIONS = "predictions.parquet"
@@ -129,12 +131,14 @@ def contours(masks: np.ndarray, n_points: int) -> np.ndarray:
 
 
 def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int | None = None, seed: int = 0,
-              device: str = "auto", runs: int = 1, progress: bool | None = None, workers: int | None = None,
+              device: str = "auto", runs: int = 1, progress=None, workers: int | None = None,
               scheduler: str | None = None, client=None, **params):
     """Fit ``method`` on a seeded sample of ``sample`` objects of an object store (all of them when None),
     spread over its fields (:func:`sample_objects`), with the objects route's parameters
     (``api.object_params``: similarity invariances for the aligning methods). Shape methods fit the
     contours of the objects' masks. Returns the result, its config holding ``fit_sample`` and ``store``.
+    ``progress``: as for ``extract`` and ``predict`` (True: a bar on standard error; a callable taking
+    Progress events); None: a bar when standard error is a terminal, as ``ticlust.fit`` shows one.
 
     Where it runs, as for ``extract`` and ``predict`` (docs/cluster.md): in this process by default;
     ``workers=N`` (a local dask cluster started for the fit), ``scheduler`` or ``client`` (a running one)
@@ -142,9 +146,10 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     E-steps; one task per chunk of the sample, read by the workers from the store) to the cluster, with
     the same labels and prototypes to float tolerance. The other methods fit in this process and say so
     in one line (a warning); no cluster is started for them."""
-    from ..api import fit, object_params, prepare
-    from ..kernels.chunked import StoreSample
+    from ..api import fit_job, object_params, prepare
     from ..core.backends import backend_for, stderr_notice
+    from ..core.execute import execute
+    from ..kernels.chunked import StoreSample
     from ..methods import get_method
 
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
@@ -165,11 +170,12 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None) \
         if cluster and steps is not None else None
     items = store_items(store, index, landmarks, n_points)
+    report = Reporter(sys.stderr.isatty() if progress is None else progress)
     with backend or nullcontext():
         if backend is not None:
             items = StoreSample(prepare(items, spec), store.path.resolve(), index, backend)
-        result = fit(items, method=method, k=k, device=device, seed=seed, runs=runs, progress=progress,
-                     **object_params(method, params))
+        job = fit_job(items, method=method, k=k, device=device, seed=seed, runs=runs, **object_params(method, params))
+        result = execute(job, report.sink)
     result.config["store"] = {"path": str(store.path.resolve()), "digest": store_digest(store),
                               "options": store.options, "crop": store.attributes["crop"], "objects": len(store)}
     if landmarks:
@@ -300,9 +306,11 @@ def part_digest(path: Path) -> str | None:
 
 def aligned_digest(part: Path) -> str | None:
     """The result digest a part's aligned images were made with (None: none yet)."""
+    import zarr
+
     try:
-        return json.loads((part / PART_ALIGNED / "zarr.json").read_text())["attributes"].get("ticlust_result")
-    except (OSError, ValueError, KeyError):
+        return zarr.open_array(part / PART_ALIGNED, mode="r", zarr_format=3).attrs.get("ticlust_result")
+    except (OSError, ValueError, KeyError):          # zarr's errors are ValueErrors
         return None
 
 
@@ -320,16 +328,16 @@ def predict_part(task: PartTask) -> PartReport:
     start = time.perf_counter()
     part = Path(task.store) / "fields" / part_name(task.field)
     out = part / PART_PREDICTIONS
-    n = int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
+    n = part_objects(part)
     if out.exists() and part_digest(out) == task.digest and (not task.save_aligned
                                                                or aligned_digest(part) == task.digest):
         return PartReport(task.field, n, True, 0.0)
     result = _loaded(task.result, task.digest)
     landmarks = get_method(result.method).inputs == ("landmarks",)
     array = part / ("masks" if landmarks else "crops")
-    meta = json.loads((array / "zarr.json").read_text())
-    source = LazyStack([array], [n], tuple(meta["shape"][1:]), np.dtype(meta["data_type"]))   # a damaged chunk: one sentence
-    chunk = int(meta["chunk_grid"]["configuration"]["chunk_shape"][0])
+    meta = zarr.open_array(array, mode="r", zarr_format=3)
+    source = LazyStack([array], [n], meta.shape[1:], meta.dtype)   # a damaged chunk: one sentence
+    chunk = int(meta.chunks[0])
     step = task.batch_size or CHUNK
     chunks, pictures = [], None
     tmp_aligned = part / f"{PART_ALIGNED}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
@@ -393,25 +401,6 @@ class StorePrediction:
         return pd.read_parquet(self.path)
 
 
-@contextmanager
-def _predict_lock(root: Path):
-    """Hold the store's lock while predicting (an extraction or another prediction is refused)."""
-    handle = open(root / ".lock", "a")
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:
-            pass
-        except OSError:
-            raise InputError(f"Another run is writing to {root} now: let it finish (or stop it), then predict "
-                             "again.") from None
-        yield
-    finally:
-        handle.close()
-
-
 def _sweep_partials(store: ObjectStore) -> None:
     """Remove what killed predictions left half-written in the parts (``*.partial`` files and arrays): called
     with the store's lock held, when no other writer can be at work."""
@@ -436,10 +425,7 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     address), or a callable taking Progress events. ``save_aligned``: also write every object aligned with its
     prototype into its part (``fields/NNNNN/aligned``, read back with :func:`aligned_images`), batch by batch,
     for the methods that align (ai-/st-kmeans, rigid-kmeans, dti-kmeans)."""
-    from ..api import load_result
     from ..core.backends import backend_for, stderr_notice
-    from ..methods import get_method
-    from ..result import ClusteringResult
     from ..core.validation import check_batch_size
 
     start = time.perf_counter()
@@ -454,79 +440,121 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     # a scheduler that cannot be reached fails here, before anything is written
     own = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
                       tasks=len(np.unique(_field_index(store))) if workers is not None else None)
-    temp = None
-    if isinstance(result, ClusteringResult):
-        obj = result                                  # the per-part steps read a file: one in the store's tmp/
-        temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
-        temp.parent.mkdir(exist_ok=True)
-        path = obj.save(temp)
-    else:
-        path = Path(result)
-        obj = load_result(path)
     try:
-        check_result_for_store(obj, store)
-        if save_aligned and get_method(obj.method).align is None:
-            raise InputError(f"{obj.method} aligns no object with its prototype: --save-aligned applies to the methods "
-                             "that align (ai-kmeans, st-kmeans, rigid-kmeans, dti-kmeans).")
-        digest = result_digest(path)
-        with _predict_lock(store.path):
-            _sweep_partials(store)
-            fields = _field_index(store)
-            ids, counts = np.unique(fields, return_counts=True)
-            tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device,
-                              bool(save_aligned)) for i in ids]
-            with own:                  # a local cluster ends before the joined table is written
-                reports = _run_parts(tasks, counts, backend or own, progress)
-            changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
+        with _result_file(result, store) as (obj, path):
+            _check_predictable(obj, store, save_aligned)
+            digest = result_digest(path)
+            with store_lock(store.path, f"Another run is writing to {store.path} now: let it finish (or stop it), "
+                                        "then predict again."):
+                _sweep_partials(store)
+                ids, counts = np.unique(_field_index(store), return_counts=True)
+                tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size,
+                                  device, bool(save_aligned)) for i in ids]
+                with own:              # a local cluster ends before the joined table is written
+                    reports = _run_parts(tasks, counts, backend or own, progress)
+                changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
     finally:
         own.close()
-        if temp is not None and temp.exists():
-            temp.unlink()
     outputs = [store.path / PREDICTIONS] + [Path(p) for p in (csv, parquet) if p is not None]
     return StorePrediction(store.path / PREDICTIONS, int(counts.sum()), len(ids), sum(r.skipped for r in reports),
                            time.perf_counter() - start, obj.method, digest, size, changed, outputs)
+
+
+@contextmanager
+def _result_file(result, store: ObjectStore):
+    """``(result, its file)`` for a prediction's per-part steps, which read the result from a file: a
+    ClusteringResult is saved into the store's tmp/ for the run (and removed after it), a file is loaded."""
+    from ..api import load_result
+    from ..result import ClusteringResult
+
+    if not isinstance(result, ClusteringResult):
+        yield load_result(Path(result)), Path(result)
+        return
+    temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
+    temp.parent.mkdir(exist_ok=True)
+    try:
+        yield result, result.save(temp)
+    finally:
+        if temp.exists():
+            temp.unlink()
+
+
+def _check_predictable(result, store: ObjectStore, save_aligned: bool) -> None:
+    """Refuse, in one sentence, a result that cannot assign this store (or align its objects, ``save_aligned``)."""
+    from ..methods import get_method
+
+    check_result_for_store(result, store)
+    if save_aligned and get_method(result.method).align is None:
+        raise InputError(f"{result.method} aligns no object with its prototype: --save-aligned applies to the methods "
+                         "that align (ai-kmeans, st-kmeans, rigid-kmeans, dti-kmeans).")
 
 
 def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
     """The parts through ``backend.imap``, all handed out at once (a worker takes the next part as soon as it is
     free: no round waits for its slowest part), progress (objects done, ETA) moving as each part finishes.
     The reports in task order."""
-    from ..core.execute import StagePace
-    from ..events import Progress
-
-    sink, bar = progress_sink(progress)
+    report = Reporter(progress)
     total, done, fresh = int(np.sum(counts)), 0, 0
-    pace = StagePace()
     reports = [None] * len(tasks)
     with closing(backend.imap(predict_part, tasks)) as finished:
-        for i, report in finished:
-            reports[i] = report
-            done += report.objects
-            fresh += 0 if report.skipped else report.objects
-            if sink is not None:     # the pace of the objects predicted in this run (skipped parts cost nothing)
-                sink(Progress(step=done, total=total, stage="predicting objects",
-                              eta=pace.eta("predicting objects", fresh, total - done)))
-    if bar is not None:
-        bar.close()
+        for i, part in finished:
+            reports[i] = part
+            done += part.objects
+            fresh += 0 if part.skipped else part.objects
+            # the pace of the objects predicted in this run (skipped parts cost nothing)
+            report("predicting objects", done, total, paced=fresh)
+    report.close()
     return reports
 
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
-    by row group; every part checked to hold this result's predictions. Returns (sample objects whose
-    cluster differs from the fit's, sample size) when the result was fitted on a sample of this store."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
-
+    by row group (:func:`_joined`). Returns (sample objects whose cluster differs from the fit's, sample size)
+    when the result was fitted on a sample of this store, else (None, None)."""
     from ..core.atomic import write_atomic
-    from .store import ROW_GROUP
 
     sample = result.config.get("fit_sample")
     same_store = sample is not None and result.config.get("store", {}).get("digest") == store_digest(store)
     index = np.asarray(sample["index"], np.int64) if same_store else None
-    fitted = np.asarray(result.labels)[:len(index)] if same_store else None
     picked = np.full(0 if index is None else len(index), -1, np.int64)
+    meta = {b"ticlust_result": digest.encode(), b"method": result.method.encode()}
+    partials = []                      # (--parquet / --csv file, its .partial) once begun
+
+    def write(tmp):
+        writers, offset = [], 0
+        for table in _joined(store, ids, digest):
+            if index is not None:
+                sel = (index >= offset) & (index < offset + table.num_rows)
+                picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
+            offset += table.num_rows
+            if not writers:
+                writers = _joined_writers(tmp, table.schema.with_metadata(meta), parquet, csv, partials)
+            for w, tagged in writers:
+                w.write_table(table.replace_schema_metadata(meta if tagged else None))
+        for w, _ in writers:
+            w.close()
+
+    try:
+        write_atomic(store.path / PREDICTIONS, write)
+        for final, tmp in partials:
+            os.replace(tmp, final)
+    finally:
+        for _, tmp in partials:
+            if tmp.exists():
+                tmp.unlink()
+    if index is None:
+        return None, None
+    return int((picked != np.asarray(result.labels)[:len(index)]).sum()), int(len(index))
+
+
+def _joined(store: ObjectStore, ids, digest: str):
+    """The store's table with cluster, score, runner_up, runner_up_score joined on: one Arrow table per row
+    group of ROW_GROUP rows, in table order, each part's predict.parquet read in turn and checked to hold the
+    predictions of the result ``digest``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .store import ROW_GROUP
 
     def parts():
         for i in ids:
@@ -536,60 +564,39 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
                                  "time?): predict again.")
             yield pq.read_table(path).select(list(ASSIGN_COLUMNS))
 
-    source = pq.ParquetFile(store.path / "table.parquet")
-    meta = {b"ticlust_result": digest.encode(), b"method": result.method.encode()}
-    csv_tmp = parquet_tmp = None
+    it, pending = parts(), None
+    for batch in pq.ParquetFile(store.path / "table.parquet").iter_batches(batch_size=ROW_GROUP):
+        need, got = batch.num_rows, []
+        while need:
+            if pending is None or pending.num_rows == 0:
+                pending = next(it)
+                continue
+            take = pending.slice(0, need)
+            got.append(take)
+            pending = pending.slice(take.num_rows)
+            need -= take.num_rows
+        assign = pa.concat_tables(got).combine_chunks() if got else None
+        table = pa.Table.from_batches([batch])
+        for c in ASSIGN_COLUMNS:
+            table = table.append_column(c, assign.column(c))
+        yield table
 
-    def write(tmp):
-        nonlocal csv_tmp, parquet_tmp
-        it = parts()
-        pending, offset = None, 0
-        writers = []
-        for batch in source.iter_batches(batch_size=ROW_GROUP):
-            need, got = batch.num_rows, []
-            while need:
-                if pending is None or pending.num_rows == 0:
-                    pending = next(it)
-                    continue
-                take = pending.slice(0, need)
-                got.append(take)
-                pending = pending.slice(take.num_rows)
-                need -= take.num_rows
-            assign = pa.concat_tables(got).combine_chunks() if got else None
-            table = pa.Table.from_batches([batch])
-            for c in ASSIGN_COLUMNS:
-                table = table.append_column(c, assign.column(c))
-            if index is not None:
-                sel = (index >= offset) & (index < offset + batch.num_rows)
-                picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
-            offset += batch.num_rows
-            if not writers:
-                schema = table.schema.with_metadata(meta)
-                writers.append(pq.ParquetWriter(tmp, schema))
-                if parquet is not None:
-                    parquet_tmp = Path(f"{parquet}.partial")
-                    writers.append(pq.ParquetWriter(parquet_tmp, schema))
-                if csv is not None:
-                    csv_tmp = Path(f"{csv}.partial")
-                    writers.append(pcsv.CSVWriter(csv_tmp, table.schema))
-            table = table.replace_schema_metadata(meta)
-            for w in writers:
-                w.write_table(table) if isinstance(w, pq.ParquetWriter) else w.write_table(table.replace_schema_metadata(None))
-        for w in writers:
-            w.close()
 
-    try:
-        write_atomic(store.path / PREDICTIONS, write)
-        for final, tmp in ((parquet, parquet_tmp), (csv, csv_tmp)):
-            if tmp is not None:
-                os.replace(tmp, final)
-    finally:
-        for tmp in (csv_tmp, parquet_tmp):
-            if tmp is not None and Path(tmp).exists():
-                Path(tmp).unlink()
-    if index is None:
-        return None, None
-    return int((picked != fitted).sum()), int(len(index))
+def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
+    """(writer, whether its table carries the result's tags) for the joined table: predictions.parquet's temp
+    file ``tmp``, then ``parquet`` and ``csv`` (when given) each into its ``.partial`` file, recorded in
+    ``partials`` to be renamed when all is written."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    writers = [(pq.ParquetWriter(tmp, schema), True)]
+    if parquet is not None:
+        partials.append((parquet, Path(f"{parquet}.partial")))
+        writers.append((pq.ParquetWriter(partials[-1][1], schema), True))
+    if csv is not None:
+        partials.append((csv, Path(f"{csv}.partial")))
+        writers.append((pcsv.CSVWriter(partials[-1][1], schema.remove_metadata()), False))
+    return writers
 
 
 def aligned_images(store):
@@ -615,46 +622,86 @@ def aligned_images(store):
 def predict_stream(result, items, *, device: str = "auto", batch_size: int | None = None, progress=None) -> dict:
     """Assign a stack (or landmark set), a chunk of ``batch_size`` (default CHUNK) items at a time, with
     progress; the assignment columns for every item."""
-    from ..core.execute import StagePace
-    from ..events import Progress
-
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
                          "before assigning new items.")
-    sink, bar = progress_sink(progress)
+    report = Reporter(progress)
     n = int(items.shape[0])
     step = batch_size or CHUNK
-    pace = StagePace()
     chunks = []
     for s in range(0, n, step):
         chunks.append(predict_items(result, np.asarray(items[s:min(s + step, n)]), device, batch_size))
-        done = min(s + step, n)
-        if sink is not None:
-            sink(Progress(step=done, total=n, stage="predicting items", eta=pace.eta("predicting items", done, n - done)))
-    if bar is not None:
-        bar.close()
+        report("predicting items", min(s + step, n), n)
+    report.close()
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
 def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None, *,
-            workers: int | None = None, scheduler: str | None = None, client=None, aligned: bool | None = None,
-            csv=None, parquet=None):
-    """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
-    (:func:`predict_store`, on a dask cluster with ``workers`` / ``scheduler`` / ``client``; returns a
-    :class:`StorePrediction`; ``csv`` / ``parquet``: the joined table there too); anything else goes to
-    :func:`ticlust.api.predict` (returns a ClusteringResult; ``aligned`` as there)."""
-    from ..api import predict as predict_items_of
+            labels=None, workers: int | None = None, scheduler: str | None = None, client=None,
+            aligned: bool | None = None, csv=None, parquet=None):
+    """``ticlust.predict``: new items assigned with a fitted result (a ClusteringResult or its file), routed by
+    what ``data`` is:
 
-    if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
+    - an object store (its path or an ObjectStore): every object, part by part into the store
+      (:func:`predict_store`; on a dask cluster with ``workers`` / ``scheduler`` / ``client``; ``csv`` /
+      ``parquet``: the joined table there too); returns a :class:`StorePrediction`;
+    - a field image with its mask ``labels`` (arrays, or files ``ticlust.read_input`` reads): its objects cut
+      as the result's objects were (``plate.view.route_options``; a shape method's: their contours) and
+      assigned (``plate.view.assign_objects``); returns a DataFrame, one row per object: its table row
+      (label, centroid, bbox, ...) and cluster, score, runner_up, runner_up_score;
+    - a stack (NumPy, memory-mapped or dask, or a file or folder ``ticlust.read_input`` reads):
+      :func:`ticlust.api.predict`; returns a ClusteringResult (``aligned`` as there).
+
+    ``progress``: True for a bar on standard error, or a callable taking Progress events (a store or a field)."""
+    from ..api import load_result, predict as predict_items_of
+    from ..io.readers import read_input
+
+    path = isinstance(data, (str, os.PathLike))
+    if isinstance(data, ObjectStore) or (path and is_store(data)):
         if aligned:
             raise InputError("aligned=True does not apply to an object store: its predictions hold cluster, score and "
                              "runner-up; align the objects you look at with ticlust.api.align_one.")
+        if labels is not None:
+            raise InputError("labels does not apply to an object store: its objects were cut by ticlust extract.")
         return predict_store(result, data, device=device, batch_size=batch_size, progress=progress, workers=workers,
                              scheduler=scheduler, client=client, csv=csv, parquet=parquet)
     if any(v is not None for v in (workers, scheduler, client, csv, parquet)):
         raise InputError("workers, scheduler, client, csv and parquet apply to an object store (ticlust.extract): a "
-                         "stack is assigned in this process and returned (its assignments_table writes a CSV).")
-    return predict_items_of(result, data, device=device, batch_size=batch_size, aligned=aligned)
+                         "stack or a field is assigned in this process and returned (write a stack's CSV with its "
+                         "assignments_table, a field's with the DataFrame's to_csv).")
+    result = load_result(result) if isinstance(result, (str, os.PathLike)) else result
+    data = read_input(data)[0] if path else data
+    if labels is None:
+        return predict_items_of(result, data, device=device, batch_size=batch_size, aligned=aligned)
+    if aligned:
+        raise InputError("aligned=True does not apply to a field with labels: its objects are assigned into a table; "
+                         "align the objects you look at with ticlust.api.align_one.")
+    return _predict_field(result, data, read_input(labels)[0] if isinstance(labels, (str, os.PathLike)) else labels,
+                          device, batch_size, progress)
+
+
+def _predict_field(result, image, labels, device: str, batch_size: int | None, progress):
+    """The objects of ``labels`` in ``image`` assigned with the result (``plate.view.assign_objects``, ``batch_size``
+    objects at a time), its progress reported: their table and assignment columns as one DataFrame."""
+    import pandas as pd
+
+    from ..api import check_result
+    from ..core.validation import check_batch_size
+    from .view import APPLY_BLOCK, assign_objects
+
+    check_result(result)
+    block = APPLY_BLOCK if batch_size is None else check_batch_size(batch_size)
+    report = Reporter(progress)
+    steps = assign_objects(result, np.asarray(image), np.asarray(labels), device, block)
+    while True:
+        try:
+            event = next(steps)
+        except StopIteration as stop:
+            table, columns = stop.value
+            break
+        report(event.stage, event.step, event.total)
+    report.close()
+    return pd.DataFrame({**table, **columns})
 
 
 def is_store(path) -> bool:

@@ -103,7 +103,7 @@ def extract_field(spec: FieldSpec, plan: Plan, store: str) -> FieldReport:
     """Cut one field's objects and commit them as the store's part ``fields/NNNNN``, whole or not at all."""
     final = Path(store) / "fields" / part_name(spec.index)
     if final.exists():
-        return FieldReport(spec.index, _part_objects(final))
+        return FieldReport(spec.index, part_objects(final))
     try:
         crops, masks, table = _cut(spec, plan)
     except Exception as exc:
@@ -167,9 +167,11 @@ def _commit(store: Path, index: int, crops, masks, table) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _part_objects(part: Path) -> int:
+def part_objects(part: Path) -> int:
     """How many objects a committed part holds (its group's attributes; no array is opened)."""
-    return int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
+    import zarr
+
+    return int(zarr.open_group(part, mode="r", zarr_format=3).attrs["objects"])
 
 
 def _first_line(exc: Exception) -> str:
@@ -217,7 +219,7 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     # a scheduler that cannot be reached fails here, before the store is touched
     backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
                           tasks=len(specs))
-    report = _Reporter(progress)
+    report = Reporter(progress)
     steps = _Steps(backend, report)
     finished = False
     try:
@@ -255,8 +257,28 @@ def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dic
 
 
 @contextmanager
+def store_lock(root: Path, busy: str):
+    """Hold the store's lock file (``.lock``, an exclusive flock) while the block runs: every run that writes
+    into a store (an extraction, a prediction) takes it, so a second one is refused with ``busy``, one
+    sentence. Where there is no fcntl (Windows) there is no lock."""
+    handle = open(Path(root) / ".lock", "a")
+    try:
+        try:
+            import fcntl
+
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:
+            pass
+        except OSError:
+            raise InputError(busy) from None
+        yield
+    finally:
+        handle.close()
+
+
+@contextmanager
 def _locked(root: Path):
-    """Hold the store's lock file for the run: a second extraction into the same store is refused.
+    """Hold the store's lock for an extraction: a second extraction into the same store is refused.
     A store folder this run made and did not get as far as creating is removed again."""
     if root.exists() and not root.is_dir():
         raise InputError(f"{root} is a file, not an object store: choose a new folder name for the store.")
@@ -265,25 +287,14 @@ def _locked(root: Path):
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"Cannot make the store folder {root} ({exc.strerror}): choose a writable place.") from None
-    handle = open(root / ".lock", "a")
     try:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:            # no fcntl (Windows): no lock
-            pass
-        except OSError:
-            raise InputError(f"Another extraction is writing to {root} now: let it finish (or stop it), then run "
-                             "again.") from None
-        yield
+        with store_lock(root, f"Another extraction is writing to {root} now: let it finish (or stop it), then run "
+                              "again."):
+            yield
     except BaseException:
-        if made and not (root / "zarr.json").exists():
-            handle.close()
+        if made and read_attributes(root) is None:
             shutil.rmtree(root, ignore_errors=True)
         raise
-    finally:
-        handle.close()
 
 
 def _digest(listing) -> str:
@@ -332,6 +343,8 @@ def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> 
     with _write_errors(root, "before any field was cut"):
         write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
         (root / "fields").mkdir(exist_ok=True)
+        # by hand, not zarr.open_group: zarr writes the same group with its keys in another order, and the
+        # stores made so far have these bytes (a resumed or re-run extraction ends byte for byte the same)
         _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
         shutil.rmtree(root / "tmp", ignore_errors=True)
         (root / "tmp").mkdir()
@@ -455,39 +468,53 @@ class _Steps:
                 yield result
 
 
-def progress_sink(progress):
-    """(where Progress events go, the terminal bar to close or None) for ``progress``: True (a bar on
-    standard error), a callable taking Progress events, or None/False (nowhere, and no import)."""
-    if progress is True:
-        from ..api import TerminalProgress
-
-        bar = TerminalProgress()
-        return bar.update, bar
-    return (progress if callable(progress) else None), None
-
-
-class _Reporter:
-    """Progress events to a callable or a terminal bar; nothing (and no import) when ``progress`` is None or False."""
+class Reporter:
+    """Where the progress of a run over a store goes — extraction, prediction, the fit on a store — and the one
+    place that turns its steps into :class:`ticlust.events.Progress` events: ``progress`` True (a bar on
+    standard error, ``api.TerminalProgress``), a callable taking Progress events, or None/False (nowhere, and
+    nothing imported). A driver's steps get their ETA from their stage's pace (``core.execute.StagePace``); a
+    fit's events, whose ETA the execution seam fills in, come in through :meth:`sink`."""
 
     def __init__(self, progress):
-        self.sink, self.bar = progress_sink(progress)
+        self.bar = None
+        if progress is True:
+            from ..api import TerminalProgress
+
+            self.bar = TerminalProgress()
+        self.to = self.bar.update if self.bar is not None else (progress if callable(progress) else None)
         self.pace = None
         self.used = False
 
-    def __call__(self, stage: str, step: int, total: int) -> None:
-        if self.sink is None:
+    def __call__(self, stage: str, step: int, total: int, paced: int | None = None) -> None:
+        """``step`` of ``total`` done at ``stage``. ``paced``: the steps this run did itself (default ``step``),
+        what the ETA's pace counts: a part an earlier run did costs nothing."""
+        if self.to is None:
             return
-        from ..api import StagePace
+        from ..core.execute import StagePace
         from ..events import Progress
 
         self.pace = self.pace or StagePace()
         self.used = True
-        self.sink(Progress(step=step, total=total, stage=stage, eta=self.pace.eta(stage, step, total - step)))
+        eta = self.pace.eta(stage, step if paced is None else paced, total - step)
+        self.to(Progress(step=step, total=total, stage=stage, eta=eta))
 
-    def close(self, finished: bool) -> None:
+    def sink(self, event) -> None:
+        """The execution seam's sink (``core.execute.execute``): its Progress events as they are (their ETA
+        filled in by the seam), Done ends the bar's line."""
+        from ..events import Done, Progress
+
+        if isinstance(event, Progress) and self.to is not None:
+            self.used = True
+            self.to(event)
+        elif isinstance(event, Done) and self.bar is not None:
+            self.used = True
+            self.close()
+
+    def close(self, finished: bool = True) -> None:
         """End the bar's line: "done" after a finished run, a bare line break after a failed one."""
         if self.bar is not None and self.used:
             self.bar.close() if finished else self.bar.stream.write("\n")
+        self.used = False
 
 
 # ---- files ---------------------------------------------------------------------------------------
@@ -497,17 +524,22 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _write_attributes(root: Path, attrs: dict) -> None:
-    """The store's root zarr.json (a Zarr v3 group) with ``attrs`` under ``ticlust``."""
+    """The store's root zarr.json (a Zarr v3 group) with ``attrs`` under ``ticlust``. Written by hand, not
+    through zarr: it is the store's commit mark (``complete``), so it must be replaced atomically (temp file +
+    rename; zarr writes in place), and zarr would order its keys otherwise than the stores made so far."""
     _write_json(root / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {"ticlust": attrs}})
 
 
 def read_attributes(root) -> dict | None:
     """The store's ``ticlust`` attributes (options, crop, input, state); None when ``root`` is no store."""
+    if not (Path(root) / "zarr.json").is_file():       # no Zarr v3 node: not a store, and zarr not imported
+        return None
+    import zarr
+
     try:
-        meta = json.loads((Path(root) / "zarr.json").read_text())
-        attrs = meta["attributes"]["ticlust"]
+        attrs = zarr.open_group(root, mode="r", zarr_format=3).attrs["ticlust"]
         return attrs if attrs.get("format") == FORMAT else None
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):   # zarr's errors are ValueErrors
         return None
 
 
@@ -678,4 +710,4 @@ class LazyStack:
 
 
 __all__ = ["extract", "open_objects", "ObjectStore", "LazyStack", "extract_field", "survey_field", "Plan",
-           "FieldReport", "read_attributes", "part_name"]
+           "FieldReport", "read_attributes", "part_name", "part_objects", "store_lock", "Reporter"]
