@@ -34,7 +34,7 @@ import torch
 from ..events import Progress, Snapshot
 from ..result import ClusteringResult, FittedState
 from ..core.stack import Stack, from_nchw, to_nchw
-from ..core.validation import check_same_size
+from ..core.validation import check_images, check_same_size
 from ..kernels import keep_pinned
 from ..transforms.align import Aligner, Alignments
 from ..transforms.rigid import (SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, common_frame, rigid_search,
@@ -148,8 +148,7 @@ class RigidKMeans(Method):
         return from_nchw(images, stack.channels > 1).cpu().numpy()
 
     def train(self, stack: Stack, cfg: RigidKMeansConfig, device: torch.device, seed: int):
-        from .st_kmeans import _check_images
-        _check_images(stack, self.name)
+        check_images(stack, self.name)
         start = time.perf_counter()
         rng = seed_everything(seed)
         x = to_nchw(stack.tensor(device))

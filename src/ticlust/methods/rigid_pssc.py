@@ -21,6 +21,7 @@ import torch
 
 from ..result import ClusteringResult
 from ..core.stack import Stack, from_nchw, to_nchw
+from ..core.validation import check_images
 from ..transforms.rigid import aligned_items, common_frame, compose, rigid_search
 from .base import param, register, seed_everything
 from .pssc import PSSC, PSSCConfig, PSSCState
@@ -61,8 +62,7 @@ class RigidPSSC(PSSC):
 
     def _frame(self, stack: Stack, cfg: RigidPSSCConfig, device: torch.device, seed: int):
         """Generator: the rigid stage; returns (posed stack, rigid centres, frames)."""
-        from .st_kmeans import _check_images
-        _check_images(stack, self.name)
+        check_images(stack, self.name)
         x = to_nchw(stack.tensor(device))
         rcfg = _rigid_cfg(cfg)
         rigid = yield from RIGID_KMEANS.train(stack, rcfg, device, seed)

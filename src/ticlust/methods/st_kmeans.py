@@ -29,7 +29,7 @@ import torch
 
 from ..errors import InputError
 from ..core.stack import Stack, StackImages, from_nchw, to_nchw
-from ..core.validation import check_same_size
+from ..core.validation import check_images, check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..core.scratch import RowScratch
 from ..transforms import affine_matrix
@@ -480,11 +480,6 @@ def _warp_options(cfg, family: str) -> dict:
                 linear="affine" if family == "deformable" else family)
 
 
-def _check_images(stack: Stack, name: str) -> None:
-    if not stack.is_image:
-        raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
-
-
 @dataclass
 class _StackPyramid:
     """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
@@ -719,9 +714,7 @@ class AIKMeans(Method):
         return [(0, dataclasses.replace(cfg, lr=lr, select=False)) for lr in lrs]
 
     def validate(self, stack: Stack) -> None:
-        _check_images(stack, self.name)
-        if min(stack.item_shape[:2]) < 8:
-            raise InputError(f"{self.name} needs images of at least 8×8 pixels to warp; these are {stack.item_shape[0]}×{stack.item_shape[1]}.")
+        check_images(stack, self.name, min_side=8)
 
     def train(self, stack: Stack, cfg, device: torch.device, seed: int):
         self.validate(stack)
@@ -793,7 +786,7 @@ class AIKMeans(Method):
 
     def align_new(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None):
         """Optimise the alignments of new images onto the fixed centroids: (run, centroids, alignments)."""
-        _check_images(stack, self.name)
+        check_images(stack, self.name)
         cfg = self.config_of(result)
         if batch_size is not None:
             cfg = dataclasses.replace(cfg, chunk=int(batch_size))
