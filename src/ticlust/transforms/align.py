@@ -8,7 +8,7 @@ per-pair optimiser (its moments in :class:`AdamState`, kept across calls in :cla
 mini-batches), :class:`Alignments` the per-pair parameters and losses, :class:`Pyramid` images with their
 low-passed copies, :class:`Schedule` the steps and learning rates, :class:`Ticker` their progress events.
 
-ST and AI K-means (``methods/st_kmeans.py``) are built on it; it knows nothing of methods.
+ST and AI K-means (their Lloyd iteration: ``kernels/aligned_lloyd.py``) are built on it; it knows nothing of methods.
 """
 from __future__ import annotations
 
