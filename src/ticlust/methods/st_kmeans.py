@@ -347,7 +347,7 @@ class AIKMeans(Method):
             cfg = dataclasses.replace(cfg, chunk=int(batch_size))
         mu = torch.from_numpy(np.asarray(result.state.centers, dtype=np.float32)).to(device)
         check_same_size(stack, int(np.prod(mu.shape[1:])))
-        x = to_nchw(stack.tensor(device))
+        x = to_nchw(stack.tensor(device))   # a batch: predict's block of PREDICT_BLOCK items, or the inspector's one
         if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
             raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
         run = self._start(stack, cfg, x, device)
@@ -380,7 +380,7 @@ class AIKMeans(Method):
         """
         if index is not None and "pair_theta" in result.params:
             cfg = self.config_of(result)
-            x = to_nchw(stack.tensor(device))
+            x = to_nchw(stack.tensor(device))   # the inspector's one item
             run = self._start(stack, cfg, x, device)
             nu = result.params.get("pair_nu")
             pairs = Alignments(torch.from_numpy(np.asarray(result.params["pair_theta"][index:index + 1])).to(device),
