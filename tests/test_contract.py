@@ -75,23 +75,67 @@ def test_the_import_walker_resolves_relative_imports():
     assert "ticlust.methods.kmeans" in imports_of(SRC / "methods" / "__init__.py")
 
 
-def test_kernels_and_engines_sit_below_the_methods():
-    """Shared maths (kernels/), the alignment engine (transforms/) and the event records import no method:
-    a method file holds only its method, and no method imports another's file for its maths."""
-    low = [SRC / "events.py", *(SRC / "kernels").glob("*.py"), *(SRC / "transforms").glob("*.py")]
-    for path in low:
-        assert not any(m.startswith("ticlust.methods") for m in imports_of(path)), path.name
+#: What a file in methods/ may import besides its own method's modules (a method package's, methods.dti.*).
+METHODS_MAY_IMPORT = ("ticlust.kernels", "ticlust.transforms", "ticlust.features", "ticlust.core", "ticlust.errors",
+                      "ticlust.events", "ticlust.result", "ticlust.methods.base", "ticlust.methods.invariances")
+#: The methods room's own shared helpers: every method file may import them; they are no method.
+METHOD_HELPERS = ("ticlust.methods.base", "ticlust.methods.invariances")
+#: The rooms below the methods, and what none of their files may import.
+LOWER_ROOMS = ("kernels", "transforms", "features", "core")
+ABOVE_THE_LOWER_ROOMS = ("ticlust.methods", "ticlust.plate", "ticlust.objects", "ticlust.io", "ticlust.datasets",
+                         "ticlust.cli", "ticlust.api", "ticlust.curation", "ticlust._napari")
+
+
+def within(module: str, rooms) -> bool:
+    """Whether ``module`` is one of ``rooms`` or inside one of them."""
+    return any(module == room or module.startswith(room + ".") for room in rooms)
+
+
+def method_of(module: str) -> str:
+    """The method a module under ticlust.methods belongs to: its own file, or its package (methods.dti.net: methods.dti)."""
+    return ".".join(module.split(".")[:3])
+
+
+def files_of(*rooms: str) -> list[pathlib.Path]:
+    return sorted(path for room in rooms for path in (SRC / room).rglob("*.py"))
+
+
+def test_method_files_import_only_the_rooms_below_and_their_own_package():
+    """A file in methods/ imports the lower rooms (kernels, transforms, features, core), errors, events, result, the
+    methods room's helpers and its own method's modules, nothing else (the package's __init__ imports every method
+    to register it: it is the registry's loader, not a method)."""
+    wrong = [f"{path.relative_to(SRC)}: {m}" for path in files_of("methods") if path != SRC / "methods" / "__init__.py"
+             for m in sorted(imports_of(path)) if not within(m, (*METHODS_MAY_IMPORT, method_of(module_name(path))))]
+    assert not wrong, wrong
+
+
+def test_no_method_imports_another_method():
+    """What two methods share is a public function in a lower room: a method's modules import no other method's."""
+    wrong = []
+    for path in files_of("methods"):
+        here = module_name(path)
+        if here == "ticlust.methods" or here in METHOD_HELPERS:
+            continue
+        wrong += [f"{path.relative_to(SRC)}: {m}" for m in sorted(imports_of(path))
+                  if within(m, ("ticlust.methods",)) and not within(m, (*METHOD_HELPERS, method_of(here)))]
+    assert not wrong, wrong
+
+
+def test_the_lower_rooms_import_nothing_above_them():
+    """kernels/, transforms/, features/ and core/ import no method, plate, objects, io, datasets, CLI, API, curation or
+    napari code (so a kernel runs without the registry, on a cluster's worker too); events.py imports nothing."""
+    wrong = [f"{path.relative_to(SRC)}: {m}" for path in files_of(*LOWER_ROOMS)
+             for m in sorted(imports_of(path)) if within(m, ABOVE_THE_LOWER_ROOMS)]
+    assert not wrong, wrong
     assert imports_of(SRC / "events.py") == set()
-    for path in (SRC / "methods").glob("*.py"):
-        assert "ticlust.methods.kmeans" not in imports_of(path) or path.name == "__init__.py", path.name
 
 
-def test_no_function_in_methods_over_60_lines():
+def test_no_function_over_60_lines_in_the_methods_and_the_rooms_below():
     long = []
-    for path in (SRC / "methods").glob("*.py"):
+    for path in files_of("methods", "kernels", "transforms", "features"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
-                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+                long.append(f"{path.relative_to(SRC)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, long
 
 

@@ -153,6 +153,16 @@ def check_seed(seed) -> int:
     return seed
 
 
+def check_images(stack: Stack, method: str, min_side: int = 0) -> None:
+    """A method that warps or compares images takes an image stack (grey or multichannel), not vectors, and images
+    of at least ``min_side`` pixels a side where its warps or filters need that many."""
+    if not stack.is_image:
+        raise InputError(f"{method} warps or compares images: give an image stack shaped N×H×W or N×H×W×C, not vectors.")
+    h, w = stack.item_shape[:2]
+    if min(h, w) < min_side:
+        raise InputError(f"{method} needs images of at least {min_side}×{min_side} pixels; these are {h}×{w}.")
+
+
 def check_same_items(items, fitted_shape: tuple[int, ...], what: str = "new items",
                      fix: str = "give items of the same shape") -> None:
     """Items (a Stack, or a validated landmark array) must have the shape of the items a result was fitted

@@ -43,7 +43,7 @@ from ..core.stack import Stack, from_nchw, to_nchw
 from ..transforms.align import Aligner, Alignments, gaussian_lowpass
 from ..transforms.polar import Turns, intensity_centres, nearest_turns, polar_spectra
 from ..transforms.rigid import SHIFT_FRACTION, aligned_items, angle_count, pose_theta, rigid_search, shift_pixels
-from ..core.validation import check_same_items
+from ..core.validation import check_images, check_same_items
 from .base import Method, param, register, seed_everything
 from .invariances import invariances_param
 
@@ -175,10 +175,7 @@ class RigidSpectral(Method):
     caution = "Indifferent to orientation by design: on upright data where orientation tells kinds apart (6 and 9), use another method"
 
     def _checked(self, stack: Stack) -> None:
-        if not stack.is_image:
-            raise InputError(f"{self.name} compares images at every angle: give an image stack shaped N×H×W or N×H×W×C, not vectors.")
-        if min(stack.item_shape[:2]) < 8:
-            raise InputError(f"{self.name} needs images of at least 8×8 pixels; these are {stack.item_shape[0]}×{stack.item_shape[1]}.")
+        check_images(stack, self.name, min_side=8)
         if stack.n < 3:
             raise InputError(f"{self.name} needs at least 3 images to build its graph; this stack has {stack.n}.")
 
@@ -331,8 +328,7 @@ class RigidSpectral(Method):
         return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, **out.result_fields())
 
     def _checked_predict(self, stack: Stack, result: ClusteringResult) -> None:
-        if not stack.is_image:
-            raise InputError(f"{self.name} compares images: give an image stack, not vectors.")
+        check_images(stack, self.name)
         check_same_items(stack, tuple(int(s) for s in result.state.item_shape))
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):

@@ -549,6 +549,12 @@ def open_objects(path) -> ObjectStore:
     return ObjectStore(path)
 
 
+def read_crops(path, index) -> np.ndarray:
+    """The crops of objects ``index`` (rows of the table) of the store at ``path``: what a chunk task on a worker
+    reads (``kernels.chunked.StoreSample``), by path, so crops never travel through a scheduler."""
+    return open_objects(path).crops[np.asarray(index)]
+
+
 class ObjectStore:
     """An object store on disk: ``table`` (a DataFrame, one row per object), ``crops`` and ``masks`` (lazy
     arrays in table order), ``options`` (how it was extracted), ``fields`` (the input's listing) and

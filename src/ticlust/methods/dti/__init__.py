@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from ...errors import InputError
 from ...core.stack import Stack, StackImages, from_nchw, to_nchw
-from ...core.validation import check_same_size
+from ...core.validation import check_images, check_same_size
 from ...result import Assignments, ClusteringResult, FittedState
 from ...transforms import TransformSequence, lattice_pixels
 from ...transforms.core import affine_grid, affine_inverse, warp
@@ -341,15 +341,6 @@ def _batches(n, bs, gen):
     return [perm[i:i + bs] for i in range(0, n, bs)]
 
 
-def check_images(stack: Stack) -> None:
-    """DTI clustering takes images (grey or colour) of at least 8×8 pixels."""
-    if not stack.is_image:
-        raise InputError("DTI clustering needs images (N×H×W or N×H×W×3), not vectors.")
-    h, w = stack.item_shape[:2]
-    if min(h, w) < 8:
-        raise InputError(f"The images are {h}×{w} pixels: DTI clustering needs at least 8×8.")
-
-
 def _channels_last(stack: Stack) -> bool:
     """Whether the items are H×W×C colour images (the network reads C×H×W)."""
     return stack.channels > 1 and len(stack.item_shape) == 3
@@ -390,7 +381,7 @@ class DTIRun:
     reports (loss per epoch, timings, cluster moves, optionally every epoch's labels)."""
 
     def __init__(self, stack: Stack, cfg, device: torch.device, seed: int, gmm: bool, prototypes: torch.Tensor | None = None):
-        check_images(stack)
+        check_images(stack, "dti-gmm" if gmm else "dti-kmeans", min_side=8)
         size = stack.item_shape[:2]
         rng = seed_everything(seed)
         self.gen = torch.Generator().manual_seed(seed)   # batch order and re-seeding noise
