@@ -1,4 +1,4 @@
-"""Editing a clustering by hand and re-fitting from the edit (issue 18): merge, split, move, mark
+"""Editing a clustering by hand and re-fitting from the edit: merge, split, move, mark
 outliers, refine.
 
 Every edit returns a new result (the given one is never modified), records itself in ``edits`` and

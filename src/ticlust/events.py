@@ -1,4 +1,4 @@
-"""The events a training run yields (GUIDE §2): small records that the CLI, the widget, the tests and the
+"""The events a training run yields: small records that the CLI, the widget, the tests and the
 kernels share, so a low-level loop (k-means++, Lloyd, the alignment engine) can report progress without
 knowing about methods.
 

@@ -1,4 +1,4 @@
-"""The one result object that every method returns (SPEC §2), with save/load and an assignments table."""
+"""The one result object that every method returns, with save/load and an assignments table."""
 from __future__ import annotations
 
 import csv
