@@ -14,6 +14,9 @@ shown. Memory is the RSS after the interactions minus the RSS before the points 
 Candidates:
 
 - ticlust: ``ticlust._napari.object_map.ObjectMap`` (pyqtgraph; density ⇄ points; numpy in a worker thread).
+- empty-plot: an empty pyqtgraph plot docked the same way and panned/zoomed the same way: the floor, what any
+  repaint of a docked widget costs here (napari's window holds an OpenGL canvas, so Qt composes the whole window
+  with OpenGL, Mesa's software renderer under Xvfb, on every repaint).
 - pyqtgraph-scatter: pyqtgraph's ScatterPlotItem with every point (one item per cluster colour).
 - datashader: datashader aggregates the view (count_cat by cluster, shaded) into a pyqtgraph ImageItem, in the GUI
   thread on each view change (no selection of its own: lasso not measured).
@@ -35,7 +38,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
-CANDIDATES = ("ticlust", "pyqtgraph-scatter", "datashader", "biaplotter", "napari-points")
+CANDIDATES = ("ticlust", "empty-plot", "pyqtgraph-scatter", "datashader", "biaplotter", "napari-points")
 TICK_MS = 5
 STEP_MS = 60
 LASSO_TARGET = 100_000
@@ -133,6 +136,24 @@ def run_ticlust(viewer, probe, xy, cluster, score):
     row["lasso"] = probe.run([lambda: picked.append(widget.select_polygon(polygon))], lambda: not widget.busy)
     row["lasso"]["selected"] = int(len(picked[0]))
     row["drawn_as_zoomed"] = "density ⇄ points"
+    return row
+
+
+def run_empty_plot(viewer, probe, xy, cluster, score):
+    import pyqtgraph as pg
+    from qtpy.QtCore import QRectF
+
+    plot = pg.PlotWidget()
+    plot.setMinimumSize(900, 800)
+    viewer.window.add_dock_widget(plot, area="right", name="empty")
+    probe.run([], step_ms=300)
+    view = plot.getViewBox()
+    row = {"appear": probe.run([lambda: view.setRange(QRectF(-25, -25, 50, 50))], step_ms=100)}
+    _, center = lasso_polygon(xy, cluster)
+    row["pan_zoom"] = probe.run(pan_zoom_steps(
+        lambda: view.scaleBy(s=(0.7, 0.7), center=tuple(center)),
+        lambda: view.translateBy(x=(view.viewRange()[0][1] - view.viewRange()[0][0]) / 5),
+        lambda: view.scaleBy(s=(1 / 0.7, 1 / 0.7), center=tuple(center))))
     return row
 
 
@@ -275,10 +296,10 @@ def run_napari_points(viewer, probe, xy, cluster, score):
     return row
 
 
-IMPORTS = {"ticlust": ["ticlust._napari.object_map"], "pyqtgraph-scatter": ["pyqtgraph"],
+IMPORTS = {"ticlust": ["ticlust._napari.object_map"], "pyqtgraph-scatter": ["pyqtgraph"], "empty-plot": ["pyqtgraph"],
            "datashader": ["pyqtgraph", "datashader", "datashader.transfer_functions"],
            "biaplotter": ["biaplotter.plotter"], "napari-points": []}
-RUNNERS = {"ticlust": run_ticlust, "pyqtgraph-scatter": run_pyqtgraph_scatter, "datashader": run_datashader,
+RUNNERS = {"ticlust": run_ticlust, "empty-plot": run_empty_plot, "pyqtgraph-scatter": run_pyqtgraph_scatter, "datashader": run_datashader,
            "biaplotter": run_biaplotter, "napari-points": run_napari_points}
 
 

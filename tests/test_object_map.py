@@ -88,12 +88,27 @@ def test_a_million_points_density_points_colours(shown, points, qtbot):
     settle(qtbot, widget)
     assert len(np.unique(widget.data.slots_x)) == 1 and "for all 1,000,000 objects" in widget.legend.text()
     # zoomed in, the points themselves
-    cx, cy = np.median(xy[columns["cluster"] == 3], axis=0)
+    cx, cy = map(float, np.median(xy[columns["cluster"] == 3], axis=0))
     widget.view.setRange(xRange=(cx - 0.3, cx + 0.3), yRange=(cy - 0.3, cy + 0.3), padding=0)
     settle(qtbot, widget)
     assert widget.drawn_as == "points" and 0 < widget.count < om.POINTS_BELOW
-    drawn = sum(len(item.data) for item in widget._scatters if item.isVisible())
-    assert drawn == widget.count
+    image, colors = widget.detail_image.image, widget.data.colors
+    shades = {tuple(np.rint(c * 255).astype(int)) for c in colors} | {om.BACKGROUND + (255,)}
+    shades |= {tuple(np.rint(np.append(c[:3] * 255 * 0.55, 255)).astype(int)) for c in colors}
+    assert {tuple(p) for p in np.unique(image.reshape(-1, 4), axis=0)} <= shades
+    # zoomed onto the outermost objects: the pixel under each has that object's cluster colour
+    widget.color_by("cluster")
+    outer = np.argsort(xy[:, 0])[-3:]
+    lx, ly = map(float, xy[outer[-1]])
+    widget.view.setRange(xRange=(lx - 1, lx + 0.2), yRange=(ly - 0.6, ly + 0.6), padding=0)
+    settle(qtbot, widget)
+    assert widget.drawn_as == "points"
+    region, (h, w) = widget.drawn_region()
+    for i in outer:
+        (px, py), c = xy[i], columns["cluster"][i]
+        row, col = int((py - region[1]) / (region[3] - region[1]) * h), int((px - region[0]) / (region[2] - region[0]) * w)
+        assert 0 <= row < h and 0 <= col < w
+        assert np.allclose(widget.detail_image.image[row, col, :3] / 255, cluster_color(c)[:3], atol=0.01)
     widget.show_all()
     settle(qtbot, widget)
     assert widget.drawn_as == "density"
@@ -139,7 +154,7 @@ def test_mouse_box_drag_and_click(shown, points, qtbot):
     """The same through the mouse: a left drag in box mode selects, a click picks the nearest object."""
     _, widget = shown
     xy, columns = points
-    cx, cy = np.median(xy[columns["cluster"] == 2], axis=0)
+    cx, cy = map(float, np.median(xy[columns["cluster"] == 2], axis=0))
     widget.view.setRange(xRange=(cx - 2, cx + 2), yRange=(cy - 2, cy + 2), padding=0)
     settle(qtbot, widget)
     viewport = widget.canvas.viewport()

@@ -1,10 +1,11 @@
 """The object map: every object of a plate as a point at its 2-D map coordinates, coloured by a column.
 
 Drawn with pyqtgraph (measured against biaplotter, datashader and napari's own canvas in docs/object_map.md).
-Where many points overlap (more than ``POINTS_BELOW`` in the drawn region) the map is a density image, aggregated
-with numpy at screen resolution and shown by an ImageItem; zoomed in, it is the points themselves (one
-ScatterPlotItem per colour). Panning and zooming only move what is drawn; the picture is re-aggregated once the
-view has rested ``RENDER_DELAY_MS``. Lasso and box selections and clicks answer object indices (rows of the table
+Where many points overlap (POINTS_BELOW or more in the drawn region) the map is a density image aggregated with
+numpy at screen resolution; zoomed in, it is the points themselves, each a disc of POINT_RADIUS screen pixels in its
+own colour; both are one pyqtgraph ImageItem. (ScatterPlotItem styles each point with Python objects: 50,000 of them
+set off garbage collections of ~200 ms in napari's process.) Panning and zooming only move what is drawn; the
+picture is made again in a worker thread once the view has rested RENDER_DELAY_MS. Lasso and box selections and clicks answer object indices (rows of the table
 given to ``set_points``), found through a ``PointIndex``: the points kept sorted by x and by y, so a box, a polygon
 or a click reads only the points near it.
 """
@@ -28,12 +29,11 @@ POINTS_BELOW = 50_000       # the points themselves are drawn when fewer than th
 PAD = 0.25                  # the drawn region reaches this fraction of the view beyond each side (pans stay filled)
 BIN_PX = 1                  # screen pixels per density bin
 MAX_BINS = 2048             # density bins per side at most
-RENDER_DELAY_MS = 40        # the view must rest this long before the picture is re-aggregated
+RENDER_DELAY_MS = 120       # the view must rest this long before the picture is made again
 BASE_BINS = 512            # bins per side of the coarse picture of the whole map
-SCATTER_CHUNK = 4000        # points added to the view per event-loop turn
-RINGS_BELOW = 5000          # highlighted objects in the region are ringed below this count, else shaded
+RINGS_BELOW = 1000          # highlighted objects in the region are ringed below this count, else shaded
 CLICK_PX = 8                # a click picks the nearest object within this many screen pixels
-POINT_PX = 5                # point diameter in screen pixels
+POINT_RADIUS = 2.5          # drawn points' radius in bins (screen pixels), the outer pixel ring darker
 MAX_CATEGORIES = 64         # an integer column with at most this many values is coloured as categories
 LEVELS = 64                 # colour levels of a numeric column
 LEGEND_ROWS = 12            # categories listed in the legend at most
@@ -229,12 +229,12 @@ class MapData:
 
 @dataclass(frozen=True)
 class Picture:
-    """One render of a region: a density image, or the points to draw in chunks (slot, x, y); and the
-    highlighted objects in it, as points or as an image."""
+    """One render of a region: the picture (density or points), what it shows, and the highlighted objects in
+    it, as rings or as an image."""
     region: tuple
     count: int
-    image: np.ndarray | None
-    chunks: list
+    drawn_as: str                       # "density" or "points"
+    image: np.ndarray
     ring: tuple                         # (x, y) of the highlighted objects drawn as rings
     ring_image: np.ndarray | None
 
@@ -257,22 +257,41 @@ def channels(colors: np.ndarray, slots: np.ndarray) -> list[np.ndarray]:
     return [colors[:, c][slots] for c in range(3)]
 
 
+def points_rgba(x, y, slots, colors, region, shape) -> np.ndarray:
+    """An (H, W, 4) uint8 picture of points (x, y) over region as discs of POINT_RADIUS bins in their slot's colour
+    (``colors`` (S, 4), 0…1), darker at the rim so that neighbours stay apart; later points and every centre
+    are drawn over earlier rims."""
+    (x0, y0, x1, y1), (h, w) = region, shape
+    ix = np.floor((x - x0) * (w / (x1 - x0))).astype(np.int64)
+    iy = np.floor((y - y0) * (h / (y1 - y0))).astype(np.int64)
+    out = np.empty((h * w, 4), dtype=np.uint8)
+    out[:] = BACKGROUND + (255,)
+    full = np.rint(colors * 255).astype(np.uint8)
+    rim = full.copy()
+    rim[:, :3] = np.rint(colors[:, :3] * 255 * 0.55).astype(np.uint8)
+    r = int(POINT_RADIUS)
+    offsets = [(dx, dy) for dy in range(-r, r + 1) for dx in range(-r, r + 1) if dx * dx + dy * dy <= POINT_RADIUS ** 2]
+    offsets.sort(key=lambda o: -(o[0] ** 2 + o[1] ** 2))       # the rim first, the centres last
+    for dx, dy in offsets:
+        px, py = ix + dx, iy + dy
+        ok = (px >= 0) & (px < w) & (py >= 0) & (py < h)
+        out[(py * w + px)[ok]] = (rim if dx * dx + dy * dy > 2 else full)[slots[ok]]
+    return out.reshape(h, w, 4)
+
+
 def picture(data: MapData, region: tuple, shape: tuple, highlighted: np.ndarray) -> Picture:
-    """The region drawn as density (POINTS_BELOW points or more in it) or as point chunks, with the highlight."""
+    """The region drawn as density (POINTS_BELOW points or more in it) or as points, with the highlight."""
     index = data.index
     s, keep = index.region(*region)
     count = int(np.count_nonzero(keep))
-    image, chunks = None, []
     if count >= POINTS_BELOW:
+        drawn_as = "density"
         image = density_rgba(index.xx[s], index.xy_[s], channels(data.colors, data.slots_x[s]), keep, region, shape)
     else:
-        slots = data.slots_x[s][keep]
-        order = np.argsort(slots, kind="stable")
-        x, y, slots = index.xx[s][keep][order], index.xy_[s][keep][order], slots[order]
-        for slot in np.unique(slots):
-            a, b = np.searchsorted(slots, slot, "left"), np.searchsorted(slots, slot, "right")
-            chunks += [(int(slot), x[i:min(i + SCATTER_CHUNK, b)], y[i:min(i + SCATTER_CHUNK, b)])
-                       for i in range(a, b, SCATTER_CHUNK)]
+        drawn_as = "points"
+        x, y, slots = index.xx[s][keep], index.xy_[s][keep], data.slots_x[s][keep]
+        order = np.argsort(index.x_order[s][keep], kind="stable")      # drawn in object order, not by colour
+        image = points_rgba(x[order], y[order], slots[order], data.colors, region, shape)
     ring, ring_image = (np.zeros(0), np.zeros(0)), None
     if highlighted.size:
         hx, hy = index.xy[highlighted, 0].astype(float), index.xy[highlighted, 1].astype(float)
@@ -284,7 +303,7 @@ def picture(data: MapData, region: tuple, shape: tuple, highlighted: np.ndarray)
             white = [np.ones(len(hx))] * 3
             ring_image = density_rgba(hx, hy, white, inside, region, shape, alpha_floor=1.0)
             ring_image[..., 3] = np.where(ring_image[..., 0] == BACKGROUND[0], 0, 170)
-    return Picture(region, count, image, chunks, ring, ring_image)
+    return Picture(region, count, drawn_as, image, ring, ring_image)
 
 
 def _column(columns: pd.DataFrame, name: str) -> pd.Series:
@@ -327,7 +346,7 @@ class ObjectMap(QWidget):
     indices, objects picked elsewhere can be highlighted, and a banner says when the map is out of date.
 
     Indexing, colouring and aggregation run in one worker thread (numpy releases the GUI thread while it counts);
-    the GUI thread only swaps the finished picture in and adds points in chunks of SCATTER_CHUNK. ``busy`` is true
+    the GUI thread only swaps the finished picture in. ``busy`` is true
     until what was asked for is drawn."""
 
     selection_changed = Signal(object)      # np.ndarray of object indices (int64, ascending; empty for none)
@@ -353,10 +372,6 @@ class ObjectMap(QWidget):
         self._data_future: Future | None = None
         self._rendering = False            # a picture job is in the worker
         self._render_again = False         # the view changed while it was
-        self._chunks: list = []            # points still to add to the scatter items
-        self._used = 0                     # scatter items showing points of the current picture
-        self._scatters: list[pg.ScatterPlotItem] = []
-        self._brushes: list = []
         self._finished.connect(self._apply)
 
         self.banner = QFrame()
@@ -394,7 +409,7 @@ class ObjectMap(QWidget):
         self.base_image = pg.ImageItem(axisOrder="row-major")      # the whole map, coarse: what a pan uncovers
         self.detail_image = pg.ImageItem(axisOrder="row-major")    # the drawn region at screen resolution
         self.ring_image = pg.ImageItem(axisOrder="row-major")      # many highlighted objects
-        self.rings = pg.ScatterPlotItem(pxMode=True, size=POINT_PX + 6, symbol="o", brush=None,
+        self.rings = pg.ScatterPlotItem(pxMode=True, size=2 * POINT_RADIUS + 7, symbol="o", brush=None,
                                         pen=pg.mkPen((255, 255, 255), width=2))
         self.outline = pg.PlotCurveItem(pen=pg.mkPen((255, 230, 80), width=1.5))
         for z, item in enumerate((self.base_image, self.detail_image, self.ring_image, self.rings, self.outline)):
@@ -420,9 +435,6 @@ class ObjectMap(QWidget):
         self._render_timer.setSingleShot(True)
         self._render_timer.setInterval(RENDER_DELAY_MS)
         self._render_timer.timeout.connect(self.render)
-        self._chunk_timer = QTimer(self)
-        self._chunk_timer.setInterval(0)
-        self._chunk_timer.timeout.connect(self._add_chunk)
         self.view.sigRangeChanged.connect(lambda *_: self._render_timer.start())
         self.view.sigResized.connect(lambda *_: self._render_timer.start())
         self.destroyed.connect(lambda *_, pool=self._pool: pool.shutdown(wait=False, cancel_futures=True))
@@ -430,8 +442,7 @@ class ObjectMap(QWidget):
     @property
     def busy(self) -> bool:
         """True until the data, colouring and picture asked for are drawn."""
-        return (self._data_future is not None or self._rendering or self._render_timer.isActive()
-                or bool(self._chunks))
+        return self._data_future is not None or self._rendering or self._render_timer.isActive()
 
     # ---- data -----------------------------------------------------------------------------------------
     def set_points(self, xy, columns: pd.DataFrame) -> None:
@@ -509,7 +520,6 @@ class ObjectMap(QWidget):
     def _take_data(self, data: MapData) -> None:
         self._data_future = None
         self.data = data
-        self._brushes = [pg.mkBrush(*(c * 255).astype(int)) for c in data.colors]
         self.legend.setText("one colour: no columns" if data.coloring is None else data.coloring.legend_html())
         self._draw_colorbar(data.coloring)
         x0, y0, x1, y1 = data.extent
@@ -562,41 +572,15 @@ class ObjectMap(QWidget):
     def _draw(self, pic: Picture) -> None:
         x0, y0, x1, y1 = pic.region
         rect = QRectF(x0, y0, x1 - x0, y1 - y0)
-        self.drawn_as = "density" if pic.image is not None else "points"
-        self.count = pic.count
-        # under the points, one background pixel hides the coarse map in the drawn region
-        image = pic.image if pic.image is not None else np.array([[BACKGROUND + (255,)]], dtype=np.uint8)
-        self.detail_image.setImage(image, autoLevels=False, levels=None)
+        self.drawn_as, self.count = pic.drawn_as, pic.count
+        self.detail_image.setImage(pic.image, autoLevels=False, levels=None)
         self.detail_image.setRect(rect)
-        for item in self._scatters:
-            item.hide()
-        self._chunks = list(pic.chunks)
-        self._used = 0
-        if self._chunks:
-            self._chunk_timer.start()
         self.rings.setData(*pic.ring)
         if pic.ring_image is not None:
             self.ring_image.setImage(pic.ring_image, autoLevels=False, levels=None)
             self.ring_image.setRect(rect)
         self.ring_image.setVisible(pic.ring_image is not None)
         self.status.setText(self._status_text())
-
-    def _add_chunk(self) -> None:
-        """Add one chunk of points (a ScatterPlotItem per chunk, one brush each: pyqtgraph styles each point in
-        Python, so 50,000 at once would hold the GUI thread)."""
-        if not self._chunks:
-            self._chunk_timer.stop()
-            return
-        slot, x, y = self._chunks.pop(0)
-        if self._used == len(self._scatters):
-            item = pg.ScatterPlotItem(pxMode=True, size=POINT_PX, symbol="o", pen=None)
-            self.view.addItem(item, ignoreBounds=True)
-            item.setZValue(-5)
-            self._scatters.append(item)
-        item = self._scatters[self._used]
-        self._used += 1
-        item.setData(x, y, brush=self._brushes[slot])
-        item.show()
 
     def _status_text(self) -> str:
         parts = [f"{len(self.xy):,} objects", f"{self.count:,} around the view, drawn as {self.drawn_as}"]
