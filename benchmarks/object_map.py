@@ -158,7 +158,6 @@ def run_empty_plot(viewer, probe, xy, cluster, score):
 
 
 def run_pyqtgraph_scatter(viewer, probe, xy, cluster, score):
-    import numpy as np
     import pyqtgraph as pg
 
     from ticlust._napari.layers import cluster_color
@@ -299,8 +298,8 @@ def run_napari_points(viewer, probe, xy, cluster, score):
 IMPORTS = {"ticlust": ["ticlust._napari.object_map"], "pyqtgraph-scatter": ["pyqtgraph"], "empty-plot": ["pyqtgraph"],
            "datashader": ["pyqtgraph", "datashader", "datashader.transfer_functions"],
            "biaplotter": ["biaplotter.plotter"], "napari-points": []}
-RUNNERS = {"ticlust": run_ticlust, "empty-plot": run_empty_plot, "pyqtgraph-scatter": run_pyqtgraph_scatter, "datashader": run_datashader,
-           "biaplotter": run_biaplotter, "napari-points": run_napari_points}
+RUNNERS = {"ticlust": run_ticlust, "empty-plot": run_empty_plot, "pyqtgraph-scatter": run_pyqtgraph_scatter,
+           "datashader": run_datashader, "biaplotter": run_biaplotter, "napari-points": run_napari_points}
 
 
 def one(candidate: str, n: int) -> dict:
@@ -322,7 +321,7 @@ def one(candidate: str, n: int) -> dict:
     row = {"candidate": candidate, "n": n, **row_imports, **RUNNERS[candidate](viewer, probe, xy, cluster, score)}
     after, peak = rss_mb()
     row["rss_delta_mb"], row["peak_rise_mb"] = round(after - before, 1), round(max(peak - peak_before, 0), 1)
-    row["idle_freeze_s"] = probe.run([lambda: None], step_ms=1000)["freeze_s"]      # what the machine's load alone gives
+    row["idle_freeze_s"] = probe.run([lambda: None], step_ms=1000)["freeze_s"]     # what the load alone gives
     viewer.close()
     return row
 

@@ -52,6 +52,15 @@ def settle(qtbot, widget) -> None:
     qtbot.waitUntil(lambda: not widget.busy, timeout=20_000)
 
 
+def pixel(widget, x: float, y: float) -> np.ndarray:
+    """The RGB (0…1) of the drawn picture's bin under the data point (x, y)."""
+    region, (h, w) = widget.drawn_region()
+    row = int(np.floor((y - region[1]) / (region[3] - region[1]) * h))
+    col = int(np.floor((x - region[0]) / (region[2] - region[0]) * w))
+    assert 0 <= row < h and 0 <= col < w
+    return widget.detail_image.image[row, col, :3] / 255
+
+
 def inside_polygon(xy: np.ndarray, polygon: np.ndarray) -> np.ndarray:
     """The textbook crossing-number test, over every point and edge: which points lie inside."""
     x, y = xy[:, 0].astype(float), xy[:, 1].astype(float)
@@ -70,13 +79,9 @@ def test_a_million_points_density_points_colours(shown, points, qtbot):
     assert "1,000,000 objects" in widget.status.text()
     # coloured by cluster, in the field painting's colours: a blob's centre has its cluster's colour
     assert widget.color_combo.currentText() == "cluster" and widget.legend.text().startswith("cluster:")
-    image, (x0, y0, x1, y1) = widget.detail_image.image, widget.data.extent
-    region = widget.drawn_region()[0]
     for c in (0, 5):
         cx, cy = np.median(xy[columns["cluster"] == c], axis=0)
-        h, w = image.shape[:2]
-        row, col = int((cy - region[1]) / (region[3] - region[1]) * h), int((cx - region[0]) / (region[2] - region[0]) * w)
-        assert np.allclose(image[row, col, :3] / 255, cluster_color(c)[:3], atol=0.12), (c, image[row, col])
+        assert np.allclose(pixel(widget, cx, cy), cluster_color(c)[:3], atol=0.12), c
     # by a number: a colormap over its range and a colour bar
     widget.color_by("score")
     settle(qtbot, widget)
@@ -103,12 +108,8 @@ def test_a_million_points_density_points_colours(shown, points, qtbot):
     widget.view.setRange(xRange=(lx - 1, lx + 0.2), yRange=(ly - 0.6, ly + 0.6), padding=0)
     settle(qtbot, widget)
     assert widget.drawn_as == "points"
-    region, (h, w) = widget.drawn_region()
     for i in outer:
-        (px, py), c = xy[i], columns["cluster"][i]
-        row, col = int((py - region[1]) / (region[3] - region[1]) * h), int((px - region[0]) / (region[2] - region[0]) * w)
-        assert 0 <= row < h and 0 <= col < w
-        assert np.allclose(widget.detail_image.image[row, col, :3] / 255, cluster_color(c)[:3], atol=0.01)
+        assert np.allclose(pixel(widget, *xy[i]), cluster_color(columns["cluster"][i])[:3], atol=0.01)
     widget.show_all()
     settle(qtbot, widget)
     assert widget.drawn_as == "density"

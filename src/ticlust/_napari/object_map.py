@@ -5,9 +5,9 @@ Where many points overlap (POINTS_BELOW or more in the drawn region) the map is 
 numpy at screen resolution; zoomed in, it is the points themselves, each a disc of POINT_RADIUS screen pixels in its
 own colour; both are one pyqtgraph ImageItem. (ScatterPlotItem styles each point with Python objects: 50,000 of them
 set off garbage collections of ~200 ms in napari's process.) Panning and zooming only move what is drawn; the
-picture is made again in a worker thread once the view has rested RENDER_DELAY_MS. Lasso and box selections and clicks answer object indices (rows of the table
-given to ``set_points``), found through a ``PointIndex``: the points kept sorted by x and by y, so a box, a polygon
-or a click reads only the points near it.
+picture is made again in a worker thread once the view has rested RENDER_DELAY_MS. Lasso and box selections and
+clicks answer object indices (rows of the table given to ``set_points``), found through a ``PointIndex``: the
+points kept sorted by x and by y, so a box, a polygon or a click reads only the points near it.
 """
 from __future__ import annotations
 
