@@ -179,6 +179,25 @@ def test_mouse_box_drag_and_click(shown, points, qtbot):
     x, y = xy[:, 0], xy[:, 1]
     expected = np.flatnonzero((x >= min(ax, bx)) & (x <= max(ax, bx)) & (y >= min(ay, by)) & (y <= max(ay, by)))
     assert len(expected) > 1000 and np.array_equal(emitted.args[0], expected)
+    # a lasso: a triangle drawn with the mouse selects what the textbook test finds inside the drawn path
+    widget.mode_combo.setCurrentText("lasso")
+    assert widget.mode == "lasso"
+    qtbot.wait(600)                                       # not a double click
+    corners = [screen(cx - 1.5, cy - 1), screen(cx + 1.5, cy - 1), screen(cx, cy + 1.5)]
+    path = []
+    for i in range(3):
+        path += [corners[i] + (corners[(i + 1) % 3] - corners[i]) * t for t in np.linspace(0, 1, 5)[:-1]]
+    with qtbot.waitSignal(widget.selection_changed) as emitted:
+        qtbot.mousePress(viewport, Qt.MouseButton.LeftButton, pos=path[0])
+        for point in path[1:]:
+            qtbot.wait(40)                            # pyqtgraph drops moves that come faster than it draws
+            qtbot.mouseMove(viewport, pos=point)
+        qtbot.mouseRelease(viewport, Qt.MouseButton.LeftButton, pos=path[-1])
+    drawn = np.array([data(point) for point in path])
+    expected = np.flatnonzero(inside_polygon(xy, drawn))
+    assert len(expected) > 1000 and np.array_equal(emitted.args[0], expected)
+    assert len(widget.outline.xData) == len(path) + 2            # the drawn path, closed, stays shown
+    qtbot.wait(600)
     near = int(np.argmin(np.hypot(x - cx, y - cy)))
     qtbot.wait(600)                                       # not a double click
     target = screen(float(xy[near, 0]) + 0.01, float(xy[near, 1]))
