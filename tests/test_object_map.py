@@ -78,7 +78,9 @@ def test_a_million_points_density_points_colours(shown, points, qtbot):
     assert widget.drawn_as == "density" and widget.count == N
     assert "1,000,000 objects" in widget.status.text()
     # coloured by cluster, in the field painting's colours: a blob's centre has its cluster's colour
-    assert widget.color_combo.currentText() == "cluster" and widget.legend.text().startswith("cluster:")
+    assert widget.color_combo.currentText() == "cluster"
+    assert widget.legend.text().startswith("cluster (colours repeat): ")    # 12 clusters, 10 cluster colours
+    assert "11 (" in widget.legend.text() and "more" not in widget.legend.text()
     for c in (0, 5):
         cx, cy = np.median(xy[columns["cluster"] == c], axis=0)
         assert np.allclose(pixel(widget, cx, cy), cluster_color(c)[:3], atol=0.12), c
@@ -89,6 +91,9 @@ def test_a_million_points_density_points_colours(shown, points, qtbot):
     assert widget.data.coloring.range == (low, high) and f"{low:.4g}" in widget.legend.text()
     assert not widget.colorbar.isHidden() and widget.color_combo.currentText() == "score"
     # the combo colours too; a column of one value is one colour, and the legend says so
+    widget.color_by("well")
+    settle(qtbot, widget)
+    assert widget.legend.text().startswith("well: ") and "B02 (" in widget.legend.text()
     widget.color_combo.setCurrentText("plate")
     settle(qtbot, widget)
     assert len(np.unique(widget.data.slots_x)) == 1 and "for all 1,000,000 objects" in widget.legend.text()

@@ -169,6 +169,7 @@ class Coloring:
         else:
             colors = np.column_stack([CATEGORY_COLORS[np.arange(len(uniques)) % len(CATEGORY_COLORS)],
                                       np.ones(len(uniques))])
+        self.repeats = len(np.unique(colors, axis=0)) < len(uniques)
         colors = np.vstack([colors, MISSING_COLOR])           # code -1 (a missing value) is the last row
         palette, slot_of_code = np.unique(colors, axis=0, return_inverse=True)
         self.colors = palette
@@ -180,6 +181,7 @@ class Coloring:
         self.range = None
 
     def _numbers(self, v: np.ndarray) -> None:
+        self.repeats = False
         finite = np.isfinite(v)
         lut = pg.colormap.get("viridis").getLookupTable(nPts=LEVELS, alpha=True).astype(float) / 255
         self.colors = np.vstack([lut, MISSING_COLOR])
@@ -206,9 +208,9 @@ class Coloring:
             return f"{_swatch(color)} {self.name} = {value} for all {n:,} objects (one colour)"
         shown = [f"{_swatch(c)} {value} ({n:,})" for value, c, n in self.entries[:LEGEND_ROWS]]
         more = len(self.entries) - LEGEND_ROWS
-        tail = f" · … {more} more" + (" (colours repeat)" if len(self.colors) < len(self.entries) else "") \
-            if more > 0 else ""
-        return f"{self.name}: " + " · ".join(shown) + tail
+        tail = f" · … {more} more" if more > 0 else ""
+        repeat = " (colours repeat)" if self.repeats else ""
+        return f"{self.name}{repeat}: " + " · ".join(shown) + tail
 
 
 def _swatch(color) -> str:
