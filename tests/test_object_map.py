@@ -261,9 +261,12 @@ def test_bad_input_is_one_sentence(make_napari_viewer, qtbot):
         with pytest.raises(ticlust.InputError, match=sentence) as error:
             widget.set_points(bad_xy, bad_columns)
         assert str(error.value).count(". ") == 0 and str(error.value).endswith(".")
-    widget.set_points(xy + np.arange(3)[:, None], frame)
+    widget.set_points(xy + np.arange(3)[:, None], frame.assign(score=[0.5, np.nan, 2.0]))
+    widget.color_by("score")                          # asked before the map is drawn: drawn coloured by score
+    assert widget.select_box(-1, -1, 1, 1).tolist() == [0, 1]       # a selection waits for the index
     settle(qtbot, widget)
-    with pytest.raises(ticlust.InputError, match="no column 'size' to colour by; the columns are cluster"):
+    assert widget.legend.text().startswith("score: 0.5 (dark) → 2 (yellow)") and "missing 1" in widget.legend.text()
+    with pytest.raises(ticlust.InputError, match="no column 'size' to colour by; the columns are cluster, score"):
         widget.color_by("size")
     with pytest.raises(ticlust.InputError, match="selection mode 'circle'"):
         widget.set_mode("circle")

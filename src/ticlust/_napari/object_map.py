@@ -254,6 +254,12 @@ def map_data(xy: np.ndarray, columns: pd.DataFrame, name: str | None, index: Poi
     return MapData(index, coloring, colors, slots_x, extent, base)
 
 
+def recolored(previous: Future | None, data: MapData | None, xy, columns, name: str) -> MapData:
+    """The colouring by column ``name`` on the index of ``data``, or of the data job ``previous`` where that is
+    still running (the one worker runs it first, so this never waits long)."""
+    return map_data(xy, columns, name, (previous.result() if previous is not None else data).index)
+
+
 def channels(colors: np.ndarray, slots: np.ndarray) -> list[np.ndarray]:
     """The r, g, b of each point (float64, what bincount weighs with) from its slot."""
     return [colors[:, c][slots] for c in range(3)]
@@ -347,9 +353,8 @@ class ObjectMap(QWidget):
     """A dockable map of up to 10^6 objects: colour by any column, lasso/box selection and clicks answer object
     indices, objects picked elsewhere can be highlighted, and a banner says when the map is out of date.
 
-    Indexing, colouring and aggregation run in one worker thread (numpy releases the GUI thread while it counts);
-    the GUI thread only swaps the finished picture in. ``busy`` is true
-    until what was asked for is drawn."""
+    Indexing, colouring and aggregation run in one worker thread (numpy lets the GUI thread run while it counts);
+    the GUI thread only swaps the finished picture in. ``busy`` is true until what was asked for is drawn."""
 
     selection_changed = Signal(object)      # np.ndarray of object indices (int64, ascending; empty for none)
     object_clicked = Signal(int)
@@ -479,11 +484,10 @@ class ObjectMap(QWidget):
         if not len(self.xy):
             raise InputError("there is no map to colour yet; call set_points first.")
         _column(self.columns, column_name)                  # the sentence for a column that is not there
-        index = self._ready().index
         self.color_combo.blockSignals(True)
         self.color_combo.setCurrentText(column_name)
         self.color_combo.blockSignals(False)
-        self._submit_data(map_data, self.xy, self.columns, column_name, index)
+        self._submit_data(recolored, self._data_future, self.data, self.xy, self.columns, column_name)
 
     def _submit_data(self, *job) -> None:
         self._job += 1
@@ -501,8 +505,9 @@ class ObjectMap(QWidget):
 
     def _ready(self) -> MapData:
         """The current data, waiting for the worker where it is still being made (a programmatic call right
-        after set_points)."""
-        if self._data_future is not None:
+        after set_points). The index and the extent do not change with the colouring: a selection or a click
+        while a new colouring is made reads them at once."""
+        if self.data is None:
             self._take_data(self._data_future.result())
         return self.data
 
