@@ -133,7 +133,12 @@ def run_ticlust(viewer, probe, xy, cluster, score):
     widget.show_all()
     probe.run([], lambda: not widget.busy)
     picked = []
-    row["lasso"] = probe.run([lambda: picked.append(widget.select_polygon(polygon))], lambda: not widget.busy)
+
+    def lasso():
+        start = time.perf_counter()
+        picked.append(widget.select_polygon(polygon))
+        row["lasso_call_s"] = round(time.perf_counter() - start, 3)       # the point-in-polygon itself
+    row["lasso"] = probe.run([lasso], lambda: not widget.busy)
     row["lasso"]["selected"] = int(len(picked[0]))
     row["drawn_as_zoomed"] = "density ⇄ points"
     return row
@@ -331,6 +336,8 @@ def markdown(row: dict) -> str:
         part = row.get(key)
         return "n/a" if part is None else f"{part['wall_s']:.2f} s / {part['freeze_s'] * 1000:.0f} ms"
     selected = f" ({row['lasso']['selected']:,} picked)" if row.get("lasso") else ""
+    if "lasso_call_s" in row:
+        selected += f", the polygon test {row['lasso_call_s'] * 1000:.0f} ms"
     return (f"| {row['candidate']} | {cell('appear')} | {cell('pan_zoom')} | {cell('lasso')}{selected} | "
             f"{row['rss_delta_mb']:.0f} MB (peak +{row['peak_rise_mb']:.0f}) | {row['import_s']:.1f} s, "
             f"{row['import_mb']:.0f} MB | {row['idle_freeze_s'] * 1000:.0f} ms |")
