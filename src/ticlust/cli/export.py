@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..core.atomic import check_outputs
+from ..errors import InputError
 from ..io.readers import read_input
 from .common import at_least_one, notes
 
@@ -20,6 +21,12 @@ def run(args) -> int:
     from ..io.gallery import export_gallery, gallery_files
     from ..api import load_result
 
+    from ..plate.run import is_store
+
+    if is_store(args.input):
+        raise InputError(f"--input {args.input} is an object store (ticlust extract), not a stack: ticlust export draws "
+                         "the galleries of a stack's result; look at a store's clusters in the napari plate panel, or "
+                         "give the stack the result was fitted on.")
     inputs = {"RESULT": args.result, "--input": args.input}
     check_outputs(inputs, {"--gallery": args.gallery})
     result = load_result(args.result)

@@ -67,9 +67,9 @@ def run(args) -> int:
 
     if (args.input is None) == (args.sample is None):
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
-    from ..plate.store import read_attributes
+    from ..plate.run import is_store
 
-    if args.input is not None and read_attributes(args.input) is not None:
+    if args.input is not None and is_store(args.input):
         return _fit_store(args)
     if args.fit_sample is not None:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
@@ -182,9 +182,13 @@ def _fit_store(args) -> int:
     from ..plate.run import fit_store
     from ..plate.store import open_objects
 
+    from ..core.validation import check_seed
+
     _check_store_flags(args)
     _check_outputs(args, {"INPUT": args.input})
+    check_seed(args.seed)
     store = open_objects(args.input)
+    store.check_parts()                # a damaged table or a missing part: refused before the fit is announced
     if args.fit_sample is None and len(store) > STORE_FIT_ALL:
         raise InputError(f"{args.input} holds {len(store):,} objects: fit on a sample of them with --fit-sample N "
                          f"(e.g. --fit-sample 20000), then assign them all with ticlust predict.")
@@ -217,11 +221,9 @@ def _check_store_flags(args) -> None:
 
 def _sample_rows(store, index, result):
     """The fit sample's rows of the store's table (a DataFrame), each with its ``object`` number and its cluster."""
-    import pyarrow.parquet as pq
-
     from ..plate.run import assignment_columns
 
-    rows = pq.read_table(store.path / "table.parquet").take(index).to_pandas()
+    rows = store.table.iloc[index].reset_index(drop=True)
     rows.insert(0, "object", index)
     for name, values in assignment_columns(result.labels, result.scores).items():
         rows[name] = values

@@ -34,8 +34,9 @@ import numpy as np
 
 from ..errors import InputError, whole_number
 from ..core.backends import LOCAL, Backend
-from .store import (LazyStack, ObjectStore, Reporter, _write_errors, open_objects, part_name, part_objects,
-                    read_attributes, read_crops, store_lock)
+from .fields import ASSIGN_COLUMNS
+from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, open_objects, part_name,
+                    part_objects, part_rows, read_attributes, read_crops, store_lock, store_problem)
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
 PREDICTIONS = "predictions.parquet"
@@ -52,8 +53,8 @@ SAMPLE_RULE = (f"proportional to each field's objects, at most {SAMPLE_CAP:g}x t
 N_POINTS = 64
 #: Objects predicted at once on a stack or within a part when no --batch-size is given.
 CHUNK = 4096
-#: The assignment columns added to every row.
-ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
+#: The columns of a part's predict.parquet that say which objects its rows are (checked before they are joined).
+ROW_KEYS = ("label", "frame")
 #: Options of the store that change the crops a result was fitted on (keep_border only selects objects).
 CROP_OPTIONS = ("orient", "normalize", "rescale", "channel")
 
@@ -107,12 +108,6 @@ def store_digest(store: ObjectStore) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _field_index(store: ObjectStore) -> np.ndarray:
-    import pyarrow.parquet as pq
-
-    return pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-
-
 def store_items(store: ObjectStore, index, landmarks: bool, n_points: int = N_POINTS) -> np.ndarray:
     """The items of objects ``index`` as a method takes them: crops, or the outer contours of their masks
     (``n_points`` landmarks, (x, y) crop pixels) for a shape method."""
@@ -153,10 +148,14 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     from ..kernels.chunked import StoreSample
     from ..methods import get_method
 
+    from ..core.validation import check_seed
+
+    seed = check_seed(seed)
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     spec = get_method(method)
     landmarks = spec.inputs == ("landmarks",)
-    fields = _field_index(store)
+    fields = store.field_index
+    store.check_parts()
     if sample is None:
         index = np.arange(len(fields))
     else:
@@ -294,15 +293,18 @@ class PartReport:
     seconds: float
 
 
-def part_digest(path: Path) -> str | None:
-    """The result digest a part's predictions were made with (None: none, or unreadable)."""
+def part_digest(path: Path, field: int | None = None) -> str | None:
+    """The result digest a part's predictions (or the joined table) were made with; None when there are none, they
+    cannot be read, or (``field`` given) they are not field ``field``'s (another part's file copied over)."""
     import pyarrow.parquet as pq
 
     try:
         meta = pq.read_schema(path).metadata or {}
-        return meta.get(b"ticlust_result", b"").decode() or None
     except Exception:
         return None
+    if field is not None and meta.get(b"field") != str(field).encode():
+        return None
+    return meta.get(b"ticlust_result", b"").decode() or None
 
 
 def aligned_digest(part: Path) -> str | None:
@@ -330,14 +332,12 @@ def predict_part(task: PartTask) -> PartReport:
     part = Path(task.store) / "fields" / part_name(task.field)
     out = part / PART_PREDICTIONS
     n = part_objects(part)
-    if out.exists() and part_digest(out) == task.digest and (not task.save_aligned
-                                                               or aligned_digest(part) == task.digest):
+    if part_digest(out, task.field) == task.digest and (not task.save_aligned or aligned_digest(part) == task.digest):
         return PartReport(task.field, n, True, 0.0)
     result = _loaded(task.result, task.digest)
     landmarks = get_method(result.method).inputs == ("landmarks",)
     array = part / ("masks" if landmarks else "crops")
-    meta = zarr.open_array(array, mode="r", zarr_format=3)
-    source = LazyStack([array], [n], meta.shape[1:], meta.dtype)   # a damaged chunk: one sentence
+    source, meta = LazyStack.one(array)          # a missing or damaged array or chunk: one sentence
     chunk = int(meta.chunks[0])
     step = task.batch_size or CHUNK
     chunks, pictures = [], None
@@ -354,7 +354,7 @@ def predict_part(task: PartTask) -> PartReport:
                 chunks.append(cols)
                 if pictures is None:
                     pictures = zarr.create_array(tmp_aligned, shape=(n, *aligned.shape[1:]), dtype="float32",
-                                                 chunks=(chunk, *aligned.shape[1:]),
+                                                 chunks=(chunk, *aligned.shape[1:]), config=WHOLE_CHUNKS,
                                                  attributes={"ticlust_result": task.digest, "aligned_kind": kind})
                 pictures[s:s + len(aligned)] = np.asarray(aligned, np.float32)
             if pictures is not None:
@@ -364,7 +364,9 @@ def predict_part(task: PartTask) -> PartReport:
         shutil.rmtree(tmp_aligned, ignore_errors=True)
     cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
         {c: np.zeros(0, np.float32 if "score" in c else np.int32) for c in ASSIGN_COLUMNS}
-    table = pa.table(cols).replace_schema_metadata({"ticlust_result": task.digest, "method": result.method})
+    rows = part_rows(Path(task.store), task.field, list(ROW_KEYS))
+    table = pa.table({**{c: rows.column(c) for c in ROW_KEYS}, **cols}).replace_schema_metadata(
+        {"ticlust_result": task.digest, "method": result.method, "field": str(task.field)})
     tmp = part / f"{PART_PREDICTIONS}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     try:
         with _write_errors(Path(task.store), f"while predicting field {task.field}"):
@@ -433,14 +435,13 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
-    for flag, target in (("--csv", csv), ("--parquet", parquet)):
-        if target is not None and not Path(target).parent.is_dir():
-            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+    check_prediction_outputs(store, result, csv, parquet)
+    store.check_parts()
     if backend is not None and any(v is not None for v in (workers, scheduler, client)):
         raise InputError("Give backend or one of workers, scheduler and client, not both.")
     # a scheduler that cannot be reached fails here, before anything is written
     own = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
-                      tasks=len(np.unique(_field_index(store))) if workers is not None else None)
+                      tasks=len(np.unique(store.field_index)) if workers is not None else None)
     try:
         with _result_file(result, store) as (obj, path):
             _check_predictable(obj, store, save_aligned)
@@ -448,7 +449,7 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
             with store_lock(store.path, f"Another run is writing to {store.path} now: let it finish (or stop it), "
                                         "then predict again."):
                 _sweep_partials(store)
-                ids, counts = np.unique(_field_index(store), return_counts=True)
+                ids, counts = np.unique(store.field_index, return_counts=True)
                 tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size,
                                   device, bool(save_aligned)) for i in ids]
                 with own:              # a local cluster ends before the joined table is written
@@ -459,6 +460,34 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     outputs = [store.path / PREDICTIONS] + [Path(p) for p in (csv, parquet) if p is not None]
     return StorePrediction(store.path / PREDICTIONS, int(counts.sum()), len(ids), sum(r.skipped for r in reports),
                            time.perf_counter() - start, obj.method, digest, size, changed, outputs)
+
+
+def check_prediction_outputs(store: ObjectStore, result, csv, parquet) -> None:
+    """Refuse, before anything is predicted, a ``csv`` / ``parquet`` target that would destroy a file: one inside
+    the store's folder (or the folder itself), the store's input (its manifest, a field's image or mask, or
+    anything inside an OME-Zarr input), the result file, an existing folder, or the other target; and one whose
+    folder does not exist."""
+    from ..core.atomic import check_outputs
+
+    outputs = {flag: Path(t) for flag, t in (("--csv", csv), ("--parquet", parquet)) if t is not None}
+    if not outputs:
+        return
+    source, files = store.input_files()
+    inputs = {"RESULT": None if not isinstance(result, (str, os.PathLike)) else result, "INPUT": source,
+              **{f"{f.name}, a field's image or mask": f for f in files}}
+    check_outputs(inputs, outputs)
+    inside = [(store.path.resolve(), "in the store")] + ([(source.resolve(), "in the OME-Zarr input")]
+                                                        if source.is_dir() and not files else [])
+    for flag, target in outputs.items():
+        where = target.resolve()
+        for folder, what in inside:
+            if where == folder or where.is_relative_to(folder):
+                raise InputError(f"{flag} {target} lies {what} {folder}: choose a file outside it, so that nothing "
+                                 "of it is overwritten.")
+        if target.is_dir():
+            raise InputError(f"{flag} {target} is a folder: give a file name for the table.")
+        if not target.parent.is_dir():
+            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
 
 
 @contextmanager
@@ -560,27 +589,40 @@ def _joined(store: ObjectStore, ids, digest: str):
     def parts():
         for i in ids:
             path = store.path / "fields" / part_name(int(i)) / PART_PREDICTIONS
-            if part_digest(path) != digest:
-                raise InputError(f"{path} holds predictions of another result (a second prediction ran at the same "
-                                 "time?): predict again.")
-            yield pq.read_table(path).select(list(ASSIGN_COLUMNS))
+            if part_digest(path, int(i)) != digest:
+                raise InputError(f"{path} holds no predictions of this result for field {int(i)} (changed while this "
+                                 "prediction ran?): predict again.")
+            yield int(i), pq.read_table(path)
 
-    it, pending = parts(), None
+    it, pending, field = parts(), None, None
     for batch in pq.ParquetFile(store.path / "table.parquet").iter_batches(batch_size=ROW_GROUP):
-        need, got = batch.num_rows, []
+        need, got, start = batch.num_rows, [], 0
         while need:
             if pending is None or pending.num_rows == 0:
-                pending = next(it)
+                field, pending = next(it)
                 continue
             take = pending.slice(0, need)
+            _same_rows(store, field, take, batch.slice(start, take.num_rows))
             got.append(take)
             pending = pending.slice(take.num_rows)
             need -= take.num_rows
+            start += take.num_rows
         assign = pa.concat_tables(got).combine_chunks() if got else None
         table = pa.Table.from_batches([batch])
         for c in ASSIGN_COLUMNS:
             table = table.append_column(c, assign.column(c))
         yield table
+
+
+def _same_rows(store: ObjectStore, field: int, predicted, rows) -> None:
+    """Refuse to join a part's predictions onto table rows of other objects (field, label or frame differ): a
+    part's predict.parquet replaced by another's, or a table edited after the prediction."""
+    same = np.array_equal(rows.column("field_index").to_numpy(), np.full(rows.num_rows, field)) and all(
+        np.array_equal(predicted.column(c).to_numpy(), rows.column(c).to_numpy()) for c in ROW_KEYS)
+    if not same:
+        raise InputError(f"{store.path} is damaged: the predictions of field {field} are not of the objects its table "
+                         "lists there (their labels or frames differ: the table or the part was changed after "
+                         "extraction); extract the plate again into a new store.")
 
 
 def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
@@ -638,8 +680,9 @@ def predict_stream(result, items, *, device: str = "auto", batch_size: int | Non
 
 
 def is_store(path) -> bool:
-    """Whether ``path`` is an object store (written by ticlust extract)."""
-    return read_attributes(path) is not None
+    """Whether ``path`` is an object store (written by ticlust extract), or a damaged one (which ObjectStore then
+    refuses by what is damaged, instead of it being read as a folder of images)."""
+    return read_attributes(path) is not None or store_problem(path) is not None
 
 
 def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300, tol: float = 1e-4,
