@@ -1,12 +1,11 @@
 """The method form both docks build: a method picker, K, the method's essential parameters and the rest under
 **Advanced parameters**, every widget made from the method's config (``methods.base.param_infos``: its defaults,
 limits, choices and docs as tooltips); and the objects route's crop options, with its defaults. The ticlust widget
-and the plate dock place these widgets in their own layouts and read them through the form.
+and the plate dock place these widgets in their own layouts and read them through the form. The method registry
+(and torch with it) is imported when a form is made, not with this module: the plate dock opens without it.
 """
 from magicgui.widgets import CheckBox, ComboBox, Container, LineEdit, SpinBox
 
-from ..methods import available_methods, get_method
-from ..methods.base import param_infos
 from ..objects.crops import ROUTE_OPTIONS
 
 #: The most pixels the advanced parameters take before they scroll (st-kmeans has 17): a dock fits 1000 pixels.
@@ -20,6 +19,8 @@ class MethodForm:
 
     def __init__(self, extras=(), default: str = "kmeans"):
         from qtpy.QtWidgets import QFrame, QScrollArea
+
+        from ..methods import available_methods
 
         methods = available_methods()
         self.method = ComboBox(label="method", choices=methods, value=default if default in methods else methods[0],
@@ -41,11 +42,15 @@ class MethodForm:
 
     @property
     def spec(self):
+        from ..methods import get_method
+
         return get_method(self.method.value)
 
     def rebuild(self, _=None) -> None:
         """The method's form from its config: essentials first, the rest under Advanced; K from the config. The
         picker's tooltip names the method and, where measured, when another one serves better."""
+        from ..methods.base import param_infos
+
         spec = self.spec
         self.method.tooltip = " ".join(filter(None, [f"{spec.title}.", spec.caution, "Its parameters appear below."]))
         self.params.clear()

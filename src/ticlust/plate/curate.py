@@ -65,12 +65,23 @@ def objects_of(selection, store_objects: int, what: str = "select") -> np.ndarra
     return item_index(selection, store_objects, what)
 
 
+def sample_places(result: ClusteringResult, objects) -> np.ndarray:
+    """Each store object's item number in the result's fit sample, -1 for those outside it (all of them for a result
+    not fitted on a store)."""
+    objects = np.asarray(objects, np.int64).reshape(-1)
+    sample = result.config.get("fit_sample")
+    if not isinstance(sample, dict) or not len(sample.get("index", [])):
+        return np.full(len(objects), -1, np.int64)
+    index = np.asarray(sample["index"], np.int64)
+    at = np.minimum(np.searchsorted(index, objects), len(index) - 1)
+    return np.where(index[at] == objects, at, -1)
+
+
 def _split_sample(result: ClusteringResult, objects: np.ndarray):
     """(places in the sample of the objects that are in it, the objects outside it)."""
-    index = fit_sample(result)
-    at = np.searchsorted(index, objects)
-    inside = (at < len(index)) & (index[np.minimum(at, len(index) - 1)] == objects)
-    return at[inside], objects[~inside]
+    fit_sample(result)
+    places = sample_places(result, objects)
+    return places[places >= 0], objects[places < 0]
 
 
 def _outside_pins(result: ClusteringResult) -> dict[int, int]:
@@ -383,6 +394,6 @@ def _relabel_part(path: Path, before: str, digest: str, mapping: np.ndarray, met
         write_atomic(path, lambda tmp: pq.write_table(out, tmp))
 
 
-__all__ = ["fit_sample", "check_plate_result", "objects_of", "plate_pins", "move", "mark_outliers", "merge", "split",
+__all__ = ["fit_sample", "sample_places", "check_plate_result", "objects_of", "plate_pins", "move", "mark_outliers", "merge", "split",
            "refine", "refine_events", "sample_items", "pin_values", "pin_columns", "pinned_columns", "relabel_columns",
            "cluster_map", "merge_numbers", "repredict", "Repredicted", "result_digest_of", "PINS"]
