@@ -328,17 +328,25 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
     panel.load_result(copy)
     settle(qtbot, panel)
     assert "No result file" in panel.status.value and one_sentence(panel.status.value)
-    panel.load_result(km)
+    loaded = shutil.copy(km, tmp_path / "loaded.npz")
+    panel.load_result(loaded)
     settle(qtbot, panel)
     assert panel.predicted is panel.result          # the store's predictions are this file's
+    os.remove(loaded)                               # the file goes after Load: Apply uses what was loaded
+    press(qtbot, panel, panel.apply_button)
+    assert "painted by cluster (loaded.npz applied)" in panel.status.value, panel.status.value
     shutil.rmtree(store.path)
     panel.pick(3)
     settle(qtbot, panel)
-    assert one_sentence(panel.status.value), panel.status.value
-    press(qtbot, panel, panel.predict.predict_button)
-    assert panel.status.value.startswith("Stopped:") and one_sentence(panel.status.value), panel.status.value
-    press(qtbot, panel, panel.apply_button)
-    assert one_sentence(panel.status.value), panel.status.value
+    assert "p.zarr is gone" in panel.status.value and one_sentence(panel.status.value), panel.status.value
+    for button in (panel.predict.predict_button, panel.fit.fit_button, panel.apply_button):
+        panel.say("")
+        press(qtbot, panel, button)
+        assert "p.zarr is gone" in panel.status.value and one_sentence(panel.status.value), panel.status.value
+    panel.inspector.inspect(5)
+    settle(qtbot, panel)
+    assert "p.zarr is gone" in panel.status.value, panel.status.value
     panel.export.export_objects(tmp_path / "x.csv")
     settle(qtbot, panel)
-    assert one_sentence(panel.status.value) and not (tmp_path / "x.csv").exists()
+    assert "p.zarr is gone" in panel.status.value and not (tmp_path / "x.csv").exists()
+    assert not store.path.exists()                  # nothing wrote a new store there

@@ -53,8 +53,12 @@ class Section(Container):
         return runner
 
     def needs_store(self) -> bool:
+        """Whether a store is open and still there; else said in one sentence."""
         if self.owner.store is None:
             self.owner.say("Open a store (Open store…) or extract one from a plate's files (the Extract tab) first.")
+            return False
+        if self.owner.gone():
+            self.owner.say(self.owner.gone())
             return False
         return True
 

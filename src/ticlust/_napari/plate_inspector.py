@@ -115,7 +115,8 @@ class PlateInspector:
             except InputError as exc:
                 return None, None, field, str(exc)
             except Exception as exc:       # said in the dock, in one sentence
-                return None, None, field, f"inspecting object {obj} stopped with {type(exc).__name__}: {exc}"
+                return None, None, field, panel.gone() or \
+                    f"inspecting object {obj} stopped with {type(exc).__name__}: {exc}"
 
         self.worker = start_worker(job, returned=lambda done: self._show(store, model, *done),
                                    finished=self._next, alive=panel.alive)

@@ -288,10 +288,16 @@ class StorePanel(Container):
         shares.native.layout().addWidget(self.plot)
         shares.append(self.export_button)
         self.tabs = QTabWidget()
-        for title, page in (("Extract", self.extract), ("Fit", self.fit), ("Predict", self.predict),
-                            ("Curate", self.curate), ("Shares", shares), ("Export", self.export)):
+        self.pages = [self.extract, self.fit, self.predict, self.curate, shares, self.export]
+        for title, page in zip(("Extract", "Fit", "Predict", "Curate", "Shares", "Export"), self.pages):
             self.tabs.addTab(page.native, title)
         self.native.layout().addWidget(self.tabs)
+
+    def reset_choices(self, *_) -> None:
+        """napari calls this when layers change: the pickers in the tabs (apply to, share per) are reset too."""
+        super().reset_choices()
+        for page in self.pages:
+            page.reset_choices()
 
     def show_tab(self, section) -> None:
         self.tabs.setCurrentWidget(section.native)
@@ -315,9 +321,16 @@ class StorePanel(Container):
 
     def failed(self, exc: Exception) -> None:
         """A job stopped on an error: one sentence in the status line, the layers it touched put back."""
-        message = str(exc) if isinstance(exc, InputError) else f"it stopped with {type(exc).__name__}: {exc}"
+        message = self.gone() or (str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}")
         self._undo_layers()
         self.say(f"Stopped: {message}")
+
+    def gone(self) -> str | None:
+        """The sentence for an open store whose folder was deleted or moved meanwhile (None: it is there)."""
+        if self.store is None or (self.store.path / "zarr.json").is_file():
+            return None
+        return (f"The store {self.store.path.name} is gone (deleted or moved while it was open): open it again, or "
+                "extract the plate again.")
 
     def job_finished(self, cancelled: bool, kept: str) -> None:
         """A job has stopped: controls back; after a Cancel the layers it touched are put back and ``kept`` said."""
@@ -674,7 +687,7 @@ class StorePanel(Container):
             except InputError as exc:
                 return None, str(exc)
             except Exception as exc:       # said in the dock, in one sentence (and not asked for again)
-                return None, f"reading it stopped with {type(exc).__name__}: {exc}"
+                return None, self.gone() or f"reading it stopped with {type(exc).__name__}: {exc}"
 
         self.reading = start_worker(job, returned=lambda done: self._on_field_read(store, index, *done),
                                     finished=self._on_read_finished, alive=self.alive)
@@ -946,7 +959,8 @@ class StorePanel(Container):
         self.apply_runner.cancel()
 
     def _on_failed(self, exc: Exception) -> None:
-        message = str(exc) if isinstance(exc, InputError) else f"Apply result stopped with {type(exc).__name__}: {exc}"
+        message = self.gone() or (str(exc) if isinstance(exc, InputError) else
+                                  f"Apply result stopped with {type(exc).__name__}: {exc}")
         show_error(message)
         self.say(f"Stopped: {message}")
 
