@@ -177,10 +177,23 @@ def opened_store(path, field_index: int | None = None) -> OpenedStore:
                        starts)
 
 
-def _import_methods() -> None:
-    """Import the method registry (and torch): run in a worker when the dock opens, so that the Fit tab's form is
-    built without freezing the window for the seconds torch takes."""
+def _warm_up() -> None:
+    """What the dock's first steps would otherwise do in the GUI thread, done in a worker when the dock opens: import
+    the method registry (and torch: seconds), for the Fit tab's form; and napari's one-time costs of the first
+    Image and Labels layers and of painting by cluster (its colour-mapping kernels compiled by numba, its units
+    registry), which froze the window for seconds on the first field painted by cluster. Layer models only: nothing
+    is added to a viewer."""
+    from napari.layers import Image, Labels
+    from napari.utils.colormaps import DirectLabelColormap, label_colormap
+
     import ticlust.methods  # noqa: F401
+
+    values = np.arange(600, dtype=np.int32)
+    colors = {None: TRANSPARENT, 0: TRANSPARENT, **{i: L.cluster_color(i) for i in range(1, 600)}}
+    for colormap in (DirectLabelColormap(color_dict=colors), label_colormap(50)):
+        colormap.map(values)
+    Image(np.zeros((8, 8), np.float32))
+    Labels(np.zeros((8, 8), np.int32), colormap=DirectLabelColormap(color_dict=colors))
 
 
 class _CloseWatch(QObject):
@@ -270,7 +283,7 @@ class StorePanel(Container):
         self.apply_runner = RunButton(self.apply_button, self.apply_result, self.say, alive=self.alive)
         self.inspector = PlateInspector(self)
         viewer.mouse_drag_callbacks.append(self.inspector.on_click)
-        self.importing = start_worker(_import_methods, finished=self._methods_ready, alive=self.alive)
+        self.importing = start_worker(_warm_up, finished=self._methods_ready, alive=self.alive)
         self._close_watch = _CloseWatch(self._dock_closed)
         self.native.installEventFilter(self._close_watch)
         self.native.destroyed.connect(lambda _=None: self._dock_closed())
