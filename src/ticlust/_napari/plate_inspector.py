@@ -140,18 +140,25 @@ class PlateInspector:
         anchor = self._anchor(seen.item)
         L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
                          seen.object)
-        grid = L.layer_names(anchor.name)["grid"]
-        if seen.grid is not None:
-            L.draw_grid(self.viewer, anchor, seen.grid, chosen)
-        elif grid in self.viewer.layers:
-            self.viewer.layers.remove(grid)
-        if L.layer_names(anchor.name)["prototypes"] not in self.viewer.layers:
-            self.show_prototypes(panel.result.prototypes, panel.result.cluster_sizes())
-        L.rescale_lines(self.viewer, anchor.name)
+        panel.later(lambda: self._grid(anchor, seen, chosen))      # a layer made per turn: the window reacts between
         self.shown = seen.object
         where = "; in the fit sample: the fit's own alignment" if seen.sample is not None else ""
         panel.say(f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); runner-up "
                   f"{runner} ({seen.scores[runner]:.4g}){where}.")
+
+    def _grid(self, anchor, seen, chosen: int) -> None:
+        """The object's warp grid (none for methods that do not warp), then the prototypes if they are not shown."""
+        if anchor.name not in self.viewer.layers:
+            return
+        grid = L.layer_names(anchor.name)["grid"]
+        if seen.grid is not None:
+            L.draw_grid(self.viewer, anchor, seen.grid, chosen)
+            L.rescale_lines(self.viewer, anchor.name)
+        elif grid in self.viewer.layers:
+            self.viewer.layers.remove(grid)
+        if L.layer_names(anchor.name)["prototypes"] not in self.viewer.layers and self.panel.result is not None:
+            self.panel.later(lambda: self.show_prototypes(self.panel.result.prototypes,
+                                                          self.panel.result.cluster_sizes()))
 
     def _verdict(self, seen, row, field: int):
         """(cluster, runner-up, words) of the inspected object for the frames: the predictions' when the dock's model
@@ -195,9 +202,14 @@ class PlateInspector:
                            **({"rgb": True} if rgb else {"colormap": "gray"}))
 
     def show_prototypes(self, prototypes, sizes=None) -> None:
-        """The prototypes as the widget's numbered mosaic beside the object layer (live while a fit runs)."""
+        """The prototypes as the widget's numbered mosaic beside the object layer (live while a fit runs); the object
+        layer, when it is made first, in the turn of the event loop before."""
         name = self.name()
-        anchor = self.viewer.layers[name] if name in self.viewer.layers else self._anchor(None)
+        if name not in self.viewer.layers:
+            self._anchor(None)         # not drawn if a Cancel took the object layer away meanwhile
+            self.panel.later(lambda: name in self.viewer.layers and self.show_prototypes(prototypes, sizes))
+            return
+        anchor = self.viewer.layers[name]
         L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes)
 
 

@@ -246,6 +246,7 @@ class StorePanel(Container):
         self.runners: list = []          # the tabs' Run/Cancel buttons
         self._rollback: dict = {}        # layers as they were before a fit or refine (None: not there)
         self._then: str | None = None    # what to say once the store being opened is shown
+        self._deferred = 0               # drawings waiting for the event loop's next turn (:meth:`later`)
 
         self.open_button = PushButton(text="Open store…")
         self.summary = Label(label="store", value=NO_STORE)
@@ -488,7 +489,8 @@ class StorePanel(Container):
     def busy(self) -> bool:
         """Whether a worker of the panel (open, field, shares, load, apply, a tab's job, the inspector) is running."""
         return any(w is not None for w in (self.opening, self.reading, self.counting, self.loader, self.worker,
-                                           self.inspector.worker, self.importing)) or self.job is not None
+                                           self.inspector.worker, self.importing)) or self.job is not None \
+            or self._deferred > 0
 
     @property
     def job(self):
@@ -598,7 +600,6 @@ class StorePanel(Container):
         wells = f" in {listing['well'].nunique()} wells" if self.has_wells else ""
         store = opened.store
         self.summary.value = f"{store.path.name}: {len(store)} objects, {len(listing)} fields{wells}{method}"
-        self._draw_gallery(opened.gallery)
         self._by_wanted = opened.by
         self._set_shares(opened.shares, opened.by)
         self._wanted = opened.field_index
@@ -607,6 +608,21 @@ class StorePanel(Container):
         if self._then is not None and opened.problem is None:
             self.say(self._then)
         self._then = None
+        # the gallery in the event loop's next turn: a napari layer made is a few tenths of a second of the GUI
+        # thread, and the window reacts between the two
+        self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
+
+    def later(self, draw) -> None:
+        """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
+        as busy until it has run."""
+        from qtpy.QtCore import QTimer
+
+        def run():
+            self._deferred -= 1
+            if self.alive():
+                draw()
+        self._deferred += 1
+        QTimer.singleShot(0, run)
 
     def _on_open_finished(self, worker) -> None:
         if worker is self.opening:
