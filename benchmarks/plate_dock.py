@@ -12,7 +12,7 @@ One JSON line per method: median and 90th percentile in ms, torch threads.
 
 ``freeze``: a generated plate of ``--fields`` 1024×1024 fields of 250 nuclei (400: about 100,000 objects), written
 once into ``--plate-dir``; then in a real napari window the plate dock does every step as a user does — Extract the
-folder into a new store, Fit kmeans (K = 3) on a 2,000-object sample, Predict every object, click an object
+folder into a new store, Fit kmeans (K = 3) on a 2,000-object sample (``--sample``), Predict every object, click an object
 (the inspector), Move it, Re-predict (renumbered), Merge two clusters, Undo, Refine, Re-predict (predicted anew),
 Export the objects' CSV, the gallery and the shares — while a timer ticks every 5 ms in the GUI thread; the longest
 gap between two ticks during a step is the longest the window could not react. One JSON line: per step its wall
@@ -145,7 +145,7 @@ def freeze(args) -> None:
     panel.extract.target.value = str(target)
     step("extract", lambda: panel.extract.extract_button.native.click())
     row["objects"] = len(panel.store)
-    panel.fit.sample.value, panel.fit.form.k.value, panel.fit.device.value = 2000, 3, "cpu"
+    panel.fit.sample.value, panel.fit.form.k.value, panel.fit.device.value = args.sample, 3, "cpu"
     step("fit", lambda: panel.fit.fit_button.native.click())
     step("predict", lambda: panel.predict.predict_button.native.click())
     field = panel.picture.field_index
@@ -185,6 +185,7 @@ def main() -> None:
     gui = sub.add_parser("freeze")
     gui.add_argument("--fields", type=int, default=400)
     gui.add_argument("--plate-dir", default="/tmp/ticlust_plate_dock")
+    gui.add_argument("--sample", type=int, default=2000, help="the fit sample's size")
     args = parser.parse_args()
     inspector(args) if args.what == "inspector" else freeze(args)
 

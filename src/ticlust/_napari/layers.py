@@ -304,15 +304,17 @@ def cluster_summary(result: ClusteringResult) -> list[dict]:
 
 
 # ---- image results -------------------------------------------------------------------------------
-def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None) -> None:
-    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training)."""
+def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True) -> None:
+    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training); ``picture`` False redraws
+    the numbers only (the same prototypes, other cluster sizes)."""
     names = layer_names(input_layer.name)
     k, h, w = prototypes.shape[:3]
     scene = Scene(h, w, k)
-    mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
-                         stacked=False)
     at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
-    set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
+    if picture or names["prototypes"] not in viewer.layers:
+        mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
+                             stacked=False)
+        set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
     texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
     raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
     set_text_layer(viewer, names["prototype_labels"], raster, factor, at, unit=u)

@@ -22,6 +22,7 @@ class PlateInspector:
         self.worker = None             # the worker aligning the prototypes onto an object
         self._pending: int | None = None
         self.shown: int | None = None  # the store object the inspector layers show
+        self._prototypes = None        # the prototypes array the mosaic shows
 
     @property
     def viewer(self):
@@ -138,6 +139,9 @@ class PlateInspector:
             return
         chosen, runner, said = self._verdict(seen, row, field)
         anchor = self._anchor(seen.item)
+        if self._make_layers(anchor):          # the inspector's layers are made one per turn, then drawn
+            panel.later(lambda: self._show(store, model, seen, row, field, problem))
+            return
         L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
                          seen.object)
         panel.later(lambda: self._grid(anchor, seen, chosen))      # a layer made per turn: the window reacts between
@@ -145,6 +149,21 @@ class PlateInspector:
         where = "; in the fit sample: the fit's own alignment" if seen.sample is not None else ""
         panel.say(f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); runner-up "
                   f"{runner} ({seen.scores[runner]:.4g}){where}.")
+
+    def _make_layers(self, anchor) -> bool:
+        """Make the first of the inspector's layers that is missing (empty, drawn into later); False when they all
+        exist. One napari layer takes tenths of a second of the GUI thread: one per turn keeps the window reacting."""
+        names = L.layer_names(anchor.name)
+        if names["inspector"] not in self.viewer.layers:
+            self.viewer.add_image(np.zeros((2, 2, 3) if anchor.rgb else (2, 2), np.float32), name=names["inspector"],
+                                  **L.image_kwargs(anchor))
+        elif names["scores"] not in self.viewer.layers:
+            self.viewer.add_image(np.zeros((2, 2, 4), np.uint8), name=names["scores"], rgb=True)
+        elif names["frames"] not in self.viewer.layers:
+            self.viewer.add_shapes(None, name=names["frames"])
+        else:
+            return False
+        return True
 
     def _grid(self, anchor, seen, chosen: int) -> None:
         """The object's warp grid (none for methods that do not warp), then the prototypes if they are not shown."""
@@ -210,7 +229,10 @@ class PlateInspector:
             self.panel.later(lambda: name in self.viewer.layers and self.show_prototypes(prototypes, sizes))
             return
         anchor = self.viewer.layers[name]
-        L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes)
+        same = prototypes is self._prototypes and L.layer_names(name)["prototypes"] in self.viewer.layers
+        L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes,
+                          picture=not same)      # a move changes the sizes only: the mosaic stays
+        self._prototypes = prototypes
 
 
 def _shown(items: np.ndarray, rgb: bool) -> np.ndarray:

@@ -183,7 +183,7 @@ def _warm_up() -> None:
     Image and Labels layers and of painting by cluster (its colour-mapping kernels compiled by numba, its units
     registry), which froze the window for seconds on the first field painted by cluster. Layer models only: nothing
     is added to a viewer."""
-    from napari.layers import Image, Labels
+    from napari.layers import Image, Labels, Shapes
     from napari.utils.colormaps import DirectLabelColormap, label_colormap
 
     import ticlust.methods  # noqa: F401
@@ -194,6 +194,9 @@ def _warm_up() -> None:
         colormap.map(values)
     Image(np.zeros((8, 8), np.float32))
     Labels(np.zeros((8, 8), np.int32), colormap=DirectLabelColormap(color_dict=colors))
+    box = np.array([[0.0, 0.0], [0.0, 4.0], [4.0, 4.0], [4.0, 0.0]])   # the frames' and the grid's shapes (numba too)
+    Shapes([box], shape_type="rectangle").add([box[:3]], shape_type="path")
+    L.text_raster(L.Scene(8, 8, 2), 2, ["0", "1"], [L.cluster_color(0), L.cluster_color(1)])   # the fonts
 
 
 class _CloseWatch(QObject):
@@ -605,12 +608,12 @@ class StorePanel(Container):
         self._wanted = opened.field_index
         self._set_pickers(opened.field_index)
         self._draw_field(opened.field_index, opened.picture, opened.problem)
-        if self._then is not None and opened.problem is None:
-            self.say(self._then)
-        self._then = None
         # the gallery in the event loop's next turn: a napari layer made is a few tenths of a second of the GUI
-        # thread, and the window reacts between the two
+        # thread, and the window reacts between the two; then what the step that opened the store has to say
         self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
+        then, self._then = self._then, None
+        if then is not None and opened.problem is None:
+            self.later(lambda: self.say(then))
 
     def later(self, draw) -> None:
         """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
@@ -745,13 +748,21 @@ class StorePanel(Container):
                     self.viewer.layers.remove(names[key])
             self.say(f"{field_title(self.store.fields.iloc[field_index])}: {problem}")
             return
-        if names["field"] in self.viewer.layers and self.viewer.layers[names["field"]].rgb != picture.rgb:
-            self.viewer.layers.remove(names["field"])
-        L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
-                    **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
-        self._paint(picture)
+        layers = self.viewer.layers
+        if names["field"] in layers and layers[names["field"]].rgb != picture.rgb:
+            layers.remove(names["field"])
+        shown = names["field"] in layers and layers[names["field"]].metadata.get("field_index") == field_index \
+            and layers[names["field"]].data.shape == picture.image.shape
+        if not shown:       # the same field again (the store read anew after a prediction): its image is as it was
+            L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
+                        **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
+        if names["objects"] in layers:
+            self._paint(picture)
+        else:               # a new layer: in the event loop's next turn, so that the window reacts in between
+            self.later(lambda: self.picture is picture and self._paint(picture))
         self._place_gallery()
-        self.viewer.reset_view()
+        if not shown:
+            self.viewer.reset_view()
 
     def _paint(self, picture) -> None:
         """The objects layer: values = place in the field + 1, coloured by cluster (or one colour per object)."""
@@ -781,7 +792,8 @@ class StorePanel(Container):
         name = self.names()["objects"]
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
-            layer.data = picture.values
+            if layer.data is not picture.values:        # an edit repaints the same field: only its colours change
+                layer.data = picture.values
             layer.colormap = colormap
             layer.features = table
         else:
