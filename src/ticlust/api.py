@@ -13,7 +13,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import InputError, whole_number
-from .events import Done, Event, Progress
+from .events import Done, Event, Progress, format_eta, format_seconds  # noqa: F401  (front ends' ETA, here since ever)
 from .core.execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, stream, versions, with_eta  # noqa: F401
 from .methods import get_method
 from .methods.base import Method, coerce, param_infos
@@ -87,11 +87,6 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
 
     return Job(lambda dev, s: spec.run(items, cfg, dev, s), device=device, seed=seed, runs=int(runs), label="run",
                finish=finish)
-
-
-def format_eta(eta: float | None) -> str:
-    """How front ends show an ETA: honest about being an estimate at the current stage's pace."""
-    return "ETA estimating…" if eta is None else f"ETA ≈{format_seconds(eta)} at this stage's pace"
 
 
 def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
@@ -203,10 +198,3 @@ class TerminalProgress:
     def close(self) -> None:
         self.stream.write(f"\r{'done':32s} [{'#' * self.width}]".ljust(110) + "\n")
         self.stream.flush()
-
-
-def format_seconds(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-

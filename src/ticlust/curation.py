@@ -28,7 +28,8 @@ from .result import ITEM_NAMES, OUTLIER, Assignments, ClusteringResult
 _PER_ITEM = ITEM_NAMES
 
 
-def _cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
+def check_cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
+    """``c`` as a cluster number of ``result``, or one sentence saying which there are."""
     if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) < result.k:
         raise InputError(f"{name} = {c!r} is not a cluster of this result: give a number from 0 to {result.k - 1}.")
     return int(c)
@@ -45,7 +46,7 @@ def _pins(result: ClusteringResult) -> np.ndarray:
 
 def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
     """Cluster ``b`` joins cluster ``a`` (clusters after ``b`` are numbered one lower)."""
-    a, b = _cluster(result, a, "a"), _cluster(result, b, "b")
+    a, b = check_cluster(result, a, "a"), check_cluster(result, b, "b")
     if a == b:
         raise InputError(f"Cannot merge cluster {a} with itself: choose two different clusters.")
     keep = [c for c in range(result.k) if c != b]
@@ -174,7 +175,7 @@ def _shown(selection) -> str:
 def move(result: ClusteringResult, items, cluster: int) -> ClusteringResult:
     """Put ``items`` (a selection, see :func:`item_index`) into ``cluster`` and pin them there (an outlier
     moved is one no more)."""
-    cluster = _cluster(result, cluster)
+    cluster = check_cluster(result, cluster)
     index = item_index(items, result.n, "move")
     labels, pins = np.asarray(result.labels).copy(), _pins(result)
     labels[index], pins[index] = cluster, cluster
@@ -193,7 +194,7 @@ def mark_outliers(result: ClusteringResult, items) -> ClusteringResult:
 def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: str = "auto") -> ClusteringResult:
     """Re-cluster the members of ``cluster`` in two by the same method and parameters; the second half
     becomes a new cluster, numbered K. Scores to both halves come from the two-cluster fit."""
-    cluster = _cluster(result, cluster)
+    cluster = check_cluster(result, cluster)
     members = np.flatnonzero(result.labels == cluster)
     if members.size < 2:
         raise InputError(f"Cluster {cluster} has {members.size} member(s): a split needs at least 2.")

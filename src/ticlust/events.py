@@ -52,3 +52,14 @@ def drain(events):
             return stop.value if stop.value is not None else done
         if isinstance(event, Done):
             done = event.result
+
+
+def format_eta(eta: float | None) -> str:
+    """How front ends show an ETA: honest about being an estimate at the current stage's pace (here, beside the
+    events, so that a front end shows one without importing torch)."""
+    return "ETA estimating…" if eta is None else f"ETA ≈{format_seconds(eta)} at this stage's pace"
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

@@ -304,15 +304,17 @@ def cluster_summary(result: ClusteringResult) -> list[dict]:
 
 
 # ---- image results -------------------------------------------------------------------------------
-def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None) -> None:
-    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training)."""
+def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True) -> None:
+    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training); ``picture`` False redraws
+    the numbers only (the same prototypes, other cluster sizes)."""
     names = layer_names(input_layer.name)
     k, h, w = prototypes.shape[:3]
     scene = Scene(h, w, k)
-    mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
-                         stacked=False)
     at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
-    set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
+    if picture or names["prototypes"] not in viewer.layers:
+        mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
+                             stacked=False)
+        set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
     texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
     raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
     set_text_layer(viewer, names["prototype_labels"], raster, factor, at, unit=u)
@@ -382,15 +384,19 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
     the image so that it never runs over the prototypes or the inspector."""
     frame = int(viewer.dims.current_step[0]) if viewer.dims.ndim >= 3 else 0
     frame = min(max(frame, 0), result.n - 1)
-    h, w = result.prototypes.shape[1:3]
+    return draw_grid(viewer, input_layer, result.grids[frame], int(result.labels[frame]), frame)
+
+
+def draw_grid(viewer, input_layer, grid: np.ndarray, cluster: int, frame: int | None = None):
+    """One item's warp grid ((gh, gw, 2) of (x, y) pixels of the item) over the input layer, in its cluster's colour,
+    cut to the item's box; ``frame``: the item's place on a stack's slider (None: a 2-D input layer)."""
+    h, w = input_layer.data.shape[-2:] if not is_rgb(input_layer) else input_layer.data.shape[-3:-1]
     channels = int(input_layer.data.shape[1]) if channel_first_display(input_layer) else 0
-    paths = grid_paths(place(input_layer, result.grids[frame][..., ::-1])[..., ::-1], frame,
+    paths = grid_paths(place(input_layer, np.asarray(grid)[..., ::-1])[..., ::-1], frame,
                        tuple(tuple(place(input_layer, corner)) for corner in ((-0.5, -0.5), (h - 0.5, w - 0.5))), channels)
-    color = cluster_color(int(result.labels[frame]))
     width = SCREEN_WIDTHS["grid"] / max(float(viewer.scene.camera.zoom), 1e-6)
-    layer = set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", color, width,
-                       metadata={"screen_widths": [SCREEN_WIDTHS["grid"]] * len(paths), "item": frame})
-    return layer
+    return set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", cluster_color(int(cluster)), width,
+                      metadata={"screen_widths": [SCREEN_WIDTHS["grid"]] * len(paths), "item": frame})
 
 
 def pose_text(result, item: int) -> str:

@@ -539,10 +539,12 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
-    by row group (:func:`_joined`). Returns (sample objects whose cluster differs from the fit's, sample size)
+    by row group (:func:`_joined`), the result's hand-set clusters applied (``curate.pinned_columns``). Returns (sample objects whose cluster differs from the fit's, sample size)
     when the result was fitted on a sample of this store, else (None, None)."""
     from ..core.atomic import write_atomic
+    from .curate import pinned_columns, plate_pins
 
+    pins = plate_pins(result)          # clusters set by hand (ticlust.plate.curate), applied over the predictions
     sample = result.config.get("fit_sample")
     same_store = sample is not None and result.config.get("store", {}).get("digest") == store_digest(store)
     index = np.asarray(sample["index"], np.int64) if same_store else None
@@ -556,6 +558,7 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
             if index is not None:
                 sel = (index >= offset) & (index < offset + table.num_rows)
                 picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
+            table = pinned_columns(table, offset, pins)
             offset += table.num_rows
             if not writers:
                 writers = _joined_writers(tmp, table.schema.with_metadata(meta), parquet, csv, partials)

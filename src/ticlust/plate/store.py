@@ -634,11 +634,14 @@ class Reporter:
 
     def sink(self, event) -> None:
         """The execution seam's sink (``core.execute.execute``): its Progress events as they are (their ETA
-        filled in by the seam), Done ends the bar's line."""
-        from ..events import Done, Progress
+        filled in by the seam), and its Snapshots to a callable ``progress`` (a dock's live prototypes); Done ends
+        the bar's line."""
+        from ..events import Done, Progress, Snapshot
 
         if isinstance(event, Progress) and self.to is not None:
             self.used = True
+            self.to(event)
+        elif isinstance(event, Snapshot) and self.bar is None and self.to is not None:
             self.to(event)
         elif isinstance(event, Done) and self.bar is not None:
             self.used = True
