@@ -219,10 +219,10 @@ def _sample_rows(store, index, result):
     """The fit sample's rows of the store's table (a DataFrame), each with its ``object`` number and its cluster."""
     import pyarrow.parquet as pq
 
-    from ..plate.run import assignment_columns
+    from ..plate.run import assignment_columns, map_columns
 
     rows = pq.read_table(store.path / "table.parquet").take(index).to_pandas()
     rows.insert(0, "object", index)
-    for name, values in assignment_columns(result.labels, result.scores).items():
+    for name, values in {**assignment_columns(result.labels, result.scores), **map_columns(result)}.items():
         rows[name] = values
     return rows

@@ -54,6 +54,8 @@ N_POINTS = 64
 CHUNK = 4096
 #: The assignment columns added to every row.
 ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
+#: The object map's columns after them: each object's place (NaN for a result without a map: ticlust.plate.maps).
+MAP_COLUMNS = ("map_x", "map_y")
 #: Options of the store that change the crops a result was fitted on (keep_border only selects objects).
 CROP_OPTIONS = ("orient", "normalize", "rescale", "channel")
 
@@ -258,8 +260,14 @@ def assignment_columns(labels, scores) -> dict:
             "runner_up": runner.astype(np.int32), "runner_up_score": runner_score.astype(np.float32)}
 
 
+def map_columns(result) -> dict:
+    """map_x, map_y per item of a result (a fit or a prediction): its object map places, NaN when it has none."""
+    places = np.full((result.n, 2), np.nan, np.float32) if result.map is None else np.asarray(result.map, np.float32)
+    return dict(zip(MAP_COLUMNS, places.T))
+
+
 def predict_items(result, items, device="auto", batch_size: int | None = None, aligned: bool = False):
-    """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling); with
+    """The assignment and map columns of a batch of items (api.predict: the seam, the fit's scaling); with
     ``aligned``, ``(columns, the items aligned with their prototypes, their kind)``."""
     from ..api import predict
 
@@ -269,6 +277,7 @@ def predict_items(result, items, device="auto", batch_size: int | None = None, a
     cols = assignment_columns(out.labels, out.scores)
     if out.rejected is not None:
         cols["rejected"] = np.asarray(out.rejected, bool)
+    cols.update(map_columns(out))
     return (cols, out.aligned, out.aligned_kind) if aligned else cols
 
 
@@ -363,7 +372,7 @@ def predict_part(task: PartTask) -> PartReport:
     finally:
         shutil.rmtree(tmp_aligned, ignore_errors=True)
     cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
-        {c: np.zeros(0, np.float32 if "score" in c else np.int32) for c in ASSIGN_COLUMNS}
+        {c: np.zeros(0, np.int32 if c in ("cluster", "runner_up") else np.float32) for c in ASSIGN_COLUMNS + MAP_COLUMNS}
     table = pa.table(cols).replace_schema_metadata({"ticlust_result": task.digest, "method": result.method})
     tmp = part / f"{PART_PREDICTIONS}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     try:
@@ -563,7 +572,7 @@ def _joined(store: ObjectStore, ids, digest: str):
             if part_digest(path) != digest:
                 raise InputError(f"{path} holds predictions of another result (a second prediction ran at the same "
                                  "time?): predict again.")
-            yield pq.read_table(path).select(list(ASSIGN_COLUMNS))
+            yield with_map_columns(pq.read_table(path))
 
     it, pending = parts(), None
     for batch in pq.ParquetFile(store.path / "table.parquet").iter_batches(batch_size=ROW_GROUP):
@@ -578,9 +587,21 @@ def _joined(store: ObjectStore, ids, digest: str):
             need -= take.num_rows
         assign = pa.concat_tables(got).combine_chunks() if got else None
         table = pa.Table.from_batches([batch])
-        for c in ASSIGN_COLUMNS:
+        for c in ASSIGN_COLUMNS + MAP_COLUMNS:
             table = table.append_column(c, assign.column(c))
         yield table
+
+
+def with_map_columns(part):
+    """A part's predictions as the joined table takes them: the assignment columns, then the map's (NaN when the
+    part was predicted before maps were made)."""
+    import pyarrow as pa
+
+    out = part.select(list(ASSIGN_COLUMNS))
+    for c in MAP_COLUMNS:
+        out = out.append_column(c, part.column(c) if c in part.column_names else
+                                pa.array(np.full(part.num_rows, np.nan, np.float32)))
+    return out
 
 
 def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
