@@ -21,12 +21,12 @@ EMBED_DIMS = 16
 #: Items of a fit whose features the PCA is learned on (a seeded sample when the fit has more).
 PCA_SAMPLE = 4000
 #: Items the 2-D layout is learned on (exact t-SNE: its cost grows with the square of this); the layout's anchors.
-LAYOUT_SAMPLE = 1500
+LAYOUT_SAMPLE = 600
 #: Sample items whose layout places a new item (inverse squared distance weights in the embedding).
 NEIGHBOURS = 10
 #: t-SNE's perplexity (capped at a third of the sample for small fits), iterations with early exaggeration and after.
 PERPLEXITY = 30.0
-EXAGGERATION, EXAGGERATED_ITERATIONS, ITERATIONS = 12.0, 250, 500
+EXAGGERATION, EXAGGERATED_ITERATIONS, ITERATIONS = 12.0, 250, 250
 #: The extras keys of a result's map model (``MapModel``).
 EXTRAS = ("map_mean", "map_basis", "map_anchors", "map_coords")
 
@@ -94,8 +94,9 @@ def learn_pca(features: np.ndarray, dims: int, device, rng: np.random.Generator)
     n, f = feats.shape
     if n < 2 or f < 1:
         return feats.mean(0) if n else np.zeros(f, np.float32), np.zeros((f, 1), np.float32)
-    _, mean, basis, _ = drain(pca_poc_steps(feats, min(dims, f, n - 1), 0, "eigh" if f <= 2048 else "randomized",
-                                            device, rng))
+    # randomized subspace iteration (exact when the features are few): a full eigh of 1,024 features took 38 s on
+    # a busy 2-core machine, longer than the whole map should
+    _, mean, basis, _ = drain(pca_poc_steps(feats, min(dims, f, n - 1), 0, "randomized", device, rng))
     return mean.float().cpu().numpy(), _signed(basis.float().cpu().numpy())
 
 
@@ -106,11 +107,22 @@ def _signed(basis: np.ndarray) -> np.ndarray:
 
 
 def tsne(points: np.ndarray, perplexity: float = PERPLEXITY) -> np.ndarray:
-    """Exact t-SNE (van der Maaten & Hinton 2008) of S points (S, E) into (S, 2), float32 on the CPU: Gaussian
-    affinities at the given perplexity (per point by bisection), symmetrised; a start from the points' first two
-    coordinates (principal axes: no random start, so the layout is a function of the points); early exaggeration,
-    then plain gradient descent with momentum and per-coordinate gains (Jacobs 1988), the learning rate S/48."""
-    x = torch.from_numpy(np.ascontiguousarray(points, np.float32))
+    """Exact t-SNE (van der Maaten & Hinton 2008) of S points (S, E) into (S, 2), float32 on the CPU in one thread (the
+    same sums in the same order on any machine; and on a busy machine, threads waiting on each other made it 25×
+    slower at S = 500): Gaussian affinities at the given perplexity (per point by bisection), symmetrised; a start
+    from the points' first two coordinates (principal axes: no random start, so the layout is a function of the
+    points); early exaggeration, then gradient descent with momentum and per-coordinate gains (Jacobs 1988), the
+    learning rate S/48."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _tsne(torch.from_numpy(np.ascontiguousarray(points, np.float32)), perplexity)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _tsne(x: torch.Tensor, perplexity: float) -> np.ndarray:
+    """:func:`tsne` of a tensor, in the threads set by the caller."""
     s = len(x)
     if s < 4:
         return _start(x).numpy() * 1e4
