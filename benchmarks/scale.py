@@ -96,7 +96,8 @@ def without_map(result: Path) -> Path:
 
     r = load_result(result)
     extras = {k: v for k, v in r.extras.items() if k not in EXTRAS}
-    return dataclasses.replace(r, extras=extras, embedding=None, map=None).save(result.with_name(result.stem + "-nomap.npz"))
+    plain = dataclasses.replace(r, extras=extras, embedding=None, map=None)
+    return plain.save(result.with_name(result.stem + "-nomap.npz"))
 
 
 def plate_size(work: Path, objects: int, args) -> list[dict]:
