@@ -83,7 +83,7 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
         best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
         if isinstance(items, Stack):  # new items are later scaled like the training stack
             best.config["input_range"] = [items.lo, items.hi]
-        return best
+        return mapped(spec, best, items, device, seed)
 
     return Job(lambda dev, s: spec.run(items, cfg, dev, s), device=device, seed=seed, runs=int(runs), label="run",
                finish=finish)
@@ -117,7 +117,18 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
         items.pictures = aligned
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
-    return execute(Job(lambda dev, _seed: spec.predict(result, items, dev, batch_size), device=device, losses=False))
+    return execute(Job(lambda dev, _seed: spec.extend_map(result, spec.predict(result, items, dev, batch_size), items, dev),
+                       device=device, losses=False))
+
+
+def mapped(spec: Method, result: ClusteringResult, items, device: str, seed: int) -> ClusteringResult:
+    """``result`` (fitted on ``items``) with its object map (``Method.with_map``), made on the fit's device with
+    deterministic kernels: the last step of a fit and of a refine."""
+    from .core.device import reproducible, resolve_device
+
+    dev = resolve_device(device)
+    with reproducible(dev):
+        return spec.with_map(result, items, dev, seed)
 
 
 def check_result(result) -> None:

@@ -16,7 +16,7 @@ import re
 import numpy as np
 import torch
 
-from .api import fit, fitted_scale, item_count, prepare
+from .api import fit, fitted_scale, item_count, mapped, prepare
 from .core.execute import Job, execute, stream
 from .core.validation import check_same_items
 from .errors import InputError
@@ -288,7 +288,7 @@ def refine_job(data, result: ClusteringResult, device: str = "auto", keep_pinned
         refined.config = {**result.config, "k": result.k}
         refined.edits = [*result.edits, {"op": "refine", "keep_pinned": bool(keep_pinned)}]
         refined.pinned = result.pinned if keep_pinned else (pins if outliers.size else None)
-        return refined
+        return mapped(spec, refined, items, device, int(result.config.get("seed", 0)))
 
     return Job(work, device=device, seed=int(result.config.get("seed", 0)), label="refine", finish=finish,
                losses=False)

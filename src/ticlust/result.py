@@ -37,6 +37,8 @@ ITEM_FIELDS = (
     ItemField("aligned", "float32", "H,W[,C]", picture=True, doc="the item aligned with its prototype"),
     ItemField("grids", "float32", "gh,gw,2", picture=True, doc="the item's warp as a display lattice"),
     ItemField("pinned", "int64", "", doc="cluster the user put the item in (-1: free, OUTLIER: none)"),
+    ItemField("embedding", "float32", "E", doc="the item's invariant embedding, the object map's space (kernels.embedding)"),
+    ItemField("map", "float32", "2", doc="the item's place (x, y) on the object map (kernels.embedding)"),
 )
 ITEM_NAMES = tuple(f.name for f in ITEM_FIELDS)
 PICTURES = tuple(f.name for f in ITEM_FIELDS if f.picture)
@@ -180,6 +182,8 @@ class ClusteringResult:
     run_losses: list = field(default_factory=list)
     edits: list = field(default_factory=list)       # the user's edits, in order (ticlust.curation), kept through refine
     pinned: np.ndarray | None = None               # (N,) cluster the user put each item in (-1: free, OUTLIER: none), or None
+    embedding: np.ndarray | None = None            # (N, E) each item's invariant embedding (Method.embed), or None
+    map: np.ndarray | None = None                  # (N, 2) each item's place on the object map, or None (not made)
     timing: dict = field(default_factory=dict)
     device: str = "cpu"
     versions: dict = field(default_factory=dict)
@@ -235,8 +239,9 @@ class ClusteringResult:
 
     def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None,
                           columns: dict | None = None) -> list[dict]:
-        """One row per item: cluster, its score, the runner-up and its score (and rejection; and, once
-        the result was edited by hand, whether the user marked the item as an outlier).
+        """One row per item: cluster, its score, the runner-up and its score (and rejection; once the result
+        was edited by hand, whether the user marked the item as an outlier; and its object map place, map_x and
+        map_y, when the result has a map).
 
         ``columns``: extra per-item columns ({name: N values}, e.g. an object table), written after
         ``item``. ``names``: one name per item, in place of its number. Written as CSV when ``path`` is
@@ -269,6 +274,8 @@ class ClusteringResult:
                 row["rejected"] = bool(self.rejected[i])
             if self.pinned is not None:
                 row["outlier"] = bool(self.pinned[i] == OUTLIER)
+            if self.map is not None:
+                row["map_x"], row["map_y"] = float(self.map[i, 0]), float(self.map[i, 1])
             rows.append(row)
         if path is not None:
             def write(tmp: Path) -> None:
@@ -431,7 +438,10 @@ def _check_arrays(path: Path, arrays: dict[str, Any]) -> None:
         if value.ndim < 1 or value.shape[0] != n:
             raise _damaged(path, f"its {name} has {value.shape[0] if value.ndim else 'no'} rows but it has {n} items")
     expected = {"responsibilities": ((n, k), "f"), "rejected": ((n,), "b"), "pinned": ((n,), "iu"),
-                "aligned": ((n, *prototypes.shape[1:]), "f")}
+                "aligned": ((n, *prototypes.shape[1:]), "f"), "map": ((n, 2), "f")}
+    embedding = rows.get("embedding")
+    if embedding is not None and (embedding.ndim != 2 or embedding.dtype.kind != "f"):
+        raise _damaged(path, f"its embedding is {embedding.dtype} of shape {embedding.shape}, not items × dimensions")
     for name, (shape, kinds) in expected.items():
         if name in rows and (rows[name].shape != shape or rows[name].dtype.kind not in kinds):
             raise _damaged(path, f"its {name} are {rows[name].dtype} of shape {rows[name].shape}, not {shape}")

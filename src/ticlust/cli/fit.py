@@ -221,10 +221,10 @@ def _check_store_flags(args) -> None:
 
 def _sample_rows(store, index, result):
     """The fit sample's rows of the store's table (a DataFrame), each with its ``object`` number and its cluster."""
-    from ..plate.run import assignment_columns
+    from ..plate.run import assignment_columns, map_columns
 
     rows = store.table.iloc[index].reset_index(drop=True)
     rows.insert(0, "object", index)
-    for name, values in assignment_columns(result.labels, result.scores).items():
+    for name, values in {**assignment_columns(result.labels, result.scores), **map_columns(result)}.items():
         rows[name] = values
     return rows

@@ -46,6 +46,12 @@ class Method(abc.ABC):
     # align(result, one-item Stack, device, index=None) -> (every prototype aligned onto the item (K, ...),
     # its scores (K,)); ``index``: the item's place in the fitted stack, when it is one of those
     align: Callable[..., Any] | None = None
+    #: What the object map embeds of an item (:meth:`embed`): "scores" (its scores to the K prototypes, the generic
+    #: fallback), "pixels" (the item itself), "aligned" (the item carried onto its own prototype by its
+    #: ``params/affine`` and, with a thin-plate spline, ``params/displacements``), "spectral" (its spectral
+    #: coordinates, ``extras["embedding"]``), "landmarks" (its shape aligned onto the prototypes' frame, ``aligned``),
+    #: "representation" (``params/representation``). Where a result lacks what its family reads, its scores.
+    embeds: str = "scores"
 
     # ---- config ----------------------------------------------------------------------------------
     @property
@@ -89,6 +95,69 @@ class Method(abc.ABC):
     @abc.abstractmethod
     def predict(self, result: ClusteringResult, items, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """New items assigned with the fitted prototypes (and transforms); ``batch_size`` None: the config's."""
+
+    # ---- the object map ----------------------------------------------------------------------------
+    def embed(self, result: ClusteringResult, items, rows, device: torch.device) -> np.ndarray:
+        """The invariant features (B, F) float32 of ``items``, which are rows ``rows`` (a slice or item numbers) of
+        ``result`` (a fit, or the prediction of these items): what ``embeds`` names, read from the result's rows
+        and the items. A method whose family needs another reading overrides this."""
+        from ..kernels.embedding import aligned_pixels, pixels
+
+        params, extras = result.params, result.extras
+        if self.embeds == "pixels" and hasattr(items, "batch"):
+            return pixels(items.batch(0, items.n))
+        if self.embeds == "aligned" and "affine" in params and hasattr(items, "batch"):
+            nu = params.get("displacements")
+            return aligned_pixels(items.batch(0, items.n), params["affine"][rows],
+                                  None if nu is None else nu[rows], device)
+        if self.embeds == "spectral" and "embedding" in extras:
+            return pixels(extras["embedding"][rows])
+        if self.embeds == "landmarks" and result.aligned is not None:
+            return pixels(result.aligned[rows])
+        if self.embeds == "representation" and "representation" in params:
+            return pixels(params["representation"][rows])
+        return pixels(result.scores[rows])
+
+    def with_map(self, result: ClusteringResult, items, device: torch.device, seed: int) -> ClusteringResult:
+        """The fit's object map, learned on ``items`` (the fitted stack or landmarks) and put into ``result``: the PCA
+        of a seeded sample's features (``kernels.embedding``), every item's embedding (block by block), the t-SNE
+        layout of a sample of those and every item's place; the model (small arrays) goes to the extras, the
+        embedding and the places to the per-item fields. Returns ``result``."""
+        from ..kernels import embedding as emb
+
+        rng = np.random.default_rng(seed)
+        n = _count(items)
+        learn = np.sort(rng.choice(n, emb.PCA_SAMPLE, replace=False)) if n > emb.PCA_SAMPLE else np.arange(n)
+        feats = self.embed(result, _rows(items, learn), learn, device)
+        mean, basis = emb.learn_pca(feats, emb.EMBED_DIMS, device, rng)
+        model = emb.MapModel(mean, basis, np.zeros((0, basis.shape[1]), np.float32), np.zeros((0, 2), np.float32))
+        if n == len(learn):
+            embedded = model.embed(feats, device).cpu().numpy()
+        else:
+            embedded = np.concatenate([model.embed(self.embed(result, block, slice(s, s + _count(block)), device),
+                                                   device).cpu().numpy() for s, block in _blocks(items)])
+        model.anchors, model.coords = emb.learn_layout(embedded, rng)
+        result.extras = {**result.extras, **model.to_extras()}
+        result.embedding = embedded
+        result.map = model.place(torch.from_numpy(embedded).to(device)).cpu().numpy()
+        return result
+
+    def extend_map(self, fitted: ClusteringResult, out: ClusteringResult, items, device: torch.device) -> ClusteringResult:
+        """``out``, the prediction of ``items`` with ``fitted``, given their embedding and map places through the fit's
+        model, block by block (the same for every block size: each item's place depends on it alone); unchanged when
+        ``fitted`` has no map (a result saved before maps were made: ``ticlust.plate.maps.compute_map`` adds one)."""
+        from ..kernels.embedding import MapModel
+
+        model = MapModel.from_extras(fitted.extras)
+        if model is None or out.n == 0:
+            return out
+        embedded, places = [], []
+        for s, block in _blocks(items):
+            z = model.embed(self.embed(out, block, slice(s, s + _count(block)), device), device)
+            embedded.append(z.cpu().numpy())
+            places.append(model.place(z).cpu().numpy())
+        out.embedding, out.map = np.concatenate(embedded), np.concatenate(places)
+        return out
 
     @abc.abstractmethod
     def refine(self, items, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
@@ -134,3 +203,25 @@ def seed_everything(seed: int) -> np.random.Generator:
 
 def config_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
+
+
+#: Items whose map features are computed at once (``Method.with_map``, ``Method.extend_map``).
+MAP_BLOCK = 4096
+
+
+def _count(items) -> int:
+    return int(items.n if hasattr(items, "n") else len(items))
+
+
+def _rows(items, index: np.ndarray):
+    """The items at ``index`` of a stack (read now) or of a landmark array."""
+    return items.subset(index) if hasattr(items, "subset") else items[index]
+
+
+def _blocks(items):
+    """(start, block) of MAP_BLOCK items at a time, in order, of a stack or a landmark array."""
+    if hasattr(items, "blocks"):
+        yield from items.blocks(MAP_BLOCK)
+        return
+    for s in range(0, len(items), MAP_BLOCK):
+        yield s, items[s:s + MAP_BLOCK]

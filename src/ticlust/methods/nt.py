@@ -844,6 +844,7 @@ class NTState(FittedState):
 class NT(Method):
     name, title = "nt", "Nonlinear-transform clustering (min-max assignment)"
     config, state, inputs = NTConfig, NTState, ("images", "vectors")
+    embeds = "representation"   # the object map: each item's NT representation
     paper = "Kostadinov et al., Clustering with Jointly Learned Nonlinear Transforms"
     caution = ("Below pixel K-means on every set measured (COIL-20 accuracy 0.50 against 0.68; the paper's 0.89 "
                "is not reproducible from its equations, docs/nt.md §7): use kmeans or pssc to find groups.")

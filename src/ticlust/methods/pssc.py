@@ -15,6 +15,7 @@ from .base import Method, register, seed_everything
 class PSSC(Method):
     name, title = "pssc", "PSSC: scattering + POC + U-SPEC spectral clustering"
     config, state, inputs = PSSCConfig, PSSCState, ("images",)
+    embeds = "spectral"   # the object map: each item's spectral coordinates
     paper = "Villar-Corrales & Morgenshtern, Scattering Transform Based Image Clustering"
 
     def train(self, stack: Stack, cfg: PSSCConfig, device: torch.device, seed: int):

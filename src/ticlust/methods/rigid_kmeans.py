@@ -104,6 +104,7 @@ def merged_prototypes(mu: torch.Tensor, sizes: torch.Tensor, cfg: RigidKMeansCon
 class RigidKMeans(Method):
     name, title = "rigid-kmeans", "Rigid-invariant K-means (exhaustive rotation × shift search)"
     config, state, inputs = RigidKMeansConfig, RigidState, ("images",)
+    embeds = "aligned"   # the object map: each item posed onto its own prototype
     paper = "exhaustive in-plane search as in cryo-EM 2D classification (RELION, cryoSPARC)"
     caution = "Only rotations, flips and shifts are undone: a stretched or bent member costs its full distance (refine: affine/deformable)"
 

@@ -63,6 +63,7 @@ def _posed(stack: Stack, x, theta: torch.Tensor) -> Stack:
 class RigidPSSC(Method):
     name, title = "rigid-pssc", "PSSC on rigidly posed items (rotation/flip-invariant)"
     config, state, inputs = RigidPSSCConfig, RigidPSSCState, ("images",)
+    embeds = "spectral"   # the object map: each item's spectral coordinates
     paper = "exhaustive in-plane pose search (cryo-EM 2D classification) + Villar-Corrales & Morgenshtern's PSSC"
     caution = "For items with no preferred orientation; where orientation is part of the kind, use pssc"
 

@@ -171,6 +171,7 @@ class Graph:
 class RigidSpectral(Method):
     name, title = "rigid-spectral", "Orientation-free spectral clustering (every angle searched, a warp fitted, a k-NN graph cut)"
     config, state, inputs = RigidSpectralConfig, RigidSpectralState, ("images",)
+    embeds = "spectral"   # the object map: each item's spectral coordinates
     paper = "exhaustive in-plane search (cryo-EM 2D classification) + U-SPEC spectral clustering (Huang et al., as in PSSC)"
     caution = "Indifferent to orientation by design: on upright data where orientation tells kinds apart (6 and 9), use another method"
 
@@ -317,15 +318,17 @@ class RigidSpectral(Method):
         self._checked_predict(stack, result)
         anchors, transfer, centers, frames = self._fitted(result, device)
         aligner = self.aligner(cfg, tuple(stack.item_shape[:2]), device)
-        out = Assignments(stack.n)
+        out, spectral = Assignments(stack.n), []
         for s, b in stack.batches(batch_size or cfg.batch_size):
             x = to_nchw(torch.from_numpy(b).to(device))
             z, dist, idx = self._embedded(cfg, x, anchors, transfer, float(result.state.sigma), aligner)
             scores = torch.cdist(z, centers)
             labels = scores.argmin(1)
+            spectral.append(z.cpu().numpy())
             out.write(s, {"labels": labels, "scores": scores, "params/anchor_distances": dist.float(),
                           **self._posed(stack, cfg, x, frames, labels)})
-        return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, **out.result_fields())
+        extras = {"embedding": np.concatenate(spectral)} if spectral else {}   # as the fit's: the object map reads it
+        return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, extras=extras, **out.result_fields())
 
     def _checked_predict(self, stack: Stack, result: ClusteringResult) -> None:
         check_images(stack, self.name)

@@ -251,6 +251,7 @@ class AIKMeans(Method):
 
     name, title = "ai-kmeans", "Affine-invariant K-means"
     config, state, inputs = AIKMeansConfig, STState, ("images",)
+    embeds = "aligned"   # the object map: each item carried onto its own prototype
     paper = "Cosentino et al., Spatial Transformer K-Means"
     auto_invariances = "affine"   # what invariances = auto means here (image stacks)
     #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): the aligned Lloyd's E-step per chunk

@@ -40,8 +40,10 @@ FIELD_SUFFIXES = IMAGE_SUFFIXES + (".npy",)
 ROW_COLUMNS = ("field_index", "image", "labels") + TABLE_COLUMNS
 #: The assignment columns a prediction adds to every row (ticlust.plate.run).
 ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
+#: The object map's columns after them: each object's place (NaN for a result without a map: ticlust.plate.maps).
+MAP_COLUMNS = ("map_x", "map_y")
 #: Names a manifest's own columns may not take: the rows' own, a prediction's, and those of a store fit's CSV.
-RESERVED_COLUMNS = ROW_COLUMNS + ASSIGN_COLUMNS + ("rejected", "object")
+RESERVED_COLUMNS = ROW_COLUMNS + ASSIGN_COLUMNS + MAP_COLUMNS + ("rejected", "object")
 
 
 @dataclass(frozen=True)

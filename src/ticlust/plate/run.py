@@ -34,7 +34,7 @@ import numpy as np
 
 from ..errors import InputError, whole_number
 from ..core.backends import LOCAL, Backend
-from .fields import ASSIGN_COLUMNS
+from .fields import ASSIGN_COLUMNS, MAP_COLUMNS
 from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, open_objects, part_name,
                     part_objects, part_rows, read_attributes, read_crops, store_lock, store_problem)
 
@@ -257,8 +257,14 @@ def assignment_columns(labels, scores) -> dict:
             "runner_up": runner.astype(np.int32), "runner_up_score": runner_score.astype(np.float32)}
 
 
+def map_columns(result) -> dict:
+    """map_x, map_y per item of a result (a fit or a prediction): its object map places, NaN when it has none."""
+    places = np.full((result.n, 2), np.nan, np.float32) if result.map is None else np.asarray(result.map, np.float32)
+    return dict(zip(MAP_COLUMNS, places.T))
+
+
 def predict_items(result, items, device="auto", batch_size: int | None = None, aligned: bool = False):
-    """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling); with
+    """The assignment and map columns of a batch of items (api.predict: the seam, the fit's scaling); with
     ``aligned``, ``(columns, the items aligned with their prototypes, their kind)``."""
     from ..api import predict
 
@@ -268,6 +274,7 @@ def predict_items(result, items, device="auto", batch_size: int | None = None, a
     cols = assignment_columns(out.labels, out.scores)
     if out.rejected is not None:
         cols["rejected"] = np.asarray(out.rejected, bool)
+    cols.update(map_columns(out))
     return (cols, out.aligned, out.aligned_kind) if aligned else cols
 
 
@@ -363,7 +370,7 @@ def predict_part(task: PartTask) -> PartReport:
     finally:
         shutil.rmtree(tmp_aligned, ignore_errors=True)
     cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
-        {c: np.zeros(0, np.float32 if "score" in c else np.int32) for c in ASSIGN_COLUMNS}
+        {c: np.zeros(0, np.int32 if c in ("cluster", "runner_up") else np.float32) for c in ASSIGN_COLUMNS + MAP_COLUMNS}
     rows = part_rows(Path(task.store), task.field, list(ROW_KEYS))
     table = pa.table({**{c: rows.column(c) for c in ROW_KEYS}, **cols}).replace_schema_metadata(
         {"ticlust_result": task.digest, "method": result.method, "field": str(task.field)})
@@ -610,9 +617,9 @@ def _joined(store: ObjectStore, ids, digest: str):
             pending = pending.slice(take.num_rows)
             need -= take.num_rows
             start += take.num_rows
-        assign = pa.concat_tables(got).combine_chunks() if got else None
+        assign = with_map_columns(pa.concat_tables(got).combine_chunks()) if got else None
         table = pa.Table.from_batches([batch])
-        for c in ASSIGN_COLUMNS:
+        for c in ASSIGN_COLUMNS + MAP_COLUMNS:
             table = table.append_column(c, assign.column(c))
         yield table
 
@@ -626,6 +633,18 @@ def _same_rows(store: ObjectStore, field: int, predicted, rows) -> None:
         raise InputError(f"{store.path} is damaged: the predictions of field {field} are not of the objects its table "
                          "lists there (their labels or frames differ: the table or the part was changed after "
                          "extraction); extract the plate again into a new store.")
+
+
+def with_map_columns(part):
+    """A part's predictions as the joined table takes them: the assignment columns, then the map's (NaN when the
+    part was predicted before maps were made)."""
+    import pyarrow as pa
+
+    out = part.select(list(ASSIGN_COLUMNS))
+    for c in MAP_COLUMNS:
+        out = out.append_column(c, part.column(c) if c in part.column_names else
+                                pa.array(np.full(part.num_rows, np.nan, np.float32)))
+    return out
 
 
 def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
