@@ -349,7 +349,7 @@ def _relabel(result: ClusteringResult, store: ObjectStore, before: str, mapping:
     """Renumber every part's predictions (made by the result of digest ``before``) into ``result``'s clusters, tag
     them with ``result``'s digest, then write the joined table: under the store's lock, part by part (temp file +
     rename), parts renumbered already skipped."""
-    from .run import (PART_PREDICTIONS, PREDICTIONS, StorePrediction, _field_index, _result_file, _sweep_partials,
+    from .run import (PART_PREDICTIONS, PREDICTIONS, StorePrediction, _result_file, _sweep_partials,
                       _write_joined)
 
     report = Reporter(progress)
@@ -360,7 +360,7 @@ def _relabel(result: ClusteringResult, store: ObjectStore, before: str, mapping:
         with store_lock(store.path, f"Another run is writing to {store.path} now: let it finish (or stop it), then "
                                     "curate again."):
             _sweep_partials(store)
-            ids, counts = np.unique(_field_index(store), return_counts=True)
+            ids, counts = np.unique(store.field_index, return_counts=True)
             for step, i in enumerate(ids, 1):
                 _relabel_part(store.path / "fields" / part_name(int(i)) / PART_PREDICTIONS, before, digest, mapping,
                               obj.method)
@@ -389,7 +389,8 @@ def _relabel_part(path: Path, before: str, digest: str, mapping: np.ndarray, met
     table = pq.read_table(path)
     columns = relabel_columns({c: table.column(c).to_numpy() for c in table.column_names}, mapping)
     out = pa.table({c: columns[c] for c in table.column_names}, schema=table.schema.remove_metadata())
-    out = out.replace_schema_metadata({"ticlust_result": digest, "method": method})
+    meta = {**(table.schema.metadata or {}), b"ticlust_result": digest.encode(), b"method": method.encode()}
+    out = out.replace_schema_metadata(meta)            # the part's other tags (its field) kept
     with _write_errors(path.parents[2], f"while renumbering field {int(path.parent.name)}"):
         write_atomic(path, lambda tmp: pq.write_table(out, tmp))
 
