@@ -350,3 +350,22 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
     settle(qtbot, panel)
     assert "p.zarr is gone" in panel.status.value and not (tmp_path / "x.csv").exists()
     assert not store.path.exists()                  # nothing wrote a new store there
+
+
+# ---- the reader and the store's default place --------------------------------------------------------
+def test_the_plate_reader_claims_a_plates_files_and_nothing_else(files, tmp_path):
+    from ticlust._napari import reader
+    from ticlust._napari.plate_dock import store_beside
+
+    folder, reference = files
+    assert reader.get_plate_reader(str(folder)) is reader.read_plate_input
+    assert reader.get_plate_reader(str(folder / "plate.csv")) is reader.read_plate_input
+    assert reader.get_plate_reader(str(reference.path)) is None             # a store opens as a store
+    assert reader.get_store_reader(str(reference.path)) is reader.read_store
+    (tmp_path / "notes.csv").write_text("a,b\n1,2\n")
+    assert reader.get_plate_reader(str(tmp_path / "notes.csv")) is None    # no image,labels columns
+    assert reader.get_plate_reader(str(tmp_path)) is None                   # no images
+    assert reader.get_plate_reader([str(folder)]) is None
+    assert store_beside(folder) == folder.with_name(f"{folder.name}.zarr")
+    assert store_beside(folder / "plate.csv") == folder / "plate.zarr"
+    assert store_beside(tmp_path / "field.ome.zarr") == tmp_path / "field.objects.zarr"

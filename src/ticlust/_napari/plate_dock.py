@@ -32,8 +32,9 @@ def store_beside(source) -> Path:
     return path.with_suffix(".zarr")
 
 
-def _row(*widgets) -> Container:
-    row = Container(widgets=list(widgets), layout="horizontal", labels=False)
+def _row(*widgets, labels: bool = False) -> Container:
+    """Widgets side by side (with their labels: ``labels``), without the margins a nested container adds."""
+    row = Container(widgets=list(widgets), layout="horizontal", labels=labels)
     row.native.layout().setContentsMargins(0, 0, 0, 0)
     return row
 
@@ -325,7 +326,8 @@ class CurateSection(Section):
         self.repredict_button = PushButton(text="Re-predict", tooltip="Bring the store's predictions to the edited "
                                                                       "result: renumbered after merges, moves and "
                                                                       "outlier marks; predicted anew after a Refine")
-        self.extend([self.objects, _row(self.to, self.move_button), self.outlier_button, _row(self.a, self.b),
+        self.extend([self.objects, _row(self.to, self.move_button, labels=True), self.outlier_button,
+                     _row(self.a, self.b, labels=True),
                      _row(self.merge_button, self.split_button, self.undo_button),
                      _row(self.keep_moved, self.refine_button), self.repredict_button])
         self.move_button.changed.connect(self.move)

@@ -23,6 +23,7 @@ class PlateInspector:
         self._pending: int | None = None
         self.shown: int | None = None  # the store object the inspector layers show
         self._prototypes = None        # the prototypes array the mosaic shows
+        self._first = False            # the inspector's layers were just made: frame the view once they are drawn
 
     @property
     def viewer(self):
@@ -140,11 +141,15 @@ class PlateInspector:
         chosen, runner, said = self._verdict(seen, row, field)
         anchor = self._anchor(seen.item)
         if self._make_layers(anchor):          # the inspector's layers are made one per turn, then drawn
+            self._first = True
             panel.later(lambda: self._show(store, model, seen, row, field, problem))
             return
         L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
                          seen.object)
         panel.later(lambda: self._grid(anchor, seen, chosen))      # a layer made per turn: the window reacts between
+        if self._first:                        # the first object inspected: the view takes in what was made
+            self._first = False
+            panel.later(panel.frame)
         self.shown = seen.object
         where = "; in the fit sample: the fit's own alignment" if seen.sample is not None else ""
         panel.say(f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); runner-up "
@@ -229,10 +234,12 @@ class PlateInspector:
             self.panel.later(lambda: name in self.viewer.layers and self.show_prototypes(prototypes, sizes))
             return
         anchor = self.viewer.layers[name]
-        same = prototypes is self._prototypes and L.layer_names(name)["prototypes"] in self.viewer.layers
+        made = L.layer_names(name)["prototypes"] in self.viewer.layers
         L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes,
-                          picture=not same)      # a move changes the sizes only: the mosaic stays
+                          picture=not (made and prototypes is self._prototypes))   # a move changes the sizes only
         self._prototypes = prototypes
+        if not made:                           # the first prototypes: the view takes them in
+            self.panel.frame()
 
 
 def _shown(items: np.ndarray, rgb: bool) -> np.ndarray:

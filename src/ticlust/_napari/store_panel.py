@@ -307,6 +307,7 @@ class StorePanel(Container):
         self.tabs = QTabWidget()
         self.pages = [self.extract, self.fit, self.predict, self.curate, shares, self.export]
         for title, page in zip(("Extract", "Fit", "Predict", "Curate", "Shares", "Export"), self.pages):
+            page.native.layout().addStretch(1)         # the widgets at the top of the tab, not spread over it
             self.tabs.addTab(page.native, title)
         self.native.layout().addWidget(self.tabs)
 
@@ -833,10 +834,21 @@ class StorePanel(Container):
                 if names[key] in self.viewer.layers:
                     self.viewer.layers.remove(names[key])
             return
+        new = names["gallery"] not in self.viewer.layers
         L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata,
                     **({"rgb": True} if gallery.rgb else {"colormap": "gray"}))
         L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, (0.0, 0.0))
         self._place_gallery()
+        if new:                 # the first gallery: the view takes it in, under the field
+            self.frame()
+
+    def frame(self) -> None:
+        """Frame the view on everything the dock shows (the field, the gallery, the inspected object, its
+        inspector and the prototypes); the objects layer active, so that napari's status bar reports the object
+        under the mouse."""
+        self.viewer.reset_view()
+        if self.names()["objects"] in self.viewer.layers:
+            self.viewer.layers.selection.active = self.viewer.layers[self.names()["objects"]]
 
     def _place_gallery(self) -> None:
         """Put the gallery (and its text, moved with it) under the field, left-aligned with it: a field is about
