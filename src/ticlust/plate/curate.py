@@ -27,26 +27,14 @@ import numpy as np
 
 from ..errors import InputError
 from ..result import OUTLIER, ClusteringResult
+from .pins import PINS, fit_sample, outside_pins, pin_columns, pin_values, pinned_columns, plate_pins  # noqa: F401  (curate is their public face)
 from .store import ObjectStore, Reporter, _write_errors, part_name, store_lock
 
-#: The config key of the hand-set clusters of objects outside the fit sample: {"objects": [...], "clusters": [...]}.
-PINS = "plate_pins"
 #: Edits after which the store's predictions are renumbered, not predicted again (``pin``: objects outside the sample).
 RELABEL_OPS = ("merge", "move", "outliers", "pin")
-#: The columns the written predictions gain when the result holds hand-set clusters.
-HAND_COLUMNS = ("by_hand", "outlier")
 
 
 # ---- the result and its sample -------------------------------------------------------------------
-def fit_sample(result: ClusteringResult) -> np.ndarray:
-    """The store objects the result was fitted on (its items, in order); refused for a result not fitted on a store."""
-    sample = result.config.get("fit_sample")
-    if not isinstance(sample, dict) or "index" not in sample:
-        raise InputError(f"This {result.method} result was not fitted on an object store (ticlust fit STORE, or Fit in "
-                         "the plate dock): its items are not the store's objects, so it cannot curate a plate.")
-    return np.asarray(sample["index"], np.int64)
-
-
 def check_plate_result(result: ClusteringResult, store: ObjectStore) -> None:
     """Refuse, in one sentence, a result that was not fitted on a sample of this store's objects."""
     from .run import store_digest
@@ -84,29 +72,12 @@ def _split_sample(result: ClusteringResult, objects: np.ndarray):
     return places[places >= 0], objects[places < 0]
 
 
-def _outside_pins(result: ClusteringResult) -> dict[int, int]:
-    recorded = result.config.get(PINS) or {"objects": [], "clusters": []}
-    return {int(o): int(c) for o, c in zip(recorded["objects"], recorded["clusters"])}
-
-
 def _with_pins(result: ClusteringResult, pins: dict[int, int], edit: dict | None) -> ClusteringResult:
     """A copy whose config holds ``pins`` (objects outside the sample) and, when given, ``edit`` appended."""
     order = sorted(pins)
     config = {**result.config, PINS: {"objects": order, "clusters": [pins[o] for o in order]}}
     edits = result.edits if edit is None else [*result.edits, edit]
     return dataclasses.replace(result, config=config, edits=list(edits))
-
-
-def plate_pins(result: ClusteringResult) -> tuple[np.ndarray, np.ndarray]:
-    """Every hand-set cluster of the plate: (object numbers, sorted; their cluster, or OUTLIER), from the sample's
-    ``pinned`` items and the pins of objects outside the sample. Empty arrays for a result without any."""
-    pins = _outside_pins(result) if isinstance(result.config.get("fit_sample"), dict) else {}
-    if result.pinned is not None and isinstance(result.config.get("fit_sample"), dict):
-        index = fit_sample(result)
-        for item in np.flatnonzero(np.asarray(result.pinned) != -1):
-            pins[int(index[item])] = int(result.pinned[item])
-    objects = np.array(sorted(pins), np.int64)
-    return objects, np.array([pins[o] for o in objects.tolist()], np.int64)
 
 
 # ---- the edits -----------------------------------------------------------------------------------
@@ -122,7 +93,7 @@ def move(result: ClusteringResult, objects, cluster: int, store_objects: int) ->
     edited = curation.move(result, inside, cluster) if len(inside) else result
     if len(outside) == 0:
         return edited
-    pins = _outside_pins(edited)
+    pins = outside_pins(edited)
     pins.update({int(o): cluster for o in outside})
     return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": cluster})
 
@@ -137,7 +108,7 @@ def mark_outliers(result: ClusteringResult, objects, store_objects: int) -> Clus
     edited = curation.mark_outliers(result, inside) if len(inside) else result
     if len(outside) == 0:
         return edited
-    pins = _outside_pins(edited)
+    pins = outside_pins(edited)
     pins.update({int(o): OUTLIER for o in outside})
     return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": OUTLIER})
 
@@ -149,7 +120,7 @@ def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
 
     merged = curation.merge(result, a, b)
     mapping = merge_numbers(result.k, a, b)
-    pins = {o: (int(mapping[c]) if c >= 0 else c) for o, c in _outside_pins(result).items()}
+    pins = {o: (int(mapping[c]) if c >= 0 else c) for o, c in outside_pins(result).items()}
     return _with_pins(merged, pins, None) if pins else merged
 
 
@@ -197,47 +168,6 @@ def refine(store: ObjectStore, result: ClusteringResult, device: str = "auto", k
     check_plate_result(result, store)
     report = Reporter(progress)
     return execute(curation.refine_job(sample_items(store, result), result, device, keep_pinned), report.sink)
-
-
-# ---- hand-set clusters over predictions ------------------------------------------------------------
-def pin_values(objects: np.ndarray, pins: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
-    """The hand-set value of each of these object numbers (-1: none; a cluster; OUTLIER)."""
-    pinned, values = pins
-    out = np.full(len(objects), -1, np.int64)
-    if len(pinned):
-        at = np.minimum(np.searchsorted(pinned, objects), len(pinned) - 1)
-        hit = pinned[at] == objects
-        out[hit] = values[at[hit]]
-    return out
-
-
-def pin_columns(columns: dict, objects: np.ndarray, pins: tuple[np.ndarray, np.ndarray]) -> dict:
-    """Assignment columns (cluster, score, …) of ``objects`` with the hand-set clusters applied: cluster set where
-    pinned, ``by_hand`` True there, ``outlier`` True where marked (its cluster stays the predicted one). Score and
-    runner-up stay the method's. A copy; no columns added when ``pins`` is empty."""
-    if not len(pins[0]):
-        return dict(columns)
-    value = pin_values(np.asarray(objects, np.int64), pins)
-    cluster = np.asarray(columns["cluster"]).copy()
-    by_hand = value >= 0
-    cluster[by_hand] = value[by_hand]
-    return {**columns, "cluster": cluster, "by_hand": by_hand, "outlier": value == OUTLIER}
-
-
-def pinned_columns(table, offset: int, pins: tuple[np.ndarray, np.ndarray]):
-    """An Arrow table of predictions (rows ``offset`` … of the store's table) with :func:`pin_columns` applied:
-    what ``predict_store`` writes when the result holds hand-set clusters."""
-    import pyarrow as pa
-
-    if not len(pins[0]):
-        return table
-    objects = np.arange(offset, offset + table.num_rows)
-    done = pin_columns({"cluster": table.column("cluster").to_numpy()}, objects, pins)
-    table = table.set_column(table.column_names.index("cluster"), "cluster",
-                             pa.array(done["cluster"].astype(np.int32)))
-    for name in HAND_COLUMNS:
-        table = table.append_column(name, pa.array(done[name]))
-    return table
 
 
 def relabel_columns(columns: dict, mapping: np.ndarray) -> dict:

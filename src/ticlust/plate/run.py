@@ -546,10 +546,10 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
-    by row group (:func:`_joined`), the result's hand-set clusters applied (``curate.pinned_columns``). Returns (sample objects whose cluster differs from the fit's, sample size)
+    by row group (:func:`_joined`), the result's hand-set clusters applied (``pins.pinned_columns``). Returns (sample objects whose cluster differs from the fit's, sample size)
     when the result was fitted on a sample of this store, else (None, None)."""
     from ..core.atomic import write_atomic
-    from .curate import pinned_columns, plate_pins
+    from .pins import pinned_columns, plate_pins
 
     pins = plate_pins(result)          # clusters set by hand (ticlust.plate.curate), applied over the predictions
     sample = result.config.get("fit_sample")
