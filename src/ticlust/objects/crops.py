@@ -470,6 +470,9 @@ def _resampled(field, lab, t, obj_id, cy, cx, scale, angle, side, keep_context, 
     seen = ndimage.map_coordinates(np.ones((y1 - y0, x1 - x0)), coords, order=1, mode="constant", cval=0.0) >= 0.5
     mask = (lab[y0:y1, x0:x1] == obj_id).astype(np.float64)
     obj = seen & (ndimage.map_coordinates(mask, coords, order=1, mode="constant", cval=0.0) >= 0.5)
+    if not obj.any():                  # an object of a pixel or two (or a field of one) falls between the samples:
+        cover = ndimage.map_coordinates(mask, coords, order=1, mode="grid-constant", cval=0.0)
+        obj = cover >= max(cover.max(), 1e-9) - 1e-9       # keep the samples it covers most: no crop without a mask
     keep = seen if keep_context else obj
     block = field.window(t, slice(y0, y1), slice(x0, x1))
     for ch in range(field.n_channels):

@@ -35,7 +35,7 @@ import numpy as np
 from ..errors import InputError, whole_number
 from ..core.backends import LOCAL, Backend
 from .fields import ASSIGN_COLUMNS, MAP_COLUMNS
-from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, open_objects, part_name,
+from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, busy, open_objects, part_name,
                     part_objects, part_rows, read_attributes, read_crops, store_lock, store_problem)
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
@@ -453,8 +453,7 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
         with _result_file(result, store) as (obj, path):
             _check_predictable(obj, store, save_aligned)
             digest = result_digest(path)
-            with store_lock(store.path, f"Another run is writing to {store.path} now: let it finish (or stop it), "
-                                        "then predict again."):
+            with store_lock(store.path, busy(store.path, "predict again")):
                 _sweep_partials(store)
                 ids, counts = np.unique(store.field_index, return_counts=True)
                 tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size,

@@ -36,7 +36,8 @@ import numpy as np
 from ..core.atomic import write_atomic
 from ..core.backends import Backend, backend_for, stderr_notice
 from ..errors import InputError, whole_number
-from ..objects.crops import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
+from ..objects.crops import (MAX_AUTO_SIZE, ROUTE_OPTIONS, TABLE_COLUMNS, auto_size, crop_channels, crop_needs,
+                             field_objects)
 from .fields import FieldSpec, _first_line, list_fields, open_field
 
 #: Version of the layout on disk (docs/store.md).
@@ -305,6 +306,12 @@ def store_lock(root: Path, busy: str):
             lock.unlink(missing_ok=True)
 
 
+def busy(root, then: str) -> str:
+    """The sentence for a run refused because another holds the store's lock; ``then``: what to do after it."""
+    return (f"Another run (an extraction or a prediction) is writing to {root} now: let it finish (or stop it), then "
+            f"{then}.")
+
+
 @dataclass
 class _Lock:
     """What an extraction tells :func:`_locked` about its store: whether this run created it, and whether the
@@ -331,12 +338,16 @@ def _locked(root: Path):
         raise InputError(f"Cannot make the store folder {root} ({exc.strerror}): choose a writable place.") from None
     lock = _Lock()
     try:
-        with store_lock(root, f"Another run (an extraction or a prediction) is writing to {root} now: let it finish "
-                              "(or stop it), then run again."):
-            yield lock
-    except BaseException:
-        if lock.discard or (made and read_attributes(root) is None):
-            _remove_store(root, made)
+        with store_lock(root, busy(root, "run again")):
+            try:
+                yield lock
+            except BaseException:      # removed with the lock held: another run's store is never touched
+                if lock.discard or (made and read_attributes(root) is None):
+                    _remove_store(root, made)
+                raise
+    except InputError:
+        if made and root.is_dir() and not any(root.iterdir()):   # refused at the lock: an empty folder it made goes
+            root.rmdir()
         raise
 
 
@@ -500,10 +511,26 @@ def _damaged_tables(root: Path, complete: bool, objects: int) -> list[str]:
         except Exception:      # pyarrow's errors (ArrowInvalid, OSError, ...) have no common base of ours
             bad.append(name)
             continue
-        if name == "table.parquet" and (table.num_rows != objects or "field_index" not in table.column_names
-                                        or np.any(np.diff(table.column("field_index").to_numpy()) < 0)):
+        if name == "table.parquet" and _table_problem(table.column_names, table, objects) is not None:
             bad.append(name)
     return bad
+
+
+#: The columns every store's table has (besides the manifest's).
+TABLE_NEEDS = ("field_index", "image", "labels") + TABLE_COLUMNS
+
+
+def _table_problem(names, table, objects: int) -> str | None:
+    """What is wrong with a store's table (its column ``names``, and ``table``, which has at least the field_index
+    column): a column missing, another row count than the store's ``objects``, rows out of field order."""
+    missing = [c for c in TABLE_NEEDS if c not in names]
+    if missing:
+        return f"lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    if table.num_rows != objects:
+        return f"holds {table.num_rows} rows where the store has {objects} objects"
+    if np.any(np.diff(table.column("field_index").to_numpy()) < 0):
+        return "is not in field order"
+    return None
 
 
 def _repair(root: Path, listing) -> bool:
@@ -712,7 +739,7 @@ def store_problem(root) -> str | None:
         return None
     attrs = _raw_attributes(root)
     if isinstance(attrs, Exception):
-        return f"its zarr.json cannot be read: {type(attrs).__name__}: {_first_line(attrs)}"
+        return "its zarr.json cannot be read as JSON"
     if not isinstance(attrs, dict):
         return "its zarr.json holds no ticlust attributes"
     return _attributes_problem(attrs)
@@ -779,13 +806,14 @@ class ObjectStore:
     def field_index(self) -> np.ndarray:
         """The table's field_index column (objects in table order), checked to hold one row per object, in field
         order: what the parts, a fit's sample and a field's rows are found by."""
-        field = self._read_table("table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-        why = f"holds {len(field)} rows where the store has {len(self)} objects" if len(field) != len(self) else \
-            "is not in field order" if np.any(np.diff(field) < 0) else None
+        import pyarrow.parquet as pq
+
+        table = self._read_table("table.parquet", columns=["field_index"])
+        why = _table_problem(pq.read_schema(self.path / "table.parquet").names, table, len(self))
         if why is not None:
             raise InputError(f"{self.path} is damaged: its table.parquet {why}; run the same ticlust extract command "
                              "again to write it anew.")
-        return field
+        return table.column("field_index").to_numpy()
 
     @cached_property
     def _parts(self):
@@ -876,9 +904,17 @@ class LazyStack:
 
     def _part(self, k: int):
         """Part ``k``'s Zarr array, opened on first use, with every chunk on disk (zarr reads a missing chunk as
-        zeros: a chunk deleted after extraction must not pass for objects)."""
+        zeros: a chunk deleted after extraction must not pass for objects) and of the shape the store's table and
+        attributes give it."""
         if k not in self._open:
-            self._open[k] = self._checked(k, lambda: _whole_array(self.paths[k]))
+            def opened():
+                array = _whole_array(self.paths[k])
+                want = (int(self.offsets[k + 1] - self.offsets[k]),) + self.shape[1:]
+                if self.shape[1:] and tuple(array.shape) != want:
+                    raise ValueError(f"it holds {tuple(array.shape)} where the store's table and attributes say {want}")
+                return array
+
+            self._open[k] = self._checked(k, opened)
         return self._open[k]
 
     def _read(self, k: int, key, orthogonal: bool = False) -> np.ndarray:
