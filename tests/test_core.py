@@ -296,7 +296,7 @@ def test_assignments_csv(tmp_path):
     res = ticlust.fit(x, k=3, seed=0)
     rows = res.assignments_table(tmp_path / "a.csv")
     text = (tmp_path / "a.csv").read_text().splitlines()
-    assert text[0] == "item,cluster,score,runner_up,runner_up_score" and len(text) == len(x) + 1
+    assert text[0] == "item,cluster,score,runner_up,runner_up_score,map_x,map_y" and len(text) == len(x) + 1
     assert all(r["score"] <= r["runner_up_score"] for r in rows)
 
 

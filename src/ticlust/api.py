@@ -83,10 +83,10 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
         best.config = {"method": spec.name, "seed": int(seed), "runs": int(runs), "device": str(device), **best.config}
         if isinstance(items, Stack):  # new items are later scaled like the training stack
             best.config["input_range"] = [items.lo, items.hi]
-        return mapped(spec, best, items, device, seed)
+        return best
 
     return Job(lambda dev, s: spec.run(items, cfg, dev, s), device=device, seed=seed, runs=int(runs), label="run",
-               finish=finish)
+               finish=finish, after=mapped(spec, items, seed))
 
 
 def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
@@ -121,14 +121,10 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
                        device=device, losses=False))
 
 
-def mapped(spec: Method, result: ClusteringResult, items, device: str, seed: int) -> ClusteringResult:
-    """``result`` (fitted on ``items``) with its object map (``Method.with_map``), made on the fit's device with
-    deterministic kernels: the last step of a fit and of a refine."""
-    from .core.device import reproducible, resolve_device
-
-    dev = resolve_device(device)
-    with reproducible(dev):
-        return spec.with_map(result, items, dev, seed)
+def mapped(spec: Method, items, seed: int):
+    """The last step of a fit and of a refine (a Job's ``after``): the result, fitted on ``items``, given its object
+    map (``Method.with_map``) on the job's device, under the seam's deterministic kernels."""
+    return lambda result, device: spec.with_map(result, items, device, seed)
 
 
 def check_result(result) -> None:

@@ -288,7 +288,7 @@ def refine_job(data, result: ClusteringResult, device: str = "auto", keep_pinned
         refined.config = {**result.config, "k": result.k}
         refined.edits = [*result.edits, {"op": "refine", "keep_pinned": bool(keep_pinned)}]
         refined.pinned = result.pinned if keep_pinned else (pins if outliers.size else None)
-        return mapped(spec, refined, items, device, int(result.config.get("seed", 0)))
+        return refined
 
     return Job(work, device=device, seed=int(result.config.get("seed", 0)), label="refine", finish=finish,
-               losses=False)
+               losses=False, after=mapped(spec, items, int(result.config.get("seed", 0))))

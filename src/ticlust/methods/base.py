@@ -128,7 +128,8 @@ class Method(abc.ABC):
         rng = np.random.default_rng(seed)
         n = _count(items)
         learn = np.sort(rng.choice(n, emb.PCA_SAMPLE, replace=False)) if n > emb.PCA_SAMPLE else np.arange(n)
-        feats = self.embed(result, _rows(items, learn), learn, device)
+        feats = np.concatenate([self.embed(result, _rows(items, part), part, device)     # read MAP_BLOCK at a time
+                                for part in np.split(learn, range(MAP_BLOCK, len(learn), MAP_BLOCK))])
         mean, basis = emb.learn_pca(feats, emb.EMBED_DIMS, device, rng)
         model = emb.MapModel(mean, basis, np.zeros((0, basis.shape[1]), np.float32), np.zeros((0, 2), np.float32))
         if n == len(learn):

@@ -22,6 +22,7 @@ def compute_map(result, data, device: str = "auto", seed: int | None = None):
     from ..methods import get_method
     from .run import check_result_for_store, is_store, result_points, store_items
     from .store import ObjectStore
+    from ..core.execute import Job, execute
 
     result = load_result(result) if isinstance(result, (str, os.PathLike)) else result
     check_result(result)
@@ -44,7 +45,8 @@ def compute_map(result, data, device: str = "auto", seed: int | None = None):
                          "was fitted on.")
     out = dataclasses.replace(result, extras=dict(result.extras))
     seed = int(result.config.get("seed", 0)) if seed is None else check_seed(seed)
-    return mapped(spec, out, items, device, seed)
+    return execute(Job(lambda _dev, _seed: out, device=device, losses=False, stamp=False,
+                       after=mapped(spec, items, seed)))
 
 
 __all__ = ["compute_map"]
