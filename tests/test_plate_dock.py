@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import tifffile
 
 napari = pytest.importorskip("napari")
 
