@@ -2,7 +2,6 @@
 object numbers, kept through every re-predict and shown in the table; merges renumber the predictions without
 aligning anything, a Refine predicts every object anew. A small generated plate (4 fields, 72 objects) with kmeans."""
 import shutil
-from pathlib import Path
 
 import numpy as np
 import pandas as pd

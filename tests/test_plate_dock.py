@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-import tifffile
 
 napari = pytest.importorskip("napari")
 
@@ -93,8 +92,7 @@ def layers_now(viewer) -> dict:
 
 
 # ---- (a) a plate through the dock alone ------------------------------------------------------------
-def drive_plate(files, tmp_path, make_napari_viewer, qtbot, sample: int, params: dict):
-    folder, _ = files
+def drive_plate(folder, tmp_path, make_napari_viewer, qtbot, sample: int, params: dict):
     plate = Path(shutil.copytree(folder, tmp_path / "plate"))
     viewer = make_napari_viewer()
     viewer.open(str(plate), plugin="napari-ticlust")           # File > Open of the folder: the plate reader
@@ -134,7 +132,7 @@ def click_object_outside_the_sample(qtbot, panel, predictions):
 
 
 def test_a_plate_through_the_dock(files, tmp_path, make_napari_viewer, qtbot):
-    viewer, panel, store, predictions = drive_plate(files, tmp_path, make_napari_viewer, qtbot, 60, FAST_AI)
+    viewer, panel, store, predictions = drive_plate(files[0], tmp_path, make_napari_viewer, qtbot, 60, FAST_AI)
     obj, _ = click_object_outside_the_sample(qtbot, panel, predictions)
     names = {key: f"{panel.inspector.name()} {suffix}" for key, suffix in
              (("inspector", "inspector"), ("scores", "inspector scores"), ("frames", "inspector frames"),
@@ -184,10 +182,18 @@ def test_a_plate_through_the_dock(files, tmp_path, make_napari_viewer, qtbot):
 
 
 @pytest.mark.slow
-def test_a_plate_through_the_dock_full_size(files, tmp_path, make_napari_viewer, qtbot):
-    """The same with a sample of 1,000 objects (the whole 20-field plate here) and ai-kmeans' own parameters."""
-    viewer, panel, store, predictions = drive_plate(files, tmp_path, make_napari_viewer, qtbot, 1000, {})
-    obj, _ = click_object_outside_the_sample(qtbot, panel, predictions) if len(store) > 1000 else (None, None)
+def test_a_plate_through_the_dock_full_size(tmp_path_factory, tmp_path, make_napari_viewer, qtbot):
+    """The same at full size: the generated plate's defaults (20 fields of 250 nuclei, 1024×1024: about 4,800
+    objects) and a fit sample of 1,000 (ai-kmeans' short settings, as above)."""
+    folder = write_nuclei_plate(tmp_path_factory.mktemp("full") / "plate", fields=20, seed=5).parent
+    viewer, panel, store, predictions = drive_plate(folder, tmp_path, make_napari_viewer, qtbot, 1000, FAST_AI)
+    obj, _ = click_object_outside_the_sample(qtbot, panel, predictions)
+    shown = viewer.layers[f"{panel.inspector.name()} inspector scores"].metadata
+    assert shown["item"] == obj and shown["chosen"] == predictions["cluster"][obj]
+    panel.curate.to.value = (int(predictions["cluster"][obj]) + 1) % 3
+    panel.curate.move_button.native.click()
+    press(qtbot, panel, panel.curate.repredict_button, 600_000)
+    assert "renumbered" in panel.status.value, panel.status.value
     panel.export.export_objects(tmp_path / "dock.csv")
     settle(qtbot, panel)
     saved = panel.save_result(tmp_path / "r.npz")
@@ -290,6 +296,14 @@ def test_bad_inputs_are_one_sentence_in_the_dock(files, tmp_path, make_napari_vi
         assert words in panel.status.value and one_sentence(panel.status.value), panel.status.value
         assert not target.exists() and panel.store is None
     os.chmod(read_only, 0o755)
+    # a manifest with one field missing: the store is made of the others, the missing one listed with why
+    partly = tmp_path / "partly.csv"
+    partly.write_text(f"image,labels,well\n{folder / 'A01_s0.tif'},{folder / 'A01_s0_cp_masks.tif'},A01\n"
+                      "gone.tif,gone_masks.tif,A02\n")
+    panel.extract.offer(partly)
+    press(qtbot, panel, panel.extract.extract_button)
+    assert panel.store is not None and "1 field(s) left out" in panel.status.value, panel.status.value
+    assert panel.extract.failed.value.startswith("gone.tif: There is no image file at")
 
 
 def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tmp_path, make_napari_viewer, qtbot):

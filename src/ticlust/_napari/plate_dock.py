@@ -479,9 +479,8 @@ class ExportSection(Section):
 
         if not self.needs_store():
             return None
-        store, model = self.owner.store, self.owner.model
-        prototypes = None if model is None else model.prototypes
-        return self._run(self.gallery, lambda _sink: export_plate_gallery(store, folder, prototypes),
+        store, made = self.owner.store, self.owner.predicted or self.owner.model   # the predictions' numbering
+        return self._run(self.gallery, lambda _sink: export_plate_gallery(store, folder, made),
                          lambda paths: f"Wrote {len(paths)} pictures to {Path(folder).name}{self.owner.pending()}.")
 
     def _run(self, runner, call, said):

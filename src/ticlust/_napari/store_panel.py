@@ -15,6 +15,7 @@ on an object of the field (or a gallery tile) shows it in the inspector (:mod:`t
 
 No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
 """
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,8 @@ PANEL_WIDTH = 380     # the dock's width in pixels, as the ticlust widget's
 NO_STORE = ("No store open: press Open store… or drag a STORE.zarr folder onto napari. Load result… and Apply "
             "result also assign the objects of an image layer and its labels layer.")
 TRANSPARENT = np.zeros(4)
+#: The shortest time between two progress lines in the status (the bar moves at every step).
+SAY_EVERY_S = 0.25
 #: The "apply to" choice that means the store's current field (the others are (image, labels) layer names).
 FIELD = "field"
 
@@ -179,14 +182,17 @@ def opened_store(path, field_index: int | None = None) -> OpenedStore:
 
 def _warm_up() -> None:
     """What the dock's first steps would otherwise do in the GUI thread, done in a worker when the dock opens: import
-    the method registry (and torch: seconds), for the Fit tab's form; and napari's one-time costs of the first
-    Image and Labels layers and of painting by cluster (its colour-mapping kernels compiled by numba, its units
-    registry), which froze the window for seconds on the first field painted by cluster. Layer models only: nothing
-    is added to a viewer."""
+    the method registry (and torch: seconds), for the Fit tab's form, and what torch imports on a session's first
+    fit (a thousand modules, held under the interpreter's lock for up to a second each: a tiny K-means fit of
+    random pixels, thrown away); and napari's one-time costs of the first Image, Labels and Shapes layers and of
+    painting by cluster (its colour-mapping kernels compiled by numba, its units registry), which froze the window
+    for seconds on the first field painted by cluster. Layer models only: nothing is added to a viewer."""
     from napari.layers import Image, Labels, Shapes
     from napari.utils.colormaps import DirectLabelColormap, label_colormap
 
-    import ticlust.methods  # noqa: F401
+    from ..api import fit
+
+    fit(np.random.default_rng(0).random((12, 8, 8)), "kmeans", k=2, device="cpu", progress=False)
 
     values = np.arange(600, dtype=np.int32)
     colors = {None: TRANSPARENT, 0: TRANSPARENT, **{i: L.cluster_color(i) for i in range(1, 600)}}
@@ -250,6 +256,7 @@ class StorePanel(Container):
         self._rollback: dict = {}        # layers as they were before a fit or refine (None: not there)
         self._then: str | None = None    # what to say once the store being opened is shown
         self._deferred = 0               # drawings waiting for the event loop's next turn (:meth:`later`)
+        self._said_at = 0.0              # when a job's progress was last said in the status line
 
         self.open_button = PushButton(text="Open store…")
         self.summary = Label(label="store", value=NO_STORE)
@@ -334,6 +341,10 @@ class StorePanel(Container):
             return
         self.progress.max = max(event.total, 1)
         self.progress.value = min(event.step, event.total)
+        now = time.perf_counter()
+        if now - self._said_at < SAY_EVERY_S and event.step < event.total:
+            return                 # a new status line re-lays the dock out: a few times a second is enough
+        self._said_at = now
         loss = f" · loss {event.loss:.4g}" if np.isfinite(event.loss) else ""
         self.say(f"{event.stage} {event.step}/{event.total}{loss} · {format_eta(event.eta)}")
 

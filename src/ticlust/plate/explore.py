@@ -90,11 +90,12 @@ def export_objects(store: ObjectStore, path) -> Path:
         raise InputError(f"Cannot write {path} ({exc.strerror or exc}): choose a file you can write.") from None
 
 
-def export_plate_gallery(store: ObjectStore, folder, prototypes=None, max_items: int = 60) -> list[Path]:
-    """A gallery folder of the store's predictions: ``prototypes.png`` (an image result's ``prototypes``, when given)
-    and one ``cluster_NN.png`` per cluster with its ``max_items`` closest objects across the plate (lowest score
+def export_plate_gallery(store: ObjectStore, folder, result=None, max_items: int = 60) -> list[Path]:
+    """A gallery folder of the store's predictions: ``prototypes.png`` (the prototypes of ``result``, when given and
+    an image method's) and one ``cluster_NN.png`` per cluster with its ``max_items`` closest objects across the plate (lowest score
     first), as ``ticlust export --gallery`` draws them. Only those objects' crops are read. Returns the paths."""
     from ..io.gallery import tile, write_png
+    from ..methods import get_method
     from .view import read_predictions
 
     max_items = whole_number(max_items, "max_items", 1, "objects shown per cluster")
@@ -110,9 +111,9 @@ def export_plate_gallery(store: ObjectStore, folder, prototypes=None, max_items:
     clusters = predictions["cluster"].to_numpy()
     score = predictions["score"].to_numpy()
     paths = []
-    if prototypes is not None and np.ndim(prototypes) >= 3:
+    if result is not None and get_method(result.method).inputs != ("landmarks",):
         paths.append(folder / "prototypes.png")
-        write_png(paths[-1], tile(list(np.asarray(prototypes)), min(10, len(prototypes))))
+        write_png(paths[-1], tile(list(np.asarray(result.prototypes)), min(10, result.k)))
     for c in np.unique(clusters[clusters >= 0]):
         members = np.flatnonzero(clusters == c)
         members = np.sort(members[np.argsort(score[members], kind="stable")][:max_items])
