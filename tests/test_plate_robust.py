@@ -464,7 +464,9 @@ _COMMON = dict(deadline=None, derandomize=True, database=None, print_blob=True,
 BATTERY = settings(max_examples=6, **_COMMON)
 LONG = settings(max_examples=int(os.environ.get("TICLUST_BATTERY_EXAMPLES", "500")), **_COMMON)
 WRAPPED = re.compile(r"\b[A-Z]\w*(Error|Exception|Warning)\b:")
-SCRATCH = Path(os.environ.get("TICLUST_BATTERY_SCRATCH") or __import__("tempfile").mkdtemp(prefix="ticlust-plates-"))
+#: Where the batteries write their plates and stores (one folder per example, removed after it; this one at exit).
+SCRATCH = Path(__import__("tempfile").mkdtemp(prefix="ticlust-plates-"))
+__import__("atexit").register(shutil.rmtree, SCRATCH, ignore_errors=True)
 
 
 def outcome(call):
