@@ -991,6 +991,9 @@ class StorePanel(Container):
             self.say("Load a result, and open a store or add an image layer and its labels layer, first.")
             return None
         result, name = self.result, self.result_path.name
+        if target == FIELD and self.gone():
+            self.say(self.gone())            # the store's crops may still be cached: refuse, as every other step does
+            return None
         if target == FIELD:
             field_index, store = int(self.field.value), self.store
             work, on_done = (lambda: assign_field(result, store, field_index)), self._on_applied
