@@ -19,25 +19,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from ..plate.labels import cluster_color      # the palette, shared with the OME-Zarr label images
 from ..result import ClusteringResult
 
-CLUSTER_COLORS = np.array([
-    [0.12, 0.47, 0.71], [1.00, 0.50, 0.05], [0.17, 0.63, 0.17], [0.84, 0.15, 0.16], [0.58, 0.40, 0.74],
-    [0.55, 0.34, 0.29], [0.89, 0.47, 0.76], [0.50, 0.50, 0.50], [0.74, 0.74, 0.13], [0.09, 0.75, 0.81],
-])
 CHOSEN_COLOR = np.array([1.0, 0.85, 0.0, 1.0])
 RUNNER_UP_COLOR = np.array([0.0, 0.8, 1.0, 1.0])
 OTHER_COLOR = np.array([0.55, 0.55, 0.55, 1.0])
 # line widths in screen pixels; layers hold data units, so widths are divided by the camera zoom
 SCREEN_WIDTHS = {"grid": 1.5, "chosen": 3.0, "runner_up": 2.0, "other": 1.0, "ellipse": 1.5, "mean": 3.0}
 INSPECTOR_COLUMNS = 5
-
-
-def cluster_color(label: int) -> np.ndarray:
-    """A distinct RGBA colour per cluster (cycling after ten); grey for rejected items and outliers (-1)."""
-    if label < 0:
-        return np.array([0.3, 0.3, 0.3, 1.0])
-    return np.append(CLUSTER_COLORS[label % len(CLUSTER_COLORS)], 1.0)
 
 
 SUFFIXES = {

@@ -459,9 +459,14 @@ class ExportSection(Section):
                                                                        "predict --csv / --parquet writes it")
         self.gallery_button = PushButton(text="Export gallery…", tooltip="prototypes.png and one cluster_NN.png per "
                                                                          "cluster: its closest objects on the plate")
-        self.extend([self.table_button, self.gallery_button])
+        self.labels_button = PushButton(text="Write labels to OME-Zarr", tooltip="Every field of the OME-Zarr input "
+                                        "gets a label image 'clusters' (cluster + 1 per object) in its labels group, "
+                                        "for napari-ome-zarr and other NGFF viewers (as ticlust predict --write-labels)")
+        self.replace_labels = CheckBox(value=False, text="replace another result's labels")
+        self.extend([self.table_button, self.gallery_button, _row(self.labels_button, self.replace_labels)])
         self.table = self.runner(self.table_button, self._ask_table)
         self.gallery = self.runner(self.gallery_button, self._ask_gallery)
+        self.labels = self.runner(self.labels_button, self.write_labels)
 
     def export_objects(self, path):
         """Write the store's predictions to ``path`` in a worker (.parquet: Parquet, else CSV). Returns the worker."""
@@ -483,10 +488,29 @@ class ExportSection(Section):
         return self._run(self.gallery, lambda _sink: export_plate_gallery(store, folder, made),
                          lambda paths: f"Wrote {len(paths)} pictures to {Path(folder).name}{self.owner.pending()}.")
 
-    def _run(self, runner, call, said):
+    def write_labels(self):
+        """Write the predictions as a label image into every field of the store's OME-Zarr input, in a worker
+        (``plate.labels.write_cluster_labels``: resumable, another result's labels replaced only when the box is
+        ticked). Returns the worker."""
+        from ..plate.labels import write_cluster_labels
+
+        if not self.needs_store():
+            return None
+        store, made, overwrite = self.owner.store, self.owner.predicted, bool(self.replace_labels.value)
+        if made is None:
+            self.owner.say("Predict every object (the Predict tab), or load the result the store's predictions were "
+                           "made with (Load result…), first.")
+            return None
+        return self._run(self.labels, lambda sink: write_cluster_labels(store, made, overwrite=overwrite, progress=sink),
+                         lambda done: f"Wrote the cluster labels {done.name!r} into {done.written + done.kept} fields "
+                                      f"of {Path(store.attributes['input']['path']).name} ({done.kept} held them "
+                                      f"already){self.owner.pending()}.",
+                         "the fields written are whole and kept; press again to finish the rest")
+
+    def _run(self, runner, call, said, kept: str = "nothing was written"):
         self.owner.busy_bar()
         worker = runner.call(call, returned=lambda out: self.owner.say(said(out)), failed=self.owner.failed,
-                             finished=lambda cancelled: self.owner.job_finished(cancelled, "nothing was written"))
+                             finished=lambda cancelled: self.owner.job_finished(cancelled, kept))
         self.owner.controls()
         return worker
 

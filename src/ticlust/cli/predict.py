@@ -9,6 +9,7 @@ import numpy as np
 from ..core.atomic import check_outputs
 from ..errors import InputError
 from ..io.readers import folder_images, read_input
+from ..plate.labels import DEFAULT_NAME, OUTLIER_VALUE
 from .common import (CROP_NEEDS_LABELS, check_files, check_in_process, cluster_options, crop_given, crop_options,
                      notes, route_defaults)
 
@@ -28,6 +29,13 @@ def add_parser(sub, common) -> None:
     predict.add_argument("--quiet", action="store_true", help="no progress bar")
     predict.add_argument("--save-aligned", action="store_true", help="INPUT an object store: also write every object "
                          "aligned with its prototype into the store, part by part (methods that align)")
+    predict.add_argument("--write-labels", action="store_true", help="INPUT an object store extracted from an "
+                         "OME-Zarr image or HCS plate: also write each field's objects as a label image of cluster + 1 "
+                         f"(0 background, {OUTLIER_VALUE} outliers) into the field's labels group")
+    predict.add_argument("--labels-name", default=DEFAULT_NAME, help="with --write-labels: the label image's name "
+                         f"(default: {DEFAULT_NAME})")
+    predict.add_argument("--overwrite-labels", action="store_true", help="with --write-labels: replace label images "
+                         "of that name that another result wrote")
     crop_options(predict, "with --labels: ")
     cluster_options(predict, "assign the store's parts")
 
@@ -52,6 +60,12 @@ def _predict_store(args) -> int:
         raise InputError("--labels, --key and the crop options do not apply to an object store: its objects were "
                          "cut by ticlust extract.")
     check_outputs({"RESULT": args.result}, {"--csv": args.csv, "--parquet": args.parquet})
+    if args.write_labels:
+        from ..plate.labels import check_labels_target
+
+        check_labels_target(args.input, args.labels_name)
+    elif args.overwrite_labels or args.labels_name != DEFAULT_NAME:
+        raise InputError("--labels-name and --overwrite-labels go with --write-labels.")
     with notes():
         done = predict_store(args.result, args.input, device=args.device, batch_size=args.batch_size,
                              progress=not args.quiet, csv=args.csv, parquet=args.parquet, workers=args.workers,
@@ -63,7 +77,21 @@ def _predict_store(args) -> int:
               f"they had in the fit ({done.sample_changed} differ)")
     for path in done.outputs:
         print(f"wrote {path}")
+    if args.write_labels:
+        _write_labels(args)
     return 0
+
+
+def _write_labels(args) -> None:
+    """The store's clusters as a label image in every field of its OME-Zarr input (after the prediction)."""
+    from ..plate.labels import write_cluster_labels
+
+    with notes():
+        made = write_cluster_labels(args.input, args.result, name=args.labels_name, overwrite=args.overwrite_labels,
+                                    progress=not args.quiet)
+    kept = f" ({made.kept} held this result's labels already)" if made.kept else ""
+    left = f"; {made.skipped} field(s) the store left out have none" if made.skipped else ""
+    print(f"wrote the cluster labels {made.name!r} into {made.written + made.kept} fields{kept}{left}")
 
 
 def _predict_stack(args) -> int:
@@ -72,6 +100,9 @@ def _predict_stack(args) -> int:
     from ..api import load_result
 
     check_in_process(args, "assigned")
+    if args.write_labels or args.overwrite_labels or args.labels_name != DEFAULT_NAME:
+        raise InputError("--write-labels writes into the OME-Zarr an object store was extracted from: extract the "
+                         "OME-Zarr image or plate (ticlust extract INPUT -o STORE) and predict the store.")
     if args.save_aligned:
         raise InputError("--save-aligned writes into an object store (ticlust extract): for a stack or a field, use "
                          "ticlust.predict(result, items, aligned=True) in Python.")
