@@ -256,3 +256,89 @@ def test_bad_inputs_are_refused_in_one_sentence(tmp_path, capsys):
     shutil.move(plate, tmp_path / "moved.ome.zarr")
     with pytest.raises(InputError, match="is gone: the labels are written into it"):
         write_cluster_labels(ome, result)
+
+
+# ---- in napari: the written labels opened as an NGFF viewer opens them, and the dock's button --------------------
+def settle(qtbot, panel, timeout=120_000) -> None:
+    """Wait until every worker of the plate panel is done and its results drawn."""
+    qtbot.waitUntil(lambda: not panel.busy, timeout=timeout)
+
+
+def open_with_ome_zarr_py(viewer, field: Path) -> list:
+    """The field's image and its cluster labels as layers, read with ome-zarr-py (pyramids, the labels' colours)."""
+    from ome_zarr.io import parse_url
+    from ome_zarr.reader import Label, Reader
+
+    nodes = list(Reader(parse_url(str(field)))())
+    image = next(n for n in nodes if n.zarr.path.rstrip("/").endswith(field.name) and n.data)
+    labels = next(n for n in nodes if any(isinstance(s, Label) for s in n.specs) and n.zarr.path.rstrip("/").endswith(
+        "clusters"))
+    return [viewer.add_image(image.data, multiscale=True),
+            viewer.add_labels(labels.data, multiscale=True, name="clusters", colormap=labels.metadata["color"])]
+
+
+@pytest.mark.gui
+def test_the_written_labels_open_in_napari_over_their_field(tmp_path, make_napari_viewer):
+    """napari-ome-zarr (the test extra) opens a field with the cluster labels as a Labels layer over the image, in
+    the clusters' colours; without it, ome-zarr-py's reader feeds viewer.add_labels the same pyramid."""
+    from napari.layers import Image, Labels
+
+    plate, store, result = fitted(tmp_path)
+    predict_store(result, store)
+    write_cluster_labels(store, result)
+    field = field_paths(plate)[1]
+    viewer = make_napari_viewer()
+    try:
+        import napari_ome_zarr  # noqa: F401
+    except ImportError:
+        layers = open_with_ome_zarr_py(viewer, field)
+    else:
+        layers = viewer.open(str(field), plugin="napari-ome-zarr")
+    image = next(layer for layer in layers if isinstance(layer, Image))
+    clusters = next(layer for layer in layers if isinstance(layer, Labels) and layer.name.endswith("clusters"))
+    import pandas as pd
+
+    want = expected_levels(field, pd.read_parquet(store.path / PREDICTIONS), 1)
+    data = clusters.data if clusters.multiscale else [clusters.data]
+    assert np.array_equal(np.asarray(data[0]), want[0]) and (want[0] > 0).any()
+    assert np.allclose(image.extent.world, clusters.extent.world)                       # over the field, pixel on pixel
+    for value in np.unique(want[0][want[0] > 0]):
+        assert np.allclose(clusters.colormap.map(int(value))[:3], cluster_color(int(value) - 1)[:3], atol=1 / 255)
+
+
+@pytest.mark.gui
+def test_the_dock_writes_the_labels_in_a_worker(tmp_path, make_napari_viewer, qtbot):
+    from ticlust._napari.store_panel import STORE_PANEL, StorePanel
+
+    plate, store, result = fitted(tmp_path)
+    predict_store(result, store)
+    viewer = make_napari_viewer()
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    assert isinstance(panel, StorePanel)
+    settle(qtbot, panel)
+    panel.open_store(store.path)
+    settle(qtbot, panel)
+    panel.export.labels_button.native.click()                   # the dock does not know the predictions' result yet
+    assert "load the result the store's predictions were made with" in panel.status.value
+    panel.load_result(result)                               # its file: the predictions' own
+    settle(qtbot, panel)
+    assert panel.predicted is not None
+    panel.export.labels_button.native.click()
+    settle(qtbot, panel)
+    assert "Wrote the cluster labels 'clusters' into 4 fields of plate.ome.zarr (0 held them already)" in \
+        panel.status.value, panel.status.value
+    assert all("clusters" in read_label_nodes(f) for f in field_paths(plate))
+    # another result's predictions: refused in the status line until the box is ticked
+    other, _ = fit_store(store, "kmeans", 2, seed=1)
+    predict_store(other, store)
+    panel.load_result(other.save(tmp_path / "other.npz"))
+    settle(qtbot, panel)
+    panel.export.labels_button.native.click()
+    settle(qtbot, panel)
+    assert "of another result" in panel.status.value and "--overwrite-labels" in panel.status.value
+    panel.export.replace_labels.value = True
+    panel.export.labels_button.native.click()
+    settle(qtbot, panel)
+    assert "into 4 fields" in panel.status.value, panel.status.value
+    made = zarr.open_group(field_paths(plate)[0] / "labels" / "clusters", mode="r").attrs["ticlust"]
+    assert made["k"] == 2 and made["result"] == part_digest(store.path / PREDICTIONS)

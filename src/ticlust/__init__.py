@@ -17,7 +17,7 @@ _EXPORTS = {"fit": "api", "run": "api", "predict": "plate.predict", "refine": "c
             "get_method": "methods", "evaluate": "metrics", "nuclei_field": "datasets.nuclei",
             "objects_from_labels": "objects.crops", "shapes_from_labels": "objects.crops",
             "ClusteringResult": "result", "load_result": "api", "extract": "plate.store",
-            "open_objects": "plate.store", "ObjectStore": "plate.store"}
+            "open_objects": "plate.store", "ObjectStore": "plate.store", "write_cluster_labels": "plate.labels"}
 
 __all__ = [*_EXPORTS, "__version__"]
 
