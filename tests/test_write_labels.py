@@ -220,7 +220,8 @@ def test_another_results_labels_are_refused_unless_asked(tmp_path, capsys):
     from ome_zarr.writer import write_labels
 
     write_labels(np.zeros((112, 112), np.uint8), zarr.open_group(field, mode="r+"), name="theirs", axes="yx")
-    with pytest.raises(InputError, match="labels/theirs .* is a label image ticlust did not write"):
+    with pytest.raises(InputError, match=r"/A/1/0/labels/theirs is a label image ticlust did not write: give the "
+                                         r"cluster labels another name\.$"):
         write_cluster_labels(store, second, name="theirs", overwrite=True)
     with pytest.raises(InputError, match="made with another result"):
         write_cluster_labels(store, first, name="other")

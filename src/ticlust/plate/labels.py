@@ -197,8 +197,9 @@ def _check_targets(fields: list[_Field], digest: str, name: str, overwrite: bool
     unless ``overwrite``."""
     foreign = [f for f in fields if f.target.exists() and _provenance(f.target) is None]
     if foreign:
-        raise InputError(f"{foreign[0].image.name}/labels/{name} (and {len(foreign) - 1} more) is a label image ticlust "
-                         "did not write: give the cluster labels another name.")
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise InputError(f"{foreign[0].image}/labels/{name}{more} is a label image ticlust did not write: give the "
+                         "cluster labels another name.")
     other = [f for f in fields if f.target.exists() and _provenance(f.target).get("result") != digest]
     if other and not overwrite:
         theirs = _provenance(other[0].target).get("result")
