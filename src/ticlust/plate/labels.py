@@ -86,6 +86,9 @@ def write_cluster_labels(store, result, *, name: str = DEFAULT_NAME, overwrite: 
 
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     source = check_labels_target(store, name)
+    with warnings.catch_warnings():      # ome-zarr-py 0.18 makes a deprecated Scaler as a default argument on import
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import ome_zarr.writer  # noqa: F401
     with store_lock(store.path, busy(store.path, "write the labels again")):
         digest = part_digest(store.path / PREDICTIONS)
         if digest is None:
