@@ -1,6 +1,7 @@
 """Reading stacks and landmark sets from files and folders (.npz, .npy, .tif, image folders, .csv, .tps)."""
 from __future__ import annotations
 
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -145,8 +146,10 @@ def open_bioimage(path):
     reads it); a format whose plugin is not installed is one sentence naming it (and the extra that brings it)."""
     import importlib.util
 
-    from bioio import BioImage
-    from bioio_base.exceptions import UnsupportedFileFormatError
+    with warnings.catch_warnings():      # pydantic's and ome-types' notices on import: not the user's to act on
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from bioio import BioImage
+        from bioio_base.exceptions import UnsupportedFileFormatError
 
     p = Path(path)
     if not p.is_file():
@@ -161,7 +164,9 @@ def open_bioimage(path):
 
         reader = bioio_ome_tiff.Reader
     try:
-        return BioImage(p, reader=reader) if reader is not None else BioImage(p)
+        with warnings.catch_warnings():      # ome-types' notice about an argument bioio passes: not the user's to act on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return BioImage(p, reader=reader) if reader is not None else BioImage(p)
     except UnsupportedFileFormatError:
         raise InputError(_no_plugin(p, suffix)) from None
     except Exception as exc:           # the plugins' own errors have no common base

@@ -149,8 +149,10 @@ def _one_mask(image: Path, found: list[Path]):
 
 def _scene_listing(folder: Path, files: list[Path], masks: dict | None = None):
     """Every scene of files bioio reads, each a field, its mask found by name in ``folder``: ``NAME_s<k>`` with a
-    mask ending for scene k, or ``NAME`` with one for a file of one scene."""
-    if masks is None:
+    mask ending for scene k, or ``NAME`` with one for a file of one scene. One file given alone (no ``masks``)
+    is refused when no scene of it has a mask."""
+    alone = masks is None
+    if alone:
         masks = {}
         for p in sorted(folder.iterdir()):
             stem = _stem(p)
