@@ -211,23 +211,20 @@ def part_name(index: int) -> str:
 
 
 # ---- extraction ------------------------------------------------------------------------------------
-def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False,
-            channel=None, orient: bool = ROUTE_OPTIONS["orient"],
-            normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False, z=None, workers: int | None = None,
-            scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
+def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False, channel=None,
+            orient: bool = ROUTE_OPTIONS["orient"], normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False,
+            z=None, workers: int | None = None, scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
     """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``).
 
-    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels`` columns, one
-    ``image_<Channel>`` column per channel, or CellProfiler's LoadData columns; the others carried to every row),
-    an OME-Zarr image or HCS plate with labels (``labels`` names one), a microscope file bioio reads (its scenes
-    are the fields), or one field image with ``labels=MASK`` (see :mod:`ticlust.plate.fields`). ``channel``:
-    None (every channel, in the input's order), a channel's name or index (grey crops), or a list of them
-    (crops with those channels, in that order); names are those the input gives (a manifest's channel columns,
-    OME-Zarr's omero labels, a microscope file's channels). ``z``: the Z plane of fields that have several (an
-    index), or ``"max"`` for their maximum projection; fields with Z planes are refused without it. The crop options are those of the objects
-    route (``ticlust fit --labels``; :func:`ticlust.objects.crops.objects_from_labels`), with its defaults
-    (``orient``, ``normalize`` on); ``crop_size`` None: the smallest multiple of 4 that holds every kept
-    object of the plate (the median object with ``rescale``), at most 128, from a first pass over the masks.
+    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels``, one
+    ``image_<Channel>`` column per channel, or CellProfiler's LoadData; other columns carried to every row), an
+    OME-Zarr image or HCS plate with labels (``labels`` names one), a microscope file bioio reads (its scenes),
+    or one field image with ``labels=MASK`` (:mod:`ticlust.plate.fields`). ``channel``: None (all), a channel's
+    name (as the input names it) or index (grey crops), or a list of them (those, in that order). ``z``: the Z
+    plane of fields that have several (an index) or ``"max"`` (their maximum projection). The crop options
+    are the objects route's (:func:`ticlust.objects.crops.objects_from_labels`; ``orient``, ``normalize`` on);
+    ``crop_size`` None: the smallest multiple of 4 that holds every kept object (the median one with
+    ``rescale``), at most 128, from a first pass over the masks.
     Where the fields are cut (docs/cluster.md): in this process by default; ``workers=N`` starts a
     local dask cluster of N worker processes (at most one per field) for the run; ``scheduler`` (an
     address, ``tcp://HOST:PORT``) or ``client`` (a ``distributed.Client``) uses a running cluster, whose
