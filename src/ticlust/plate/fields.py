@@ -35,11 +35,11 @@ from ..errors import InputError
 from ..io.readers import (IMAGE_SUFFIXES, VENDOR_SUFFIXES, BioField, ChannelStack, bioio_scenes, read_by_bioio,
                           read_image, vendor_suffix)
 from .manifest import manifest_listing
-from .spec import (ASSIGN_COLUMNS, CHANNEL_PREFIX, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS, FieldSpec, beside,
-                   blank, first_line, repeated)
+from .spec import CHANNEL_PREFIX, FieldSpec, beside, blank, first_line, repeated
+from .spec import ASSIGN_COLUMNS, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS  # noqa: F401 - offered here, as before
 
-# the names this module has always offered its room
-_beside, _blank, _first_line, _repeated = beside, blank, first_line, repeated
+# the helpers' names this module has always offered its room
+_beside, _first_line = beside, first_line
 
 #: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels.
 MASK_ENDINGS = ("_cp_masks", "_masks", ".labels")
@@ -275,7 +275,7 @@ def _plate_listing(plate: Path, name):
     if not specs:
         raise InputError(f"The OME-Zarr plate {plate.name} has wells but no field images in them: there is nothing "
                          "to extract.")
-    twice = _repeated(specs)
+    twice = repeated(specs)
     if twice:
         raise InputError(f"The OME-Zarr plate {plate.name} lists the field {Path(specs[twice[0]].image).name} "
                          f"{len(twice)} times (wells {', '.join(rows[i]['well'] for i in twice)}): list each field once "
@@ -473,8 +473,16 @@ def row_spec(source: Path, row, index: int) -> FieldSpec:
     scene = None
     if image is not None and read_by_bioio(image) and not channels:
         value = row.get("scene")
-        scene = 0 if blank(value) else int(value) if str(value).strip().lstrip("-").isdigit() \
-            else bioio_scenes(image).index(str(value))
+        if blank(value):
+            scene = 0
+        elif isinstance(value, (int, float, np.integer, np.floating)) or str(value).strip().isdigit():
+            scene = int(float(value))
+        else:                          # a manifest's scene by name
+            names = bioio_scenes(image)
+            if str(value) not in names:
+                raise InputError(f"{Path(image).name} has no scene {value!r} any more: its scenes are "
+                                 f"{', '.join(names[:4])}.")
+            scene = names.index(str(value))
     return FieldSpec(index, image, beside(base, row["labels"]), scene=scene, channels=channels)
 
 
