@@ -214,3 +214,20 @@ def test_a_cell_painting_plate_is_told_apart_by_all_channels_and_not_by_one(tmp_
         assert len(rows) == len(table)
         scores[channel] = hungarian_accuracy(rows["kind"].to_numpy(), rows["cluster"].to_numpy())
     assert scores[None] >= 0.95 and scores["DNA"] < 0.75, scores
+
+
+def test_an_ome_zarr_images_channels_are_picked_by_their_omero_labels(tmp_path):
+    import zarr
+    from ome_zarr.writer import write_image, write_labels
+
+    field = nuclei_field(n=8, shape=(96, 96), seed=1)
+    root = zarr.open_group(tmp_path / "f.ome.zarr", mode="w")
+    write_image(np.stack([field.image, field.image // 2, field.image // 3]), root, axes="cyx")
+    root.attrs["ome"] = {**root.attrs["ome"], "omero": {"channels": [{"label": n, "color": "FFFFFF"} for n in NAMES]}}
+    write_labels(field.labels, root, name="nuclei", axes="yx")
+    full = np.asarray(ticlust.extract(tmp_path / "f.ome.zarr", tmp_path / "a.zarr").crops[:])
+    two = ticlust.extract(tmp_path / "f.ome.zarr", tmp_path / "e.zarr", channel=["Mito", "ER"])
+    assert two.channels == 2 and np.array_equal(np.asarray(two.crops[:]), full[..., [2, 1]])
+    with pytest.raises(InputError, match="f.ome.zarr has no channel 'GFP': its channels are DNA, ER, Mito."):
+        ticlust.extract(tmp_path / "f.ome.zarr", tmp_path / "x.zarr", channel="GFP")
+    assert not (tmp_path / "x.zarr").exists()

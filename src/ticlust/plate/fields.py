@@ -365,8 +365,10 @@ def _ome_field(spec: FieldSpec, channel, z):
             drop = drop + ("c",)
         views.append(_NGFFView(array, axes, drop, what, z))
     image, labels = views
-    names = image_node.metadata.get("channel_names") if "c" in image.axes else None
-    names = tuple(str(n) for n in names) if names and len(names) == image.shape[image.axes.index("c")] else None
+    channels = (_attributes(path).get("omero") or {}).get("channels") or []
+    names = tuple(str(c.get("label", "")) if isinstance(c, dict) else "" for c in channels)
+    if "c" not in image.axes or len(names) != image.shape[image.axes.index("c")] or not all(names):
+        names = None                   # no omero labels, or not one per channel: channels by index only
     return image, labels, image.axes.index("c") if "c" in image.axes else None, names
 
 
