@@ -401,24 +401,26 @@ def field_source(spec: FieldSpec, channel=None, z=None):
     if spec.ome:
         image, labels, caxis, names = _ome_field(spec, channel, z)
         return image, labels, caxis, _indices(channel, names, Path(spec.image).name)
-    labels = _read(spec.labels, "mask")
     if z not in (None, 0) and spec.scene is None:
         raise InputError(f"{Path(spec.image or spec.channels[0][1] or '').name} is a 2-D image: --z (z=) applies to "
                          "images with Z planes (OME-Zarr, OME-TIFF, microscope files).")
-    if spec.channels:
-        return _channel_files(spec, channel, labels)
+    if spec.channels:                  # the image first, then its mask: a missing image is what a user hears of
+        image, caxis = _channel_files(spec, channel)
+        return image, _read(spec.labels, "mask"), caxis, None
     if spec.scene is not None:
         image = BioField(spec.image, spec.scene, z)
         picks = _indices(channel, image.names, f"{Path(spec.image).name} (scene {spec.scene})")
         image.select(None if picks is None else picks if isinstance(picks, list) else [picks],
                      keep_axis=isinstance(picks, list))
+        labels = _read(spec.labels, "mask")
         return image, labels, (image.ndim - 1 if image.ndim > np.ndim(labels) else None), None
-    return _read(spec.image, "image"), labels, None, _indices(channel, None, Path(spec.image).name)
+    image = _read(spec.image, "image")
+    return image, _read(spec.labels, "mask"), None, _indices(channel, None, Path(spec.image).name)
 
 
-def _channel_files(spec: FieldSpec, channel, labels):
-    """A field given as one file per channel: the picked channels' files stacked along a last axis (one channel
-    picked alone: that file as a grey image)."""
+def _channel_files(spec: FieldSpec, channel):
+    """``(image, channel_axis)`` of a field given as one file per channel: the picked channels' files stacked along
+    a last axis (one channel picked alone: that file as a grey image)."""
     names = [name for name, _ in spec.channels]
     picks = _indices(channel, tuple(names), f"The field of {Path(spec.image or '').name or 'this row'}")
     chosen = list(range(len(names))) if picks is None else picks if isinstance(picks, list) else [picks]
@@ -429,9 +431,9 @@ def _channel_files(spec: FieldSpec, channel, labels):
             raise InputError(f"This manifest row names no file for the channel {name}: give every channel's file.")
         arrays.append(_read(path, f"{name} channel"))
     if isinstance(picks, int):
-        return arrays[0], labels, None, None
+        return arrays[0], None
     stack = ChannelStack(arrays, [names[i] for i in chosen], [spec.channels[i][1] for i in chosen])
-    return stack, labels, stack.ndim - 1, None
+    return stack, stack.ndim - 1
 
 
 def _indices(channel, names, where: str):
