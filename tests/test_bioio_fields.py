@@ -20,7 +20,7 @@ def scenes(n=2):
     """n fields of three channels (C×Y×X uint16) and their labels."""
     out = []
     for s in range(n):
-        field = nuclei_field(n=9, shape=(80, 96), seed=20 + s)
+        field = nuclei_field(n=8, shape=(88, 104), seed=20 + s)
         rng = np.random.default_rng(s)
         image = np.stack([field.image, field.image // 3 + 7,
                           rng.integers(0, 900, field.image.shape).astype(np.uint16)])
