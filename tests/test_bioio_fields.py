@@ -134,3 +134,16 @@ def test_a_file_of_several_scenes_takes_no_single_mask(tmp_path):
     with pytest.raises(InputError, match="has 2 scenes: add a scene column"):
         ticlust.extract(tmp_path / "m.csv", tmp_path / "s.zarr")
     assert not (tmp_path / "s.zarr").exists()
+
+
+def test_a_scene_without_its_mask_fails_alone_naming_the_mask_it_needs(tmp_path):
+    made = scenes()
+    write_ome(tmp_path / "p.ome.tif", made)
+    tifffile.imwrite(tmp_path / "p_s1_masks.tif", made[1][1])
+    with pytest.warns(UserWarning, match="1 of 2 fields"):
+        store = ticlust.extract(tmp_path, tmp_path / "s.zarr")
+    assert list(store.failed["scene"]) == [0]
+    assert store.failed["error"].iloc[0] == ("No mask for p.ome.tif (scene 0): name it p_s0_cp_masks.tif, "
+                                             "p_s0_masks.tif or p_s0.labels.tif (any image type) beside it, or give "
+                                             "its path in a manifest's labels column.")
+    assert set(store.table["scene"]) == {1}

@@ -392,12 +392,12 @@ def field_source(spec: FieldSpec, channel=None, z=None):
         raise InputError(f"The OME-Zarr field {spec.image} has no labels group: add its segmentation as an NGFF "
                          "label image.")
     if spec.labels is None:
-        name = Path(spec.image).stem if spec.image else "the field"
-        where = f"_s{spec.scene}" if spec.scene is not None and spec.scene > 0 else ""
+        name = _stem(Path(spec.image)) if spec.image else "NAME"
+        name += f"_s{spec.scene}" if spec.scene is not None else ""
         raise InputError(f"No mask for {Path(spec.image).name if spec.image else 'this row'}"
                          f"{f' (scene {spec.scene})' if spec.scene is not None else ''}: name it "
-                         f"{name}{where}_cp_masks.tif, {name}{where}_masks.tif or {name}{where}.labels.tif (any image "
-                         "type) beside it, or give its path in a manifest's labels column.")
+                         f"{name}_cp_masks.tif, {name}_masks.tif or {name}.labels.tif (any image type) beside it, or "
+                         "give its path in a manifest's labels column.")
     if spec.ome:
         image, labels, caxis, names = _ome_field(spec, channel, z)
         return image, labels, caxis, _indices(channel, names, Path(spec.image).name)
