@@ -170,8 +170,12 @@ def test_ome_zarr_v04_time_series(tmp_path):
     root3 = zarr.open_group(tmp_path / "stack.zarr", mode="w")
     write_image(np.stack([a, b])[None], root3, axes="czyx")
     write_labels(np.stack([la, lb])[None], root3, name="nuclei", axes="czyx")
-    with pytest.raises(InputError, match="has 2 planes along z: ticlust cuts 2-D objects"):
+    with pytest.raises(InputError, match="has 2 planes along z and ticlust cuts 2-D objects: pick one plane with --z N"):
         ticlust.extract(tmp_path / "stack.zarr", tmp_path / "t.zarr")
+    plane = ticlust.extract(tmp_path / "stack.zarr", tmp_path / "z1.zarr", z=1)     # image and labels: plane 1
+    assert np.array_equal(plane.crops[:], objects_from_labels(b, lb, size=plane.size, orient=True, normalize=True)[0])
+    with pytest.raises(InputError, match="The OME-Zarr labels has 2 planes along z .*: pick one plane with --z N."):
+        ticlust.extract(tmp_path / "stack.zarr", tmp_path / "zm.zarr", z="max")   # no projection of labels
 
 
 def test_one_field_with_labels_and_a_time_series(tmp_path):

@@ -54,12 +54,23 @@ def crop_options(parser, note: str) -> None:
     ``extract``."""
     parser.add_argument("--keep-border", action="store_true", help=f"{note}keep objects that touch the image border")
     parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: fits the largest object)")
-    parser.add_argument("--channel", type=int, help=f"{note}keep this channel of a multi-channel field")
+    parser.add_argument("--channel", type=channel_choice, metavar="NAME[,NAME]",
+                        help=f"{note}keep these channels of a multi-channel field, by name (where the input names "
+                        "them) or index, in this order (one alone: grey crops)")
     parser.add_argument("--rescale", action="store_true", help=f"{note}zoom every object to fill the crop")
     parser.add_argument("--orient", action=argparse.BooleanOptionalAction,
                         help=f"{note}turn every object's major axis along x (default: on)")
     parser.add_argument("--normalize", action=argparse.BooleanOptionalAction,
                         help=f"{note}divide every object by its mean brightness (default: on)")
+
+
+def channel_choice(text: str):
+    """An argparse type: ``--channel`` as one channel (a name, or an index if it is a whole number) or a list of
+    them (``DNA,ER`` or ``0,2``)."""
+    picks = [int(t) if t.strip().isdigit() else t.strip() for t in text.split(",")]
+    if any(p == "" for p in picks):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty channel name: give NAME or NAME,NAME (or indices)")
+    return picks if len(picks) > 1 else picks[0]
 
 
 def cluster_options(parser, what: str) -> None:

@@ -1,6 +1,7 @@
 """Reading stacks and landmark sets from files and folders (.npz, .npy, .tif, image folders, .csv, .tps)."""
 from __future__ import annotations
 
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -116,3 +117,157 @@ def _read_folder(folder: Path) -> np.ndarray:
     if len(shapes) > 1:
         raise InputError(f"The images in {folder} differ in size ({', '.join(map(str, sorted(shapes)))}): crop or resize them to one size.")
     return np.stack(images)
+
+
+# ---- files read through bioio (microscope formats, OME-TIFF) ---------------------------------------
+#: Files a folder of fields may hold that bioio reads: OME-TIFF and the microscopes' own formats. A manifest's
+#: cell or a single INPUT file of any type that is not TIFF, PNG, JPEG, BMP, GIF or .npy goes to bioio too.
+VENDOR_SUFFIXES = (".ome.tif", ".ome.tiff", ".nd2", ".czi", ".lif", ".dv", ".sldy")
+#: The bioio plugin (module) that reads each vendor format the optional extra ``formats`` installs.
+FORMAT_PLUGINS = {".nd2": "bioio_nd2", ".czi": "bioio_czi", ".lif": "bioio_lif"}
+#: How a user gets the vendor plugins.
+FORMATS_EXTRA = 'pip install "napari-ticlust[formats]"'
+
+
+def vendor_suffix(path) -> str:
+    """The format suffix of a file bioio reads (``.ome.tif`` counted whole), lower case."""
+    name = Path(path).name.lower()
+    return next((s for s in (".ome.tif", ".ome.tiff") if name.endswith(s)), Path(name).suffix)
+
+
+def read_by_bioio(path) -> bool:
+    """Whether a field file is read through bioio: OME-TIFF, and every type ticlust does not read itself."""
+    suffix = vendor_suffix(path)
+    return suffix in (".ome.tif", ".ome.tiff") or suffix not in IMAGE_SUFFIXES + (".npy",)
+
+
+def open_bioimage(path):
+    """A ``bioio.BioImage`` of ``path`` (OME-TIFF through bioio-ome-tiff, anything else through whichever plugin
+    reads it); a format whose plugin is not installed is one sentence naming it (and the extra that brings it)."""
+    import importlib.util
+
+    with warnings.catch_warnings():      # pydantic's and ome-types' notices on import: not the user's to act on
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from bioio import BioImage
+        from bioio_base.exceptions import UnsupportedFileFormatError
+
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"There is no image file at {p}: check the path.")
+    suffix = vendor_suffix(p)
+    plugin = FORMAT_PLUGINS.get(suffix)
+    if plugin is not None and importlib.util.find_spec(plugin) is None:
+        raise InputError(_no_plugin(p, suffix))
+    reader = None
+    if suffix in (".ome.tif", ".ome.tiff"):
+        import bioio_ome_tiff
+
+        reader = bioio_ome_tiff.Reader
+    try:
+        with warnings.catch_warnings():      # ome-types' notice about an argument bioio passes: not the user's to act on
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return BioImage(p, reader=reader) if reader is not None else BioImage(p)
+    except UnsupportedFileFormatError:
+        raise InputError(_no_plugin(p, suffix)) from None
+    except Exception as exc:           # the plugins' own errors have no common base
+        first = (str(exc).strip().splitlines() or [""])[0]
+        raise InputError(f"Could not read {p.name} through bioio ({type(exc).__name__}: {first}): check that the "
+                         "file is whole and of the type its name says.") from None
+
+
+def _no_plugin(path: Path, suffix: str) -> str:
+    """The sentence for a file no installed bioio plugin reads: the vendor extra where it covers the format."""
+    plugin = FORMAT_PLUGINS.get(suffix)
+    if plugin is not None:
+        return (f"Reading {path.name} needs the bioio plugin {plugin.replace('_', '-')}, which is not installed: "
+                f"install the vendor formats with {FORMATS_EXTRA}.")
+    return (f"No installed bioio plugin reads {path.name} ({suffix or 'no suffix'}): install the bioio reader plugin "
+            f"for it (the vendor formats ND2, CZI and LIF come with {FORMATS_EXTRA}), or convert it to OME-TIFF.")
+
+
+def bioio_scenes(path) -> tuple[str, ...]:
+    """The scenes (positions, series) of a file bioio reads: each one is a field."""
+    return tuple(str(s) for s in open_bioimage(path).scenes)
+
+
+class BioField:
+    """One scene of a bioio image as ticlust reads a field: ``Y×X``, ``Y×X×C`` (channels last, only those
+    picked, in the order picked) or with a leading ``T`` for a time series; one Z plane (``z``) or their maximum
+    (``z="max"``). Shape and dtype come from the metadata; the pixels are read whole on first access and kept."""
+
+    def __init__(self, path, scene: int, z=None):
+        self.path = Path(path)
+        self._image = open_bioimage(path)
+        self._image.set_scene(scene)
+        dims = self._image.dims
+        self.names = tuple(str(n) for n in self._image.channel_names)
+        self._size = {d: int(getattr(dims, d, 1) or 1) for d in "TCZYX"}
+        self.z = _plane(self.path.name, scene, self._size["Z"], z)
+        self.dtype = np.dtype(self._image.dtype)
+        self.select(None)
+
+    def select(self, channels: list[int] | None, keep_axis: bool = True) -> "BioField":
+        """Read only ``channels`` (indices, in this order; None: all); one channel without ``keep_axis``, or a
+        file of one channel, is a grey image."""
+        self.channels = list(range(self._size["C"])) if channels is None else [int(c) for c in channels]
+        grey = len(self.channels) == 1 and (channels is None or not keep_axis)
+        self.shape = (((self._size["T"],) if self._size["T"] > 1 else ()) + (self._size["Y"], self._size["X"])
+                      + (() if grey else (len(self.channels),)))
+        self.ndim = len(self.shape)
+        self._data = None
+        return self
+
+    def _load(self) -> np.ndarray:
+        """Every pixel of the scene (the picked channels and plane), as NumPy, read once."""
+        if self._data is None:
+            data = self._image.get_image_dask_data("TCZYX")[:, self.channels]
+            data = data.max(axis=2) if self.z == "max" else data[:, :, self.z]
+            data = np.moveaxis(np.asarray(data.compute(scheduler="synchronous")), 1, -1)   # T, Y, X, C
+            self._data = data.reshape(self.shape)
+        return self._data
+
+    def __getitem__(self, key):
+        return self._load()[key]
+
+    def __array__(self, dtype=None, copy=None):
+        data = self._load()
+        return data if dtype is None else data.astype(dtype)
+
+
+def _plane(name: str, scene: int, planes: int, z):
+    """Which Z plane of a scene to read (an index, or "max"), refusing a stack of planes without a choice."""
+    if z is None:
+        if planes > 1:
+            raise InputError(f"{name} (scene {scene}) has {planes} Z planes and ticlust cuts 2-D objects: pick one "
+                             f"with --z N (z=N, 0 to {planes - 1}) or project them with --z max (z='max').")
+        return 0
+    if z == "max":
+        return "max"
+    if not 0 <= int(z) < planes:
+        raise InputError(f"{name} (scene {scene}) has {planes} Z plane{'s' if planes > 1 else ''}: give --z from 0 to "
+                         f"{planes - 1}, or --z max.")
+    return int(z)
+
+
+class ChannelStack:
+    """The channels of a field given as one file each, stacked along a last axis and read window by window
+    (each file memory-mapped where it can be); ``names`` in stack order. Files of different shapes are refused."""
+
+    def __init__(self, arrays, names, files):
+        shapes = [tuple(int(s) for s in a.shape) for a in arrays]
+        if len(set(shapes)) > 1:
+            told = ", ".join(f"{n} {'×'.join(map(str, s))}" for n, s in zip(names, shapes))
+            raise InputError(f"The channel files of {Path(files[0]).name} differ in shape ({told}): give every "
+                             "channel of a field at the same size.")
+        self.arrays, self.names = list(arrays), tuple(names)
+        self.shape = shapes[0] + (len(arrays),)
+        self.dtype = np.result_type(*[np.dtype(a.dtype) for a in arrays])
+        self.ndim = len(self.shape)
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        return np.stack([np.asarray(a[key]) for a in self.arrays], axis=-1).astype(self.dtype, copy=False)
+
+    def __array__(self, dtype=None, copy=None):
+        data = self[...]
+        return data if dtype is None else data.astype(dtype)

@@ -3,58 +3,50 @@
 An extraction's INPUT (see :func:`list_fields`) is one of
 
 - a folder of fields, each image paired with its mask by name: ``NAME_cp_masks.*`` (Cellpose),
-  ``NAME_masks.*`` or ``NAME.labels.*`` beside ``NAME.*`` (.tif, .png, .npy, ...);
-- a CSV manifest with columns ``image`` and ``labels`` (paths relative to the CSV) and any others
-  (well, field, time, condition, ...), which every object's row carries;
+  ``NAME_masks.*`` or ``NAME.labels.*`` beside ``NAME.*`` (.tif, .png, .npy, ...); a file bioio reads
+  (OME-TIFF, ND2, CZI, LIF, ...) is one field per scene, scene k's mask ``NAME_s<k>_masks.*`` (any of the
+  endings; a file of one scene: ``NAME_masks.*``);
+- a CSV manifest (:mod:`ticlust.plate.manifest`): ``image`` and ``labels`` columns, or one ``image_<Channel>``
+  column per channel, or CellProfiler's LoadData ``FileName_<Channel>``/``PathName_<Channel>`` pairs with
+  ``ObjectsFileName_<Name>``; its other columns are carried to every object's row;
 - an OME-Zarr image (NGFF) with a ``labels`` group, read with ome-zarr-py (its first label image,
   or the one named by ``labels``);
 - an NGFF HCS plate (plate → wells → fields, each field an OME-Zarr image with its labels group): every
   field of every well, the rows carrying well, row, column and site;
-- one field image with ``labels=MASK``.
+- one field image with ``labels=MASK``, or one file bioio reads (its scenes, masks paired by name beside it).
 
-The listing is small and made up front (file names only, nothing is read); a field is opened by
-:func:`open_field` in whichever process cuts it, from its :class:`FieldSpec` (plain paths, so it
-travels to a worker process or a cluster as it is). Problems of one field (a missing or unreadable
-file, a mask of another shape) surface when it is opened, as an ``InputError`` for that field alone.
+The listing is small and made up front (file names only, and the scenes of files bioio reads); a field is opened
+by :func:`open_field` in whichever process cuts it, from its :class:`FieldSpec` (plain paths, so it travels to a
+worker process or a cluster as it is). Problems of one field (a missing or unreadable file, a mask of another
+shape) surface when it is opened, as an ``InputError`` for that field alone. Channels are picked by name where
+the input names them (a manifest's channel columns, OME-Zarr's omero labels, a microscope file's channels), or by
+index.
 """
 from __future__ import annotations
 
 import logging
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
-from ..objects.crops import TABLE_COLUMNS
-from ..io.readers import IMAGE_SUFFIXES, read_image
+from ..io.readers import (IMAGE_SUFFIXES, VENDOR_SUFFIXES, BioField, ChannelStack, bioio_scenes, read_by_bioio,
+                          read_image, vendor_suffix)
+from .manifest import manifest_listing
+from .spec import CHANNEL_PREFIX, FieldSpec, beside, blank, first_line, repeated
+from .spec import ASSIGN_COLUMNS, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS  # noqa: F401 - offered here, as before
+
+# the helpers' names this module has always offered its room
+_beside, _first_line = beside, first_line
 
 #: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels.
 MASK_ENDINGS = ("_cp_masks", "_masks", ".labels")
 #: Cellpose's other outputs beside its masks (NAME_seg.npy, NAME_flows.tif, NAME_cp_outlines.png, ...): not fields.
 SIDE_ENDINGS = ("_seg", "_flows", "_outlines")
-#: Files a folder of fields may hold, images and masks alike.
+#: Files a folder of fields may hold, images and masks alike (and files bioio reads, images only).
 FIELD_SUFFIXES = IMAGE_SUFFIXES + (".npy",)
-#: Columns every object row has besides the manifest's own (a manifest may not reuse these names).
-ROW_COLUMNS = ("field_index", "image", "labels") + TABLE_COLUMNS
-#: The assignment columns a prediction adds to every row (ticlust.plate.run).
-ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
-#: The object map's columns after them: each object's place (NaN for a result without a map: ticlust.plate.maps).
-MAP_COLUMNS = ("map_x", "map_y")
-#: Names a manifest's own columns may not take: the rows' own, a prediction's, and those of a store fit's CSV.
-RESERVED_COLUMNS = ROW_COLUMNS + ASSIGN_COLUMNS + MAP_COLUMNS + ("rejected", "object")
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """Where one field is: ``image`` a file or an OME-Zarr image group (absolute paths), ``labels`` its
-    mask file, or the label image's name inside the OME-Zarr (``ome``); None when no mask was found."""
-
-    index: int
-    image: str
-    labels: str | None
-    ome: bool = False
 
 
 def list_fields(input, labels=None):
@@ -70,134 +62,117 @@ def list_fields(input, labels=None):
     elif path.is_dir() and _is_zarr(path):
         image, name = _ome_listing(path, labels)
         rows, specs = [{"image": image, "labels": name}], [FieldSpec(0, image, name, ome=True)]
-    elif labels is not None and (path.is_dir() or path.suffix.lower() == ".csv"):
-        raise InputError("--labels (labels=) goes with one field image or names an OME-Zarr label image: a folder or "
-                         "a manifest pairs every image with its own mask.")
+    elif path.suffix.lower() == ".csv":
+        rows, specs = manifest_listing(path, labels)
+    elif labels is not None and path.is_dir():
+        raise InputError("--labels (labels=) goes with one field image or names an OME-Zarr label image: a folder "
+                         "pairs every image with its own mask.")
     elif path.is_dir():
         rows, specs = _folder_listing(path)
-    elif path.suffix.lower() == ".csv":
-        rows, specs = _manifest_listing(path)
+    elif labels is None and read_by_bioio(path):
+        rows, specs = _scene_listing(path.parent, [path])
     elif labels is None:
         raise InputError(f"{path.name} is one field: give its mask with --labels MASK (labels=), or give a folder of "
                          "fields with masks, a CSV manifest or an OME-Zarr image.")
     else:
-        image, mask = str(path.resolve()), str(Path(labels).resolve())
-        rows, specs = [{"image": image, "labels": mask}], [FieldSpec(0, image, mask)]
+        rows, specs = _one_field(path, labels)
     listing = pd.DataFrame(rows)
     listing = listing[["image", "labels"] + [c for c in listing.columns if c not in ("image", "labels")]]
     listing.insert(0, "field_index", np.arange(len(rows), dtype=np.int64))
     return specs, listing
 
 
+def _one_field(path: Path, labels):
+    """One field image with its mask (a file bioio reads: of one scene)."""
+    image, mask = str(path.resolve()), str(Path(labels).resolve())
+    scene = None
+    if read_by_bioio(path):
+        scenes = bioio_scenes(path)
+        if len(scenes) > 1:
+            raise InputError(f"{path.name} has {len(scenes)} scenes, each a field with its own mask: leave --labels out "
+                             f"and name scene k's mask {_stem(path)}_s<k>_masks.tif beside it, or list the scenes in a "
+                             "CSV manifest with a scene column.")
+        scene = 0
+    return [{"image": image, "labels": mask}], [FieldSpec(0, image, mask, scene=scene)]
+
+
+def _stem(path: Path) -> str:
+    """A field file's name without its format suffix (``.ome.tif`` counted whole)."""
+    name = path.name
+    suffix = vendor_suffix(path) if read_by_bioio(path) else path.suffix
+    return name[:len(name) - len(suffix)] if name.lower().endswith(suffix) else path.stem
+
+
 def _folder_listing(folder: Path):
-    """Images of a folder (sorted by name) paired with their masks by name."""
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in FIELD_SUFFIXES)
+    """Images of a folder (sorted by name) paired with their masks by name; a file bioio reads gives one field
+    per scene."""
+    files = sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix.lower() in FIELD_SUFFIXES
+                                                                    or vendor_suffix(p) in VENDOR_SUFFIXES))
     masks: dict[str, list[Path]] = {}
     images = []
     for p in files:
-        ending = next((e for e in MASK_ENDINGS if p.stem.endswith(e)), None)
-        if p.stem.endswith(SIDE_ENDINGS):
+        stem = _stem(p)
+        ending = next((e for e in MASK_ENDINGS if stem.endswith(e)), None)
+        if stem.endswith(SIDE_ENDINGS):
             continue
         if ending is None:
             images.append(p)
         else:
-            masks.setdefault(p.stem[:-len(ending)], []).append(p)
+            masks.setdefault(stem[:-len(ending)], []).append(p)
     if not images:
-        raise InputError(f"The folder {folder} holds no field images ({', '.join(FIELD_SUFFIXES)}) beside masks: "
-                         "put each field image beside its mask.")
+        raise InputError(f"The folder {folder} holds no field images ({', '.join(FIELD_SUFFIXES + VENDOR_SUFFIXES)}) "
+                         "beside masks: put each field image beside its mask.")
     if not masks:
         raise InputError(f"The folder {folder} holds {len(images)} images but no masks: name each image's mask "
                          "NAME_cp_masks.tif (Cellpose), NAME_masks.tif or NAME.labels.tif beside NAME.tif, or list the "
                          "pairs in a CSV manifest with columns image,labels.")
-    rows, specs = [], []
-    for i, image in enumerate(images):
-        found = masks.get(image.stem, [])
-        if len(found) > 1:
-            raise InputError(f"{image.name} has {len(found)} masks ({', '.join(p.name for p in found)}): keep one of "
-                             "them in the folder.")
-        mask = found[0] if found else None
+    bio = [p for p in images if read_by_bioio(p)]
+    rows, specs = _scene_listing(folder, bio, masks) if bio else ([], [])
+    for image in images:
+        if image in bio:
+            continue
+        mask = _one_mask(image, masks.get(_stem(image), []))
         rows.append({"image": image.name, "labels": mask.name if mask else None})
-        specs.append(FieldSpec(i, str(image.resolve()), str(mask.resolve()) if mask else None))
+        specs.append(FieldSpec(0, str(image.resolve()), str(mask.resolve()) if mask else None))
+    order = sorted(range(len(rows)), key=lambda i: (rows[i]["image"], rows[i].get("scene", 0)))
+    rows = [rows[i] for i in order]
+    return rows, [replace(specs[i], index=n) for n, i in enumerate(order)]
+
+
+def _one_mask(image: Path, found: list[Path]):
+    """The one mask found for ``image`` (or None), refusing two."""
+    if len(found) > 1:
+        raise InputError(f"{image.name} has {len(found)} masks ({', '.join(p.name for p in found)}): keep one of "
+                         "them in the folder.")
+    return found[0] if found else None
+
+
+def _scene_listing(folder: Path, files: list[Path], masks: dict | None = None):
+    """Every scene of files bioio reads, each a field, its mask found by name in ``folder``: ``NAME_s<k>`` with a
+    mask ending for scene k, or ``NAME`` with one for a file of one scene. One file given alone (no ``masks``)
+    is refused when no scene of it has a mask."""
+    alone = masks is None
+    if alone:
+        masks = {}
+        for p in sorted(folder.iterdir()):
+            stem = _stem(p)
+            ending = next((e for e in MASK_ENDINGS if stem.endswith(e)), None)
+            if p.is_file() and ending is not None and p.suffix.lower() in FIELD_SUFFIXES:
+                masks.setdefault(stem[:-len(ending)], []).append(p)
+    rows, specs = [], []
+    for image in files:
+        scenes = bioio_scenes(image)
+        for k in range(len(scenes)):
+            names = [f"{_stem(image)}_s{k}"] + ([_stem(image)] if len(scenes) == 1 else [])
+            mask = _one_mask(image, [m for n in names for m in masks.get(n, [])])
+            rows.append({"image": image.name, "labels": mask.name if mask else None, "scene": k})
+            specs.append(FieldSpec(len(specs), str(image.resolve()), str(mask.resolve()) if mask else None, scene=k))
+    if alone and not any(s.labels for s in specs):
+        name = _stem(files[0])
+        raise InputError(f"No scene of {files[0].name} has a mask: name scene k's mask {name}_s<k>_cp_masks.tif, "
+                         f"{name}_s<k>_masks.tif or {name}_s<k>.labels.tif beside it (a file of one scene: "
+                         f"{name}_masks.tif), or list the fields in a CSV manifest.")
     return rows, specs
-
-
-def _manifest_listing(csv: Path):
-    """The rows of a CSV manifest: image and labels paths relative to the CSV, any other columns kept."""
-    table = _read_manifest(csv)
-    missing = [c for c in ("image", "labels") if c not in table.columns]
-    if missing:
-        raise InputError(f"The manifest {csv.name} has no column {' or '.join(repr(c) for c in missing)}: give columns "
-                         "image,labels (paths relative to the CSV) and any others you want carried to every object.")
-    if len(table) == 0:
-        raise InputError(f"The manifest {csv.name} lists no fields: add one row per field image.")
-    clash = [c for c in table.columns if c in RESERVED_COLUMNS and c not in ("image", "labels")]
-    if clash:
-        raise InputError(f"The manifest {csv.name} has column{'s' if len(clash) > 1 else ''} {', '.join(clash)}, which "
-                         "every object row has already or a prediction adds: rename them (the rows' own columns are "
-                         "field_index, image, labels and those of docs/objects.md; a prediction adds "
-                         f"{', '.join(ASSIGN_COLUMNS)}).")
-    base = csv.resolve().parent
-    specs = [FieldSpec(i, _beside(base, image), _beside(base, labels))
-             for i, (image, labels) in enumerate(zip(table["image"], table["labels"]))]
-    twice = _repeated(specs)
-    if twice:
-        raise InputError(f"The manifest {csv.name} lists the image {table['image'][twice[0]]} with the mask "
-                         f"{table['labels'][twice[0]]} {len(twice)} times (rows {', '.join(str(i + 2) for i in twice)}, "
-                         "the header being row 1): list each field once.")
-    for c in ("image", "labels"):
-        table[c] = [None if _blank(v) else str(v) for v in table[c]]
-    return table.to_dict("records"), specs
-
-
-def _read_manifest(csv: Path):
-    """A manifest as a DataFrame, every cell in its own column: a row with more cells than the header is refused
-    (pandas would shift it under the header), a header cell left blank over blank cells (a trailing comma) dropped."""
-    import warnings
-
-    import pandas as pd
-
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", pd.errors.ParserWarning)
-            table = pd.read_csv(csv, index_col=False)
-    except pd.errors.ParserWarning:
-        raise InputError(f"The manifest {csv.name} has rows with more cells than its header: name every column in the "
-                         "header, and quote cells that hold a comma.") from None
-    except Exception as exc:
-        raise InputError(f"Could not read the manifest {csv.name} ({type(exc).__name__}: {_first_line(exc)}): give a CSV "
-                         "file with columns image,labels.") from None
-    blank = [c for c in table.columns if str(c).startswith("Unnamed: ")]
-    named = [c for c in blank if table[c].notna().any()]
-    if named:
-        raise InputError(f"The manifest {csv.name} has a column without a name in its header (column "
-                         f"{table.columns.get_loc(named[0]) + 1}): name it, or remove its cells.")
-    return table.drop(columns=blank)
-
-
-def _first_line(exc: Exception) -> str:
-    """An exception's message, first line only (a sentence of ours must stay one line)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-
-
-def _repeated(specs) -> list[int]:
-    """The indices of the first field listed more than once (the same image with the same mask: its objects would
-    be cut and counted twice); [] when every field is listed once. One image with two masks (say, nuclei and
-    cells) is two fields."""
-    seen: dict[tuple, list[int]] = {}
-    for i, spec in enumerate(specs):
-        if spec.image is not None:
-            seen.setdefault((spec.image, spec.labels), []).append(i)
-    return next((rows for rows in seen.values() if len(rows) > 1), [])
-
-
-def _blank(value) -> bool:
-    """An empty manifest cell (missing, NaN or blank)."""
-    return value is None or (isinstance(value, float) and np.isnan(value)) or str(value).strip() == ""
-
-
-def _beside(base: Path, value) -> str | None:
-    """A manifest path as an absolute one: relative paths are relative to the CSV's folder."""
-    return None if _blank(value) else str((base / str(value)).resolve())
 
 
 # ---- OME-Zarr ------------------------------------------------------------------------------------
@@ -300,7 +275,7 @@ def _plate_listing(plate: Path, name):
     if not specs:
         raise InputError(f"The OME-Zarr plate {plate.name} has wells but no field images in them: there is nothing "
                          "to extract.")
-    twice = _repeated(specs)
+    twice = repeated(specs)
     if twice:
         raise InputError(f"The OME-Zarr plate {plate.name} lists the field {Path(specs[twice[0]].image).name} "
                          f"{len(twice)} times (wells {', '.join(rows[i]['well'] for i in twice)}): list each field once "
@@ -312,15 +287,27 @@ def _plate_listing(plate: Path, name):
 
 
 class _NGFFView:
-    """An NGFF array as ticlust reads a field: z (and a label image's c) of length 1 dropped, one frame
-    (the whole image without t) decoded at a time and kept while windows of it are read."""
+    """An NGFF array as ticlust reads a field: z (and a label image's c) of length 1 dropped, or one plane of z
+    picked (``z`` an index) or their maximum (``z="max"``, images only); one frame (the whole image without t)
+    decoded at a time and kept while windows of it are read."""
 
-    def __init__(self, array, axes: list[str], drop: tuple[str, ...], what: str):
+    def __init__(self, array, axes: list[str], drop: tuple[str, ...], what: str, z=None):
+        self.z = None
+        if "z" in axes and array.shape[axes.index("z")] != 1:
+            planes = int(array.shape[axes.index("z")])
+            if z is None or (z == "max" and what != "image"):
+                fix = "pick one plane with --z N" + (" (z=N) or project them with --z max" if what == "image" else "")
+                raise InputError(f"The OME-Zarr {what} has {planes} planes along z and ticlust cuts 2-D objects: "
+                                 f"{fix}.")
+            if z != "max" and not 0 <= int(z) < planes:
+                raise InputError(f"The OME-Zarr {what} has {planes} planes along z: give --z from 0 to {planes - 1}.")
+            self.z = z if z == "max" else int(z)
         for name in drop:
-            if name in axes and array.shape[axes.index(name)] != 1:
+            if name in axes and name != "z" and array.shape[axes.index(name)] != 1:
                 raise InputError(f"The OME-Zarr {what} has {array.shape[axes.index(name)]} planes along {name}: ticlust "
-                                 "cuts 2-D objects, so give a 2-D image (or a projection) per time point.")
+                                 "cuts 2-D objects, so give a 2-D image per time point.")
         self.array = array
+        self.axes_all = list(axes)
         self.keep = [i for i, a in enumerate(axes) if a not in drop]
         self.axes = [axes[i] for i in self.keep]
         self.shape = tuple(int(array.shape[i]) for i in self.keep)
@@ -332,12 +319,18 @@ class _NGFFView:
     def _load(self, frame):
         """The whole frame ``frame`` (None: the image without t), decoded once and kept for its windows."""
         if self._frame != frame or self._data is None:
-            key = [0] * self.array.ndim
+            key: list = [0] * self.array.ndim
             for i in self.keep:
                 key[i] = slice(None)
+            zaxis = self.axes_all.index("z") if "z" in self.axes_all else None
+            if zaxis is not None and self.z is not None:
+                key[zaxis] = slice(None) if self.z == "max" else self.z
             if self.timed:
                 key[self.keep[0]] = frame
-            self._frame, self._data = frame, np.asarray(self.array[tuple(key)])
+            data = np.asarray(self.array[tuple(key)])
+            if self.z == "max":      # the z axis is the only one kept besides self.keep
+                data = data.max(axis=sum(1 for i in range(zaxis) if isinstance(key[i], slice)))
+            self._frame, self._data = frame, data
         return self._data
 
     def __getitem__(self, key):
@@ -353,8 +346,8 @@ class _NGFFView:
         return data if dtype is None else data.astype(dtype)
 
 
-def _ome_field(spec: FieldSpec, channel):
-    """(image, labels, channel_axis) of an OME-Zarr field, both read frame by frame from Zarr."""
+def _ome_field(spec: FieldSpec, channel, z):
+    """(image, labels, channel_axis, channel names) of an OME-Zarr field, both read frame by frame from Zarr."""
     import zarr
 
     path = Path(spec.image)
@@ -370,27 +363,131 @@ def _ome_field(spec: FieldSpec, channel):
             axes = ["t", "c", "z", "y", "x"][-array.ndim:]
         if what == "image" and channel is None and "c" in axes and array.shape[axes.index("c")] == 1:
             drop = drop + ("c",)
-        views.append(_NGFFView(array, axes, drop, what))
+        views.append(_NGFFView(array, axes, drop, what, z))
     image, labels = views
-    return image, labels, image.axes.index("c") if "c" in image.axes else None
+    channels = (_attributes(path).get("omero") or {}).get("channels") or []
+    names = tuple(str(c.get("label", "")) if isinstance(c, dict) else "" for c in channels)
+    if "c" not in image.axes or len(names) != image.shape[image.axes.index("c")] or not all(names):
+        names = None                   # no omero labels, or not one per channel: channels by index only
+    return image, labels, image.axes.index("c") if "c" in image.axes else None, names
 
 
 # ---- one field -----------------------------------------------------------------------------------
-def open_field(spec: FieldSpec, channel=None):
+def open_field(spec: FieldSpec, channel=None, z=None):
     """``(image, labels, channel_axis)`` of one field, lazy where the format allows (memory-mapped TIFF
-    and .npy, OME-Zarr frame by frame); an ``InputError`` names what is wrong with this field."""
-    if spec.image is None:
+    and .npy, OME-Zarr frame by frame, a bioio scene on first access); an ``InputError`` names what is wrong
+    with this field. ``channel`` and ``z`` as :func:`field_source` takes them, the channels already picked
+    where the field names them (an int ``channel`` of a plain image is left to the crops)."""
+    return field_source(spec, channel, z)[:3]
+
+
+def field_source(spec: FieldSpec, channel=None, z=None):
+    """``(image, labels, channel_axis, channels)`` of one field for cutting: ``channels`` what the crops still
+    pick (indices, or None). ``channel``: None (all), a channel's index or name, or a list of them (names where
+    the field names its channels: a manifest's channel columns, OME-Zarr's omero labels, a bioio file's
+    channels); one channel given alone gives grey crops. ``z``: the Z plane of a stack (an index) or ``"max"``."""
+    if spec.image is None and not spec.channels:
         raise InputError("This manifest row names no image: give the field image's path in its image column.")
     if spec.labels is None and spec.ome:
         raise InputError(f"The OME-Zarr field {spec.image} has no labels group: add its segmentation as an NGFF "
                          "label image.")
     if spec.labels is None:
-        name = Path(spec.image).stem
-        raise InputError(f"No mask for {Path(spec.image).name}: name it {name}_cp_masks.tif, {name}_masks.tif or "
-                         f"{name}.labels.tif (any image type) beside it, or give its path in a manifest's labels column.")
+        name = _stem(Path(spec.image)) if spec.image else "NAME"
+        name += f"_s{spec.scene}" if spec.scene is not None else ""
+        raise InputError(f"No mask for {Path(spec.image).name if spec.image else 'this row'}"
+                         f"{f' (scene {spec.scene})' if spec.scene is not None else ''}: name it "
+                         f"{name}_cp_masks.tif, {name}_masks.tif or {name}.labels.tif (any image type) beside it, or "
+                         "give its path in a manifest's labels column.")
     if spec.ome:
-        return _ome_field(spec, channel)
-    return _read(spec.image, "image"), _read(spec.labels, "mask"), None
+        image, labels, caxis, names = _ome_field(spec, channel, z)
+        return image, labels, caxis, _indices(channel, names, Path(spec.image).name)
+    if z not in (None, 0) and spec.scene is None:
+        raise InputError(f"{Path(spec.image or spec.channels[0][1] or '').name} is a 2-D image: --z (z=) applies to "
+                         "images with Z planes (OME-Zarr, OME-TIFF, microscope files).")
+    if spec.channels:                  # the image first, then its mask: a missing image is what a user hears of
+        image, caxis = _channel_files(spec, channel)
+        return image, _read(spec.labels, "mask"), caxis, None
+    if spec.scene is not None:
+        image = BioField(spec.image, spec.scene, z)
+        picks = _indices(channel, image.names, f"{Path(spec.image).name} (scene {spec.scene})")
+        image.select(None if picks is None else picks if isinstance(picks, list) else [picks],
+                     keep_axis=isinstance(picks, list))
+        labels = _read(spec.labels, "mask")
+        return image, labels, (image.ndim - 1 if image.ndim > np.ndim(labels) else None), None
+    image = _read(spec.image, "image")
+    return image, _read(spec.labels, "mask"), None, _indices(channel, None, Path(spec.image).name)
+
+
+def _channel_files(spec: FieldSpec, channel):
+    """``(image, channel_axis)`` of a field given as one file per channel: the picked channels' files stacked along
+    a last axis (one channel picked alone: that file as a grey image)."""
+    names = [name for name, _ in spec.channels]
+    picks = _indices(channel, tuple(names), f"The field of {Path(spec.image or '').name or 'this row'}")
+    chosen = list(range(len(names))) if picks is None else picks if isinstance(picks, list) else [picks]
+    arrays = []
+    for i in chosen:
+        name, path = spec.channels[i]
+        if path is None:
+            raise InputError(f"This manifest row names no file for the channel {name}: give every channel's file.")
+        arrays.append(_read(path, f"{name} channel"))
+    if isinstance(picks, int):
+        return arrays[0], None
+    stack = ChannelStack(arrays, [names[i] for i in chosen], [spec.channels[i][1] for i in chosen])
+    return stack, stack.ndim - 1
+
+
+def _indices(channel, names, where: str):
+    """``channel`` (None, an index or a name, or a list of them) as indices into a field's channels ``names``
+    (None: the field does not name them, so only indices are taken); one sentence for a name it does not have."""
+    if channel is None:
+        return None
+    picks = channel if isinstance(channel, (list, tuple)) else [channel]
+    out = []
+    for c in picks:
+        if isinstance(c, str) and names is None:
+            raise InputError(f"{where} does not name its channels, so there is no channel {c!r}: pick channels by "
+                             "index (--channel 0,2), or give one file per channel (image_<Channel> columns).")
+        if isinstance(c, str) and c not in names:
+            raise InputError(f"{where} has no channel {c!r}: its channels are {', '.join(names)}.")
+        index = names.index(c) if isinstance(c, str) else int(c)
+        if names is not None and not -len(names) <= index < len(names):
+            raise InputError(f"{where} has {len(names)} channels ({', '.join(names)}): give --channel from 0 to "
+                             f"{len(names) - 1} or a channel's name.")
+        out.append(index % len(names) if names is not None else index)
+    return out if isinstance(channel, (list, tuple)) else out[0]
+
+
+def channel_names(spec: FieldSpec) -> tuple[str, ...] | None:
+    """The channel names a field's listing already knows (a manifest's channel columns), None otherwise."""
+    return tuple(name for name, _ in spec.channels) if spec.channels else None
+
+
+def row_spec(source: Path, row, index: int) -> FieldSpec:
+    """The :class:`FieldSpec` of a store's listing ``row`` (field ``index``) whose input was ``source``: what a
+    picture of the field opens again."""
+    source = Path(source)
+    if source.is_dir() and _is_zarr(source) and _plate_attributes(source) is None:
+        return FieldSpec(index, str(source), row["labels"], ome=True)
+    if source.is_dir() and _is_zarr(source):
+        return FieldSpec(index, str(row["image"]), row["labels"], ome=True)
+    base = source if source.is_dir() else source.parent
+    channels = tuple((str(c)[len(CHANNEL_PREFIX):], beside(base, row[c])) for c in row.keys()
+                     if str(c).startswith(CHANNEL_PREFIX))
+    image = beside(base, row["image"])
+    scene = None
+    if image is not None and read_by_bioio(image) and not channels:
+        value = row.get("scene")
+        if blank(value):
+            scene = 0
+        elif isinstance(value, (int, float, np.integer, np.floating)) or str(value).strip().isdigit():
+            scene = int(float(value))
+        else:                          # a manifest's scene by name
+            names = bioio_scenes(image)
+            if str(value) not in names:
+                raise InputError(f"{Path(image).name} has no scene {value!r} any more: its scenes are "
+                                 f"{', '.join(names[:4])}.")
+            scene = names.index(str(value))
+    return FieldSpec(index, image, beside(base, row["labels"]), scene=scene, channels=channels)
 
 
 def _read(path: str, what: str):

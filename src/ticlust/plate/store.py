@@ -38,7 +38,7 @@ from ..core.backends import Backend, backend_for, stderr_notice
 from ..errors import InputError, whole_number
 from ..objects.crops import (MAX_AUTO_SIZE, ROUTE_OPTIONS, TABLE_COLUMNS, auto_size, crop_channels, crop_needs,
                              field_objects)
-from .fields import FieldSpec, _first_line, list_fields, open_field
+from .fields import FieldSpec, _first_line, channel_names, field_source, list_fields
 
 #: Version of the layout on disk (docs/store.md).
 FORMAT = 1
@@ -66,6 +66,7 @@ class Plan:
     orient: bool
     normalize: bool
     rescale: bool
+    z: int | str | None = None
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,8 @@ class FieldReport:
 def survey_field(spec: FieldSpec, options: dict) -> Survey:
     """What fixing the store's crop size, dtype and channels needs from one field: masks and headers only."""
     try:
-        image, labels, caxis = open_field(spec, options["channel"])
-        channels = crop_channels(image, labels, caxis, options["channel"])
+        image, labels, caxis, pick = field_source(spec, options["channel"], options.get("z"))
+        channels = crop_channels(image, labels, caxis, pick)
         needs = None
         if options["crop_size"] is None:
             needs = crop_needs(labels, keep_border=options["keep_border"], rescale=options["rescale"],
@@ -138,10 +139,10 @@ def _extract(task: tuple) -> FieldReport:
 
 def _cut(spec: FieldSpec, plan: Plan):
     """The field's crops in the store's dtype, masks and table rows; InputError when they do not fit the store."""
-    image, labels, caxis = open_field(spec, plan.channel)
+    image, labels, caxis, pick = field_source(spec, plan.channel, plan.z)
     crops, masks, table = field_objects(image, labels, plan.size, keep_border=plan.keep_border, rescale=plan.rescale,
                                         orient=plan.orient, normalize=plan.normalize, channel_axis=caxis,
-                                        channels=plan.channel)
+                                        channels=pick)
     got = crops.shape[3] if crops.ndim == 4 else None
     if got != plan.channels:
         raise InputError(f"Its crops have {got or 'no'} channels where the store's have {plan.channels or 'none'}: "
@@ -210,18 +211,20 @@ def part_name(index: int) -> str:
 
 
 # ---- extraction ------------------------------------------------------------------------------------
-def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False,
-            channel: int | None = None, orient: bool = ROUTE_OPTIONS["orient"],
-            normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False, workers: int | None = None,
-            scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
+def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False, channel=None,
+            orient: bool = ROUTE_OPTIONS["orient"], normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False,
+            z=None, workers: int | None = None, scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
     """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``).
 
-    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels`` columns,
-    the others carried to every row), an OME-Zarr image with labels (``labels`` names one), or one field
-    image with ``labels=MASK`` (see :mod:`ticlust.plate.fields`). The crop options are those of the objects
-    route (``ticlust fit --labels``; :func:`ticlust.objects.crops.objects_from_labels`), with its defaults
-    (``orient``, ``normalize`` on); ``crop_size`` None: the smallest multiple of 4 that holds every kept
-    object of the plate (the median object with ``rescale``), at most 128, from a first pass over the masks.
+    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels``, one
+    ``image_<Channel>`` column per channel, or CellProfiler's LoadData; other columns carried to every row), an
+    OME-Zarr image or HCS plate with labels (``labels`` names one), a microscope file bioio reads (its scenes),
+    or one field image with ``labels=MASK`` (:mod:`ticlust.plate.fields`). ``channel``: None (all), a channel's
+    name (as the input names it) or index (grey crops), or a list of them (those, in that order). ``z``: the Z
+    plane of fields that have several (an index) or ``"max"`` (their maximum projection). The crop options
+    are the objects route's (:func:`ticlust.objects.crops.objects_from_labels`; ``orient``, ``normalize`` on);
+    ``crop_size`` None: the smallest multiple of 4 that holds every kept object (the median one with
+    ``rescale``), at most 128, from a first pass over the masks.
     Where the fields are cut (docs/cluster.md): in this process by default; ``workers=N`` starts a
     local dask cluster of N worker processes (at most one per field) for the run; ``scheduler`` (an
     address, ``tcp://HOST:PORT``) or ``client`` (a ``distributed.Client``) uses a running cluster, whose
@@ -233,8 +236,9 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     from another input is refused. Fields that cannot be read or cut are left out, named in one warning
     and in ``ObjectStore.failed``. Returns the :class:`ObjectStore`.
     """
-    options = _options(crop_size, keep_border, channel, orient, normalize, rescale)
+    options = _options(crop_size, keep_border, channel, orient, normalize, rescale, z)
     specs, listing = list_fields(input, labels)
+    _known_channels(specs, options["channel"])
     root = Path(store)
     _not_the_input(root, input)
     # a scheduler that cannot be reached fails here, before the store is touched
@@ -269,15 +273,60 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     return result
 
 
-def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dict:
-    """The extraction options as the store records them, checked."""
+def _options(crop_size, keep_border, channel, orient, normalize, rescale, z=None) -> dict:
+    """The extraction options as the store records them, checked (``z`` only when given, so that the stores
+    made before it existed are finished with the same options)."""
     if crop_size is not None:
         whole_number(crop_size, "crop_size", 4, "pixels", none_means="fit the objects")
-    if channel is not None and (isinstance(channel, bool) or not isinstance(channel, (int, np.integer))):
-        raise InputError(f"channel={channel!r} must be a channel index (or None: all channels).")
-    return {"crop_size": None if crop_size is None else int(crop_size), "keep_border": bool(keep_border),
-            "channel": None if channel is None else int(channel), "orient": bool(orient), "normalize": bool(normalize),
-            "rescale": bool(rescale)}
+    options = {"crop_size": None if crop_size is None else int(crop_size), "keep_border": bool(keep_border),
+               "channel": channel_option(channel), "orient": bool(orient), "normalize": bool(normalize),
+               "rescale": bool(rescale)}
+    if z is not None:
+        options["z"] = z_option(z)
+    return options
+
+
+def channel_option(channel):
+    """A channel choice as a store records it: None, an index, a name, or a list of indices and names (a name
+    with commas is split: ``"DNA,ER"`` is ``["DNA", "ER"]``); one sentence for anything else or a repeat."""
+    if isinstance(channel, str) and "," in channel:
+        channel = [c.strip() for c in channel.split(",")]
+    if channel is None or (isinstance(channel, (int, np.integer)) and not isinstance(channel, bool)):
+        return None if channel is None else int(channel)
+    picks = list(channel) if isinstance(channel, (list, tuple)) else [channel]
+    bad = [c for c in picks if isinstance(c, bool) or not isinstance(c, (str, int, np.integer))
+           or (isinstance(c, str) and not c.strip())]
+    if bad or not picks:
+        raise InputError(f"channel={channel!r} must be a channel's name or index, or a list of them (or None: all "
+                         "channels).")
+    picks = [c.strip() if isinstance(c, str) else int(c) for c in picks]
+    twice = next((c for c in picks if picks.count(c) > 1), None)
+    if twice is not None:
+        raise InputError(f"channel={channel!r} names the channel {twice!r} twice: name each channel once.")
+    return picks if isinstance(channel, (list, tuple)) else picks[0]
+
+
+def z_option(z):
+    """The Z plane choice as a store records it: an index from 0, or ``"max"`` (the maximum projection)."""
+    if isinstance(z, str) and z.strip().lower() == "max":
+        return "max"
+    if isinstance(z, str) and z.strip().isdigit():
+        return int(z)
+    if isinstance(z, bool) or not isinstance(z, (int, np.integer)) or z < 0:
+        raise InputError(f"z={z!r} must be a Z plane's index (0, 1, ...) or 'max' for the maximum projection.")
+    return int(z)
+
+
+def _known_channels(specs, channel) -> None:
+    """Refuse, before anything is written, a channel name that a listing naming its channels (a manifest's channel
+    columns) does not have."""
+    names = channel_names(specs[0]) if specs else None
+    wanted = channel if isinstance(channel, list) else [channel]
+    unknown = [c for c in wanted if isinstance(c, str)] if names is not None else []
+    unknown = [c for c in unknown if c not in names]
+    if unknown:
+        raise InputError(f"The input has no channel {unknown[0]!r}: its channels are {', '.join(names)} (--channel takes "
+                         "their names or indices).")
 
 
 @contextmanager
@@ -548,7 +597,7 @@ def _plan_of(attrs: dict) -> Plan:
     """The per-field plan from a store's attributes, so a resumed run cuts exactly as the first did."""
     o, c = attrs["options"], attrs["crop"]
     return Plan(c["size"], c["dtype"], c["channels"], o["keep_border"], o["channel"], o["orient"], o["normalize"],
-                o["rescale"])
+                o["rescale"], o.get("z"))
 
 
 def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldReport]:
@@ -833,13 +882,14 @@ class ObjectStore:
     def input_files(self) -> tuple[Path, list[Path]]:
         """``(input, files)``: the input the store was extracted from (a folder, a manifest, an OME-Zarr) and every
         field's image and mask file (none for an OME-Zarr, whose fields lie inside it), as absolute paths."""
-        from .fields import _beside, _is_zarr
+        from .fields import CHANNEL_PREFIX, _beside, _is_zarr
 
         source = Path(self.attributes["input"]["path"])
         if source.is_dir() and _is_zarr(source):
             return source, []
         base = source if source.is_dir() else source.parent
-        files = [_beside(base, v) for c in ("image", "labels") for v in self.fields[c]]
+        columns = ["image", "labels"] + [c for c in self.fields.columns if str(c).startswith(CHANNEL_PREFIX)]
+        files = list(dict.fromkeys(_beside(base, v) for c in columns for v in self.fields[c]))
         return source, [Path(f) for f in files if f is not None]
 
     def _read_table(self, name: str, columns=None):

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, whole_number
+from .spec import CHANNEL_PREFIX
 from .store import ObjectStore
 
 #: Crops per cluster in a gallery.
@@ -51,7 +52,7 @@ def predictions_path(store: ObjectStore) -> Path:
 
 def condition_columns(store: ObjectStore) -> list[str]:
     """The manifest's columns (well, site, condition, …): what shares can be grouped by."""
-    return [c for c in store.fields.columns if c not in FILE_COLUMNS]
+    return [c for c in store.fields.columns if c not in FILE_COLUMNS and not str(c).startswith(CHANNEL_PREFIX)]
 
 
 def field_title(row) -> str:
@@ -59,7 +60,8 @@ def field_title(row) -> str:
     (``A01_s0.tif · well A01 · site 0``)."""
     import pandas as pd
 
-    values = [f"{k} {v}" for k, v in row.items() if k not in FILE_COLUMNS and pd.notna(v)]
+    values = [f"{k} {v}" for k, v in row.items() if k not in FILE_COLUMNS and not str(k).startswith(CHANNEL_PREFIX)
+              and pd.notna(v)]
     return " · ".join([Path(str(row["image"])).name, *values])
 
 
@@ -108,17 +110,12 @@ class FieldPicture:
 def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
     """Read one field's image and mask from where the store's input named them; an InputError when a file
     is gone or unreadable (the sentence names it)."""
-    from .fields import FieldSpec, _beside, _is_zarr, open_field
+    from .fields import open_field, row_spec
 
     field_index = check_field(store, field_index)
     row = store.fields.iloc[field_index]
-    source = Path(store.attributes["input"]["path"])
-    if source.is_dir() and _is_zarr(source):
-        spec = FieldSpec(field_index, str(source), row["labels"], ome=True)
-    else:                      # names relative to the folder or the manifest's folder, or full paths
-        base = source if source.is_dir() else source.parent
-        spec = FieldSpec(field_index, _beside(base, row["image"]), _beside(base, row["labels"]))
-    image, labels, channel_axis = open_field(spec)
+    spec = row_spec(Path(store.attributes["input"]["path"]), row.to_dict(), field_index)
+    image, labels, channel_axis = open_field(spec, z=store.options.get("z"))
     labels = np.asarray(labels)
     image, rgb = _displayed(np.asarray(image), labels.shape, channel_axis)
     rows = field_table(store, field_index)
