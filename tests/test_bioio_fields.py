@@ -11,6 +11,7 @@ from ticlust.datasets.nuclei import nuclei_field
 from ticlust.errors import InputError
 from ticlust.io import readers
 from ticlust.plate.view import field_picture
+from ticlust.plate.run import fit_store, predict_store
 
 NAMES = ["DNA", "ER", "Mito"]
 FILES = ["image", "labels", "scene"]
@@ -104,6 +105,10 @@ def test_z_planes_are_refused_until_one_plane_or_the_projection_is_chosen(tmp_pa
     assert np.array_equal(np.asarray(top.crops[:]), np.asarray(ticlust.extract(tmp_path / "ref", tmp_path / "rm.zarr").crops[:]))
     with pytest.raises(InputError, match="has 3 Z planes: give --z from 0 to 2"):
         ticlust.extract(tmp_path, tmp_path / "far.zarr", z=5)
+    fitted, _ = fit_store(one, "kmeans", k=2, seed=0)
+    other = ticlust.extract(tmp_path, tmp_path / "z2.zarr", z=2, channel="a")
+    with pytest.raises(InputError, match=r"made with z=1 but .* was made with z=2"):
+        predict_store(fitted, other)
 
 
 def test_a_format_without_its_plugin_is_one_sentence_naming_the_extra(tmp_path, monkeypatch):

@@ -56,7 +56,7 @@ CHUNK = 4096
 #: The columns of a part's predict.parquet that say which objects its rows are (checked before they are joined).
 ROW_KEYS = ("label", "frame")
 #: Options of the store that change the crops a result was fitted on (keep_border only selects objects).
-CROP_OPTIONS = ("orient", "normalize", "rescale", "channel")
+CROP_OPTIONS = ("orient", "normalize", "rescale", "channel", "z")
 
 
 # ---- the fit sample ------------------------------------------------------------------------------
@@ -132,7 +132,8 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     """Fit ``method`` on a seeded sample of ``sample`` objects of an object store (all of them when None),
     spread over its fields (:func:`sample_objects`), with the objects route's parameters
     (``api.object_params``: similarity invariances for the aligning methods). Shape methods fit the
-    contours of the objects' masks. Returns the result, its config holding ``fit_sample`` and ``store``.
+    contours of the objects' masks. Returns the result (its config holding ``fit_sample`` and ``store``) and
+    the sample's object indices.
     ``progress``: as for ``extract`` and ``predict`` (True: a bar on standard error; a callable taking
     Progress events); None: a bar when standard error is a terminal, as ``ticlust.fit`` shows one.
 
