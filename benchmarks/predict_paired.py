@@ -60,7 +60,8 @@ def child(args) -> None:
 
 
 def run_child(tree: Path, job: str, args) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    # the thread count fixed for both trees (a tree that sizes its threads by the free cores obeys OMP_NUM_THREADS)
+    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": str(args.threads)}
     cmd = [sys.executable, __file__, "--child", job, "--threads", str(args.threads)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])

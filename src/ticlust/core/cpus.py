@@ -57,7 +57,7 @@ def busy_cores(interval: float = PROBE_S) -> float:
         if c < min(len(before), len(after)):
             total = sum(after[c]) - sum(before[c])
             idle = (after[c].idle + getattr(after[c], "iowait", 0.0)) - (before[c].idle + getattr(before[c], "iowait", 0.0))
-            busy += 0.0 if total <= 0 else 1.0 - idle / total
+            busy += 0.0 if total <= 0 else min(1.0, max(0.0, 1.0 - idle / total))   # iowait may step back
     mine = (own_after.user + own_after.system - own.user - own.system) / elapsed
     return max(0.0, busy - mine)
 
