@@ -22,7 +22,6 @@ _probe: tuple[float, int] | None = None        # (when, free cores) of the last 
 _lock = threading.Lock()
 _entered = 0
 _before = 1
-_ceiling: int | None = None                    # torch's own thread count (its physical cores) when first asked
 
 
 def allowed_cores() -> list[int]:
@@ -80,9 +79,10 @@ def threads_fixed() -> bool:
 @contextmanager
 def cpu_threads(device):
     """While a CPU run lasts, torch uses one thread per free core (:func:`free_cores`); the count before is put back when
-    the last run inside leaves (two runs in two threads share one setting); never more than torch's own count. Nothing changes on a GPU, or where
+    the last run inside leaves (two runs in two threads share one setting); never more than torch's count at the start (its
+    cores, or what the caller set). Nothing changes on a GPU, or where
     ``OMP_NUM_THREADS`` is set."""
-    global _entered, _before, _ceiling
+    global _entered, _before
     if getattr(device, "type", "cpu") != "cpu" or threads_fixed():
         yield
         return
@@ -91,8 +91,7 @@ def cpu_threads(device):
     with _lock:
         if _entered == 0:
             _before = torch.get_num_threads()
-            _ceiling = _before if _ceiling is None else _ceiling
-            torch.set_num_threads(min(free_cores(), _ceiling))
+            torch.set_num_threads(min(free_cores(), _before))
         _entered += 1
     try:
         yield
