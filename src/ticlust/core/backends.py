@@ -40,17 +40,31 @@ DRAIN_TIMEOUT = 60.0
 WORKER_ENV_UNSET = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None}
 
 
+def worker_environ(workers: int) -> dict:
+    """The dask config that starts ``workers`` local worker processes: without dask's malloc trim setting
+    (:data:`WORKER_ENV_UNSET`) and with each worker's share of the free cores as its torch / BLAS thread count
+    (``cpus.plan_threads``; dask's default is 1, which leaves cores idle when there are more cores than workers),
+    or ``OMP_NUM_THREADS`` as this process's environment sets it."""
+    from .cpus import allowed_cores, busy_cores, plan_threads, threads_fixed
+
+    threads = os.environ["OMP_NUM_THREADS"].strip() if threads_fixed() else \
+        plan_threads(len(allowed_cores()), busy_cores(), workers)
+    prefix = "distributed.nanny.pre-spawn-environ."
+    return {**WORKER_ENV_UNSET, **{prefix + name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                                        "OPENBLAS_NUM_THREADS")}}
+
+
 def local_cluster(workers: int, dashboard: str | None = "127.0.0.1:0"):
-    """A ``distributed.LocalCluster`` of ``workers`` single-threaded worker processes on 127.0.0.1, started
-    without dask's malloc trim setting (:data:`WORKER_ENV_UNSET`). The nanny writes its pre-spawn variables
-    (OMP_NUM_THREADS=1, ...) into this process's environment; they are put back as they were, so a later
+    """A ``distributed.LocalCluster`` of ``workers`` worker processes on 127.0.0.1, each running one task at a time
+    with its share of the free cores as threads (:func:`worker_environ`). The nanny writes its pre-spawn variables
+    (OMP_NUM_THREADS, ...) into this process's environment; they are put back as they were, so a later
     subprocess (or cluster) does not inherit them."""
     import dask
     from distributed import LocalCluster
 
     before = dict(os.environ)
     try:
-        with dask.config.set(WORKER_ENV_UNSET):
+        with dask.config.set(worker_environ(workers)):
             return LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
                                 dashboard_address=dashboard)
     finally:
@@ -110,7 +124,7 @@ class DaskBackend(Backend):
     """Tasks as ``distributed`` futures: submitted at once, collected with ``as_completed``.
 
     ``DaskBackend(client)`` uses a Client the caller made (and closes, unless ``own_client``). ``DaskBackend(workers=N)``
-    starts a LocalCluster of N single-threaded worker processes on 127.0.0.1 at the first
+    starts a LocalCluster of N worker processes (one task at a time each) on 127.0.0.1 at the first
     :meth:`map` that has tasks, and :meth:`close` ends it. ``notice`` (a callable taking one line) is
     told the scheduler's and the dashboard's addresses when the cluster is first used."""
 
@@ -334,4 +348,4 @@ def stderr_notice(line: str) -> None:
 
 
 __all__ = ["Backend", "LocalBackend", "DaskBackend", "LOCAL", "backend_for", "connect", "describe_client",
-           "local_cluster", "CONNECT_TIMEOUT"]
+           "local_cluster", "worker_environ", "CONNECT_TIMEOUT"]

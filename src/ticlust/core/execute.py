@@ -1,7 +1,8 @@
 """The one execution seam: every fit, refine, model selection and prediction runs through :func:`execute`.
 
 It owns what every route used to do on its own (or forget): the device is resolved once, deterministic
-kernels are on while the work lasts (``device.reproducible``), the runs' seeds are handed out and the
+kernels are on while the work lasts (``device.reproducible``), a CPU run uses one thread per core that other jobs
+leave free (``cpus.cpu_threads``), the runs' seeds are handed out and the
 lowest final loss kept (:func:`best_of`, the papers' "minLoss"), Progress events get their ETA
 (:class:`StagePace`), and the result is stamped (device, versions, total time, every run's loss).
 
@@ -15,7 +16,7 @@ takes effect at the next event.
 
 Per-block work (one pure function applied to chunks) goes through a :class:`Backend` (in
 :mod:`ticlust.core.backends`: in-process, or a dask.distributed cluster); this module knows no method (it
-imports only ``device``, ``events`` and ``cluster``), so a method and a remote worker can call into it.
+imports only ``device``, ``cpus``, ``events`` and ``cluster``), so a method and a remote worker can call into it.
 """
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from .cpus import cpu_threads
 from .device import describe, reproducible, resolve_device
 from ..events import Done, Event, Progress
 
@@ -81,7 +83,7 @@ def stream(job: Job) -> Iterator[Event]:
     seed = int(job.seed)
     start = time.perf_counter()
     candidates = [lambda r=r: job.work(device, seed + r) for r in range(int(job.runs))]
-    with reproducible(device):
+    with reproducible(device), cpu_threads(device):
         best, results = yield from with_eta(best_of(candidates, lambda i, n: f"{job.label} {i + 1}/{n}"))
         if job.after is not None:
             best = job.after(best, device)

@@ -1,0 +1,82 @@
+"""Threads by the cores other jobs leave free: the decision, the in-process setting and a real cluster's workers."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ticlust.core import cpus
+from ticlust.core.backends import local_cluster
+
+
+@pytest.mark.parametrize("cores, busy, workers, threads", [
+    (2, 0.0, None, 2), (2, 0.4, None, 2), (2, 0.6, None, 1), (2, 1.0, None, 1), (2, 2.0, None, 1), (2, 5.0, None, 1),
+    (2, 0.0, 1, 2), (2, 0.0, 2, 1), (2, 1.0, 2, 1), (8, 1.0, 2, 3), (8, 0.0, 3, 2), (4, 0.0, 8, 1), (1, 0.0, None, 1),
+    (2, -1.0, None, 2),
+])
+def test_plan_threads_shares_out_the_free_cores(cores, busy, workers, threads):
+    assert cpus.plan_threads(cores, busy, workers) == threads
+
+
+@pytest.fixture
+def two_cores(monkeypatch):
+    """A 2-core machine whose other jobs keep ``busy[0]`` cores busy; no OMP_NUM_THREADS; no cached probe."""
+    busy = [0.0]
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpus, "allowed_cores", lambda: [0, 1])
+    monkeypatch.setattr(cpus, "busy_cores", lambda interval=cpus.PROBE_S: busy[0])
+    monkeypatch.setattr(cpus, "_probe", None)
+    return busy
+
+
+def test_cpu_threads_sets_the_free_cores_and_puts_the_count_back(two_cores):
+    before = torch.get_num_threads()
+    two_cores[0] = 1.0                     # one core held by another job
+    try:
+        torch.set_num_threads(2)
+        with cpus.cpu_threads(torch.device("cpu")):
+            assert torch.get_num_threads() == 1
+            with cpus.cpu_threads(torch.device("cpu")):   # a second run inside keeps the setting
+                assert torch.get_num_threads() == 1
+            assert torch.get_num_threads() == 1
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_cpu_threads_obeys_omp_num_threads(two_cores, monkeypatch):
+    before = torch.get_num_threads()
+    two_cores[0] = 1.0
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    try:
+        torch.set_num_threads(2)
+        with cpus.cpu_threads(torch.device("cpu")):
+            assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_busy_cores_is_a_share_of_the_allowed_cores():
+    busy = cpus.busy_cores(0.05)
+    assert 0.0 <= busy <= len(cpus.allowed_cores())
+
+
+def _threads():
+    import os
+
+    import torch as t
+    return t.get_num_threads(), os.environ.get("OMP_NUM_THREADS")
+
+
+@pytest.mark.parametrize("workers, busy, threads", [(1, 0.0, 2), (2, 0.0, 1)])
+def test_local_cluster_workers_get_their_share_of_the_free_cores(two_cores, workers, busy, threads):
+    from distributed import Client
+
+    two_cores[0] = busy
+    cluster = local_cluster(workers, dashboard=None)
+    try:
+        with Client(cluster) as client:
+            seen = client.run(_threads)
+    finally:
+        cluster.close()
+    assert len(seen) == workers
+    assert set(seen.values()) == {(threads, str(threads))}
