@@ -58,7 +58,7 @@ def busy_cores(interval: float = PROBE_S) -> float:
             idle = (after[c].idle + getattr(after[c], "iowait", 0.0)) - (before[c].idle + getattr(before[c], "iowait", 0.0))
             busy += 0.0 if total <= 0 else min(1.0, max(0.0, 1.0 - idle / total))   # iowait may step back
     mine = (own_after.user + own_after.system - own.user - own.system) / elapsed
-    return max(0.0, busy - mine)
+    return min(float(len(cpus)), max(0.0, busy - mine))   # the sums' rounding may pass the count
 
 
 def free_cores() -> int:
