@@ -268,12 +268,14 @@ class ResultMap(MapLink):
         except InputError as exc:
             self.panel.say(str(exc))
             return
+        field = widget.objects[0] if widget.objects is not None and widget.objects[0].name in self.viewer.layers \
+            else None
         if isinstance(layer, Points):
             L.highlight_shapes(self.viewer, layer, widget.result, rows.tolist())
         else:
             picked = gallery_rows(rows)
             show_gallery(self.viewer, names["gallery"], gallery_grid(stack_items(layer, picked)) if rows.size else None,
-                         layer)
+                         field if field is not None else layer)
         painted = None
         if widget.objects is not None and widget.objects[2] is not None:
             name = L.layer_names(widget.objects[0].name)["painted"]
