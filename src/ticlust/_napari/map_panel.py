@@ -14,6 +14,8 @@ an empty selection: one sentence each in the panel.
 The two hosts differ only in where objects, edits and pictures come from: :class:`ResultMap` (the ticlust
 widget) and :class:`PlateMap` (the plate panel); :class:`MapPanel` is the docked widget both use.
 """
+from contextlib import contextmanager
+
 import numpy as np
 import pandas as pd
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
@@ -28,6 +30,8 @@ GALLERY_MAX = 48
 GALLERY_COLUMNS = 8
 #: The colour of the selection's outline on the field.
 RING = np.array([1.0, 0.9, 0.2, 1.0])
+#: The map's least height in pixels (the dock shares its column with the plate panel or the ticlust widget).
+MAP_HEIGHT = 280
 #: Values listed per count (cluster, well) at most.
 COUNT_ROWS = 8
 NOTHING_SELECTED = "Nothing is selected on the map: draw a lasso or a box around some points first."
@@ -62,6 +66,7 @@ class MapPanel(QWidget):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.message)
         layout.addWidget(self.compute_button)
+        self.map.canvas.setMinimumHeight(MAP_HEIGHT)
         layout.addWidget(self.map, 1)
         layout.addWidget(self.counts)
         layout.addLayout(actions)
@@ -139,8 +144,9 @@ def show_gallery(viewer, name: str, grid: np.ndarray | None, beside) -> None:
     lo, _hi = L.field_extent(beside) if beside is not None else (np.zeros(2), np.zeros(2))
     gap = max(8.0, grid.shape[1] / 16)
     translate = (float(lo[-2]), float(lo[-1]) - gap - grid.shape[1])
-    L.set_image(viewer, name, grid, translate=translate,
-                **({"rgb": True} if grid.ndim == 3 and grid.shape[-1] == 3 else {"colormap": "gray"}))
+    with kept_active(viewer):
+        L.set_image(viewer, name, grid, translate=translate,
+                    **({"rgb": True} if grid.ndim == 3 and grid.shape[-1] == 3 else {"colormap": "gray"}))
 
 
 def ring_objects(viewer, painted, values: np.ndarray, name: str) -> None:
@@ -156,9 +162,22 @@ def ring_objects(viewer, painted, values: np.ndarray, name: str) -> None:
     if name in viewer.layers:
         viewer.layers[name].data = data
         return
-    layer = viewer.add_labels(data, name=name, scale=painted.scale, translate=painted.translate, opacity=1.0,
-                              colormap=DirectLabelColormap(color_dict={None: RING, 0: np.zeros(4)}))
-    layer.contour = 2
+    with kept_active(viewer):
+        layer = viewer.add_labels(data, name=name, scale=painted.scale, translate=painted.translate, opacity=1.0,
+                                  colormap=DirectLabelColormap(color_dict={None: RING, 0: np.zeros(4)}))
+        layer.contour = 2
+
+
+@contextmanager
+def kept_active(viewer):
+    """The active layer stays the one the user had (a layer added becomes the active one in napari): a click on
+    the field keeps picking objects, the layer controls keep showing what they showed."""
+    active = viewer.layers.selection.active
+    try:
+        yield
+    finally:
+        if active is not None and active in viewer.layers:
+            viewer.layers.selection.active = active
 
 
 class MapLink:
@@ -284,19 +303,11 @@ class ResultMap(MapLink):
 
     def open_object(self, item: int) -> None:
         """A point clicked: the item goes under the slider (its inspector follows), or its shape is picked."""
-        from napari.layers import Points
-
         try:
-            layer = self.owner.fitted_layer()
+            self.owner.show_item(item, self.owner.fitted_layer())
         except InputError as exc:
             self.panel.say(str(exc))
             return
-        if isinstance(layer, Points):
-            layer.selected_data = set(np.flatnonzero(L.shape_index_of_points(layer) == item).tolist())
-        else:
-            step = list(self.viewer.dims.current_step)
-            step[0] = item
-            self.viewer.dims.current_step = tuple(step)
         self.panel.say(f"item {item}: under the slider, with its inspector.")
 
     def edit(self, kind: str, rows: np.ndarray, to: int):

@@ -587,13 +587,18 @@ class TiclustWidget(Container):
         if item is None or layer is None or item >= self.result.n:
             return None
         self.viewer.layers[name].selected_label = item + 1     # the layer controls name the picked object
+        self.show_item(item, layer)
+        return item
+
+    def show_item(self, item: int, layer) -> None:
+        """Put fitted item ``item`` of ``layer`` under the slider (status line and inspector follow), or select its
+        shape's points in a landmark layer."""
         if isinstance(layer, Points):
             layer.selected_data = set(np.flatnonzero(L.shape_index_of_points(layer) == item).tolist())
         else:
             step = list(self.viewer.dims.current_step)
             step[0] = item
             self.viewer.dims.current_step = tuple(step)
-        return item
 
     def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
         """Double-click a cluster row: show its closest member under the slider."""
