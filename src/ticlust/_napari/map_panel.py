@@ -460,6 +460,11 @@ class PlateMap(MapLink):
 
     def refresh(self):
         """Refresh on the out-of-date banner: Re-predict (the Curate tab's), which reads the map again when done."""
+        result = self.owner.result
+        if result is not None and result.state is None:
+            self.panel.say("The edited result places no object until it is refined: Refine it (the Curate tab), then "
+                           "Refresh.")
+            return None
         self.panel.say("Re-predicting the store for a fresh map…")
         return self.owner.curate.start_repredict()
 
