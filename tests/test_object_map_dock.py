@@ -93,6 +93,7 @@ def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, make_napari_viewe
     edited = mp.act("move")
     settle(qtbot, panel)
     assert edited is panel.result and (mp.map.columns["cluster"].to_numpy()[rows] == target).all()
+    assert mp.counts.text().startswith(f"{rows.size} selected · cluster {target}: {rows.size} · well ")
     assert mp.map.legend.text().startswith("cluster") and not mp.map.is_stale
     panel.undo()
     settle(qtbot, panel)

@@ -34,6 +34,7 @@ RING = np.array([1.0, 0.9, 0.2, 1.0])
 MAP_HEIGHT = 280
 #: Values listed per count (cluster, well) at most.
 COUNT_ROWS = 8
+BUSY = "A job is running in the dock: let it finish (or Cancel it), then edit from the map."
 NOTHING_SELECTED = "Nothing is selected on the map: draw a lasso or a box around some points first."
 
 
@@ -87,8 +88,13 @@ class MapPanel(QWidget):
         self.to.setMaximum(max(int(k) - 1, 0))
 
     def _selected(self, rows: np.ndarray) -> None:
-        self.counts.setText(count_text(self.map.columns, rows, self.link.count_columns()) if rows.size else "")
+        self.count()
         self.link.show_selection(rows)
+
+    def count(self) -> None:
+        """The selection's counts per cluster (and well), as the map colours them now."""
+        rows = self.map.selection
+        self.counts.setText(count_text(self.map.columns, rows, self.link.count_columns()) if rows.size else "")
 
     def act(self, kind: str):
         """Move / Mark outliers / Split off the selection through the dock's curation; one sentence when nothing
@@ -98,10 +104,12 @@ class MapPanel(QWidget):
             self.say(NOTHING_SELECTED)
             return None
         try:
-            return self.link.edit(kind, rows, int(self.to.value()))
+            edited = self.link.edit(kind, rows, int(self.to.value()))
         except InputError as exc:
             self.say(f"Not done: {exc}")
             return None
+        self.count()
+        return edited
 
 
 def count_text(columns: pd.DataFrame, rows: np.ndarray, names) -> str:
@@ -112,6 +120,7 @@ def count_text(columns: pd.DataFrame, rows: np.ndarray, names) -> str:
         if name not in columns.columns:
             continue
         counts = columns[name].iloc[rows].value_counts(sort=True)
+        counts = counts[counts > 0]                   # a categorical column counts its absent values too
         shown = ", ".join(f"{value}: {n:,}" for value, n in counts.iloc[:COUNT_ROWS].items())
         more = f", … {len(counts) - COUNT_ROWS} more" if len(counts) > COUNT_ROWS else ""
         parts.append(f"{name} {shown}{more}")
@@ -314,6 +323,8 @@ class ResultMap(MapLink):
         from .. import curation
 
         result = self.owner.result
+        if self.owner.worker is not None:
+            raise InputError(BUSY)
         if kind == "move":
             edited, said = curation.move(result, rows, to), f"Moved {rows.size:,} items to cluster {to} (pinned there)"
         elif kind == "outliers":
@@ -540,6 +551,8 @@ class PlateMap(MapLink):
         from ..plate import curate
 
         owner = self.owner
+        if owner.job is not None or owner.opening is not None:
+            raise InputError(BUSY)
         if owner.store is None or owner.result is None:
             raise InputError("Fit a result on the store (the Fit tab) or load the one it was predicted with first.")
         curate.check_plate_result(owner.result, owner.store)
