@@ -416,7 +416,7 @@ class PlateMap(MapLink):
     def _read(self, store, got) -> None:
         if store is not self.store:
             return
-        objects, xy, table = got
+        objects, xy, table, columns = got
         panel = self.ensure()
         if not len(objects):
             panel.say("The store's predictions have no map places (made with a result saved before maps were "
@@ -428,22 +428,13 @@ class PlateMap(MapLink):
                   ": draw a lasso or a box to select, click a point to open its field.")
         if self.owner.result is not None:
             panel.set_k(self.owner.result.k)
-        panel.map.set_points(xy, self.columns())
+        edited = self.owner.result is not None and self.owner.result is not self.owner.predicted
+        panel.map.set_points(xy, self.columns() if edited else columns)   # the dock's edits shown on them
         self.result_changed(recolor=False)
 
     def columns(self) -> pd.DataFrame:
         """The map's colour columns with the dock's edits not yet re-predicted shown (``StorePanel.previewed``)."""
-        table, _ = self.owner.previewed(self.table, self.objects)
-        cluster = table["cluster"].to_numpy().astype(np.int64)
-        if "outlier" in table.columns:
-            cluster = np.where(table["outlier"].to_numpy(bool), -1, cluster)
-        out = pd.DataFrame({"cluster": cluster})
-        for name in table.columns:
-            if name not in PREDICTED:
-                out[name] = table[name].to_numpy()
-        out["score"] = table["score"].to_numpy(float)
-        out["margin"] = table["runner_up_score"].to_numpy(float) - out["score"].to_numpy()
-        return out
+        return colour_columns(self.owner.previewed(self.table, self.objects)[0])
 
     def stale_reason(self) -> str | None:
         """Why the places shown are not the dock's result's (a Refine, a split, another fit), or None."""
@@ -602,9 +593,24 @@ PREDICTED = ("field_index", "cluster", "runner_up", "runner_up_score", "score", 
              "map_y", "image")
 
 
+def colour_columns(table: pd.DataFrame) -> pd.DataFrame:
+    """What the map is coloured by, from predictions with the manifest's columns: cluster (outliers -1), each
+    manifest column (categories stay categories: a million strings are never made), score and the margin to the
+    runner-up."""
+    cluster = table["cluster"].to_numpy().astype(np.int64)
+    if "outlier" in table.columns:
+        cluster = np.where(table["outlier"].to_numpy(bool), -1, cluster)
+    out = {"cluster": cluster}
+    out.update({name: table[name].array for name in table.columns if name not in PREDICTED})
+    score = table["score"].to_numpy(float)
+    out.update({"score": score, "margin": table["runner_up_score"].to_numpy(float) - score})
+    return pd.DataFrame(out, copy=False)
+
+
 def map_table(store, predictions):
     """(the store objects with a map place, their places (n, 2) float32, their predictions with the manifest's
-    columns), read from the store's predictions (``predictions``: the columns the panel read already)."""
+    columns, the map's colour columns of them), read from the store's predictions (``predictions``: the columns
+    the panel read already)."""
     import pyarrow.parquet as pq
 
     from ..plate.view import predictions_path
@@ -615,14 +621,14 @@ def map_table(store, predictions):
               if c in names]
     read = pd.read_parquet(path, columns=wanted)
     if "map_x" not in read.columns:
-        return np.zeros(0, np.int64), np.zeros((0, 2), np.float32), None
+        return np.zeros(0, np.int64), np.zeros((0, 2), np.float32), None, None
     xy = np.column_stack([read["map_x"].to_numpy(np.float32), read["map_y"].to_numpy(np.float32)])
     objects = np.flatnonzero(np.isfinite(xy).all(1))
     table = pd.concat([predictions.drop(columns=[c for c in ("image",) if c in predictions.columns]),
                        read.drop(columns=["map_x", "map_y"])], axis=1)
     if len(objects) < len(xy):
         table = table.iloc[objects].reset_index(drop=True)
-    return objects, xy[objects], table
+    return objects, xy[objects], table, colour_columns(table)
 
 
 def said(call, *args, **kwargs):
