@@ -167,7 +167,7 @@ def test_bad_input_is_one_sentence_each(made, predicted, make_napari_viewer, qtb
     # a store without predictions: predict first
     viewer, panel, mp = plate_dock(make_napari_viewer, qtbot, store)
     assert mp.message.text().startswith("No predictions yet: predict the store first")
-    assert len(mp.map.xy) == 0 and mp.compute_button.isHidden()
+    assert len(mp.map.xy) == 0 and mp.compute_button.isHidden() and mp.map.isHidden()
     # an empty selection: nothing to move
     copy, km = predicted
     panel.open_store(copy.path)
@@ -190,7 +190,8 @@ def test_bad_input_is_one_sentence_each(made, predicted, make_napari_viewer, qtb
     predict_store(plain, old, device="cpu")
     panel.open_store(old.path)
     settle(qtbot, panel)
-    assert mp.message.text().startswith("The store's predictions have no map places") and not mp.compute_button.isHidden()
+    assert mp.message.text().startswith("The store's predictions have no map places")
+    assert not mp.compute_button.isHidden() and mp.map.isHidden()        # no points of the store before
     mp.compute_button.click()
     settle(qtbot, panel)
     assert mp.message.text().startswith("Load the result the store was predicted with")
@@ -285,6 +286,8 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
                                                      if k not in EXTRAS}, embedding=None, map=None)
     widget.load_result(old.save(tmp_path / "old.npz"))
     assert mp.message.text().startswith("This result has no object map") and not mp.compute_button.isHidden()
+    assert mp.map.isHidden()                                         # not the points of the result before
     mp.compute_button.click()
     qtbot.waitUntil(lambda: not widget.object_map.busy, timeout=60_000)
     assert widget.result.map is not None and len(mp.map.xy) == 120 and mp.compute_button.isHidden()
+    assert not mp.map.isHidden()

@@ -207,7 +207,8 @@ class MapLink:
     @property
     def busy(self) -> bool:
         """Whether the map is still reading, computing or drawing what was asked."""
-        return self.reading is not None or self.gallery is not None or (self.alive_panel() is not None and self.panel.map.busy)
+        drawing = self.alive_panel() is not None and self.panel.map.busy
+        return self.reading is not None or self.gallery is not None or drawing
 
     def alive_panel(self) -> MapPanel | None:
         """The panel, or None when there is none (or the user closed its dock)."""
@@ -237,6 +238,21 @@ class MapLink:
     def count_columns(self) -> list[str]:
         return ["cluster"]
 
+    def _finished(self) -> None:
+        self.reading = None
+
+    def show_points(self, xy, columns) -> None:
+        """Draw these points (the map shown again after it was hidden)."""
+        panel = self.ensure()
+        panel.map.show()
+        panel.map.set_points(xy, columns)
+
+    def no_points(self, text: str, compute: bool = False) -> None:
+        """No map to show (no predictions, no places): the sentence, and no points of an earlier store or result."""
+        panel = self.ensure()
+        panel.map.hide()
+        panel.say(text, compute)
+
 
 class ResultMap(MapLink):
     """The map of the ticlust widget's result: one point per fitted item at ``result.map``."""
@@ -255,8 +271,8 @@ class ResultMap(MapLink):
         panel.set_k(result.k)
         if result.map is None:
             self.shown_map = None
-            panel.say("This result has no object map (it was saved before maps were made): Compute map learns one "
-                      "from the data it was fitted on.", compute=True)
+            self.no_points("This result has no object map (it was saved before maps were made): Compute map learns "
+                           "one from the data it was fitted on.", compute=True)
             return
         panel.say("")
         columns = self.columns(result)
@@ -264,7 +280,7 @@ class ResultMap(MapLink):
             panel.map.update_columns(columns)
         else:
             self.shown_map = result.map
-            panel.map.set_points(result.map, columns)
+            self.show_points(result.map, columns)
 
     def columns(self, result) -> pd.DataFrame:
         """cluster (outliers -1), score, margin to the runner-up and, for the objects of a field, their table."""
@@ -326,14 +342,14 @@ class ResultMap(MapLink):
         if self.owner.worker is not None:
             raise InputError(BUSY)
         if kind == "move":
-            edited, said = curation.move(result, rows, to), f"Moved {rows.size:,} items to cluster {to} (pinned there)"
+            edited, text = curation.move(result, rows, to), f"Moved {rows.size:,} items to cluster {to} (pinned there)"
         elif kind == "outliers":
-            edited, said = curation.mark_outliers(result, rows), f"Marked {rows.size:,} items as outliers"
+            edited, text = curation.mark_outliers(result, rows), f"Marked {rows.size:,} items as outliers"
         else:
             edited = curation.split_off(result, rows)
-            said = f"Split {rows.size:,} items off as cluster {edited.k - 1}; Refine learns its prototype"
-        self.owner.curation.apply(edited, said)
-        self.panel.say(f"{said}.")
+            text = f"Split {rows.size:,} items off as cluster {edited.k - 1}; Refine learns its prototype"
+        self.owner.curation.apply(edited, text)
+        self.panel.say(f"{text}.")
         return edited
 
     def refresh(self) -> None:
@@ -364,12 +380,11 @@ class ResultMap(MapLink):
                 self.panel.say("Computed the object map: Save result… keeps it with the result.")
 
         self.panel.say("Computing the object map…")
-        self.reading = start_worker(lambda: said(compute_map, result, data, device=device), returned=done,
+        self.reading = start_worker(lambda: said(compute_map, result, data, device=device, what="Computing the map"),
+                                    returned=done,
                                     finished=self._finished)
         return self.reading
 
-    def _finished(self) -> None:
-        self.reading = None
 
 
 class PlateMap(MapLink):
@@ -402,25 +417,27 @@ class PlateMap(MapLink):
                 self.viewer.layers.remove(name)
         panel.map.clear_stale()
         if opened.predictions is None:
-            panel.say("No predictions yet: predict the store first (the Predict tab, or ticlust predict RESULT "
-                      "STORE); the map shows every predicted object.")
+            self.no_points("No predictions yet: predict the store first (the Predict tab, or ticlust predict RESULT "
+                           "STORE); the map shows every predicted object.")
             return
         panel.say(f"Reading the map of {len(opened.store):,} objects…")
         store, predictions = opened.store, opened.predictions
-        self.reading = start_worker(lambda: map_table(store, predictions), returned=lambda got: self._read(store, got),
-                                    finished=self._finished, alive=self.owner.alive)
-
-    def _finished(self) -> None:
-        self.reading = None
+        self.reading = start_worker(lambda: said(map_table, store, predictions, what="Reading the map"),
+                                    returned=lambda got: self._read(store, got), finished=self._finished,
+                                    alive=self.owner.alive)
 
     def _read(self, store, got) -> None:
         if store is not self.store:
             return
-        objects, xy, table, columns = got
+        read, problem = got
         panel = self.ensure()
+        if problem is not None:
+            panel.say(problem)
+            return
+        objects, xy, table, columns = read
         if not len(objects):
-            panel.say("The store's predictions have no map places (made with a result saved before maps were "
-                      "made): Compute map learns one on the fit sample, then predicts again.", compute=True)
+            self.no_points("The store's predictions have no map places (made with a result saved before maps were "
+                           "made): Compute map learns one on the fit sample, then predicts again.", compute=True)
             return
         self.objects, self.table = objects, table
         missing = len(store) - len(objects)
@@ -429,7 +446,7 @@ class PlateMap(MapLink):
         if self.owner.result is not None:
             panel.set_k(self.owner.result.k)
         edited = self.owner.result is not None and self.owner.result is not self.owner.predicted
-        panel.map.set_points(xy, self.columns() if edited else columns)   # the dock's edits shown on them
+        self.show_points(xy, self.columns() if edited else columns)   # the dock's edits shown on them
         self.result_changed(recolor=False)
 
     def columns(self) -> pd.DataFrame:
@@ -549,14 +566,15 @@ class PlateMap(MapLink):
         curate.check_plate_result(owner.result, owner.store)
         objects, n = self.objects[rows], len(owner.store)
         if kind == "move":
-            edited, said = curate.move(owner.result, objects, to, n), f"Moved {objects.size:,} objects to cluster {to}"
+            edited, text = curate.move(owner.result, objects, to, n), f"Moved {objects.size:,} objects to cluster {to}"
         elif kind == "outliers":
-            edited, said = curate.mark_outliers(owner.result, objects, n), f"Marked {objects.size:,} objects as outliers"
+            edited = curate.mark_outliers(owner.result, objects, n)
+            text = f"Marked {objects.size:,} objects as outliers"
         else:
             edited = curate.split_off(owner.result, objects, n)
-            said = f"Split {objects.size:,} objects off as cluster {edited.k - 1}"
-        owner.apply_edit(edited, said)
-        self.panel.say(f"{said}: {owner.pending_text() or 'the store has it.'}")
+            text = f"Split {objects.size:,} objects off as cluster {edited.k - 1}"
+        owner.apply_edit(edited, text)
+        self.panel.say(f"{text}: {owner.pending_text() or 'the store has it.'}")
         return edited
 
     def compute(self):
@@ -582,7 +600,8 @@ class PlateMap(MapLink):
                 owner.predict.start()
 
         self.panel.say("Computing the object map on the fit sample…")
-        self.reading = start_worker(lambda: said(compute_map, model, store, device=device), returned=done,
+        self.reading = start_worker(lambda: said(compute_map, model, store, device=device, what="Computing the map"),
+                                    returned=done,
                                     finished=self._finished, alive=owner.alive)
         return self.reading
 
@@ -631,14 +650,15 @@ def map_table(store, predictions):
     return objects, xy[objects], table, colour_columns(table)
 
 
-def said(call, *args, **kwargs):
-    """(what ``call`` returns, None), or (None, the sentence) when it stops: a worker's failure said in the panel."""
+def said(call, *args, what: str, **kwargs):
+    """(what ``call`` returns, None), or (None, the sentence) when it stops: a worker's failure said in the panel
+    (``what``: the step, as the sentence names it)."""
     try:
         return call(*args, **kwargs), None
     except InputError as exc:
         return None, str(exc)
     except Exception as exc:           # said in the panel, in one sentence
-        return None, f"Computing the map stopped with {type(exc).__name__}: {exc}"
+        return None, f"{what} stopped with {type(exc).__name__}: {exc}"
 
 
 def stack_items(layer, rows: np.ndarray) -> np.ndarray:
