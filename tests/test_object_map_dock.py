@@ -281,6 +281,10 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
     mp.to.setValue(3)
     off = mp.act("split_off")
     assert off.k == 5 and mp.to.maximum() == 4 and (widget.result.labels[rows] == 4).all()
+    assert widget.curation.refine() is not None                      # while a job runs, the map edits nothing
+    assert mp.act("move") is None and mp.message.text().startswith("Not done: A job is running in the dock")
+    qtbot.waitUntil(lambda: widget.worker is None and not widget.object_map.busy, timeout=60_000)
+    assert widget.result.state is not None and widget.result.k == 5 and len(mp.map.xy) == 120
     # a result saved before maps were made loads; the map offers to compute one
     old = dataclasses.replace(widget.result, extras={k: v for k, v in widget.result.extras.items()
                                                      if k not in EXTRAS}, embedding=None, map=None)
