@@ -88,6 +88,8 @@ def regionprops_umap(feats: np.ndarray, fit: np.ndarray, new: np.ndarray, seed: 
 
 
 def one(kind: str, method: str, params: dict, seed: int, n: int) -> list[dict]:
+    import torch
+
     import ticlust
     from ticlust.api import mapped, object_params, prepare
     from ticlust.methods import get_method
@@ -104,7 +106,8 @@ def one(kind: str, method: str, params: dict, seed: int, n: int) -> list[dict]:
     fit_s = time.perf_counter() - t
     t = time.perf_counter()
     r.embedding = r.map = None
-    r = mapped(get_method(method), r, prepare(x[fit], get_method(method)), "cpu", seed)   # timed alone
+    spec = get_method(method)
+    r = mapped(spec, prepare(x[fit], spec), seed)(r, torch.device("cpu"))   # timed alone
     learn_s = time.perf_counter() - t
     t = time.perf_counter()
     p = ticlust.predict(r, x[new], device="cpu")

@@ -136,3 +136,25 @@ def test_export_gallery_from_the_cli(blobs, tmp_path, capsys):
     assert first.ndim == 3 and first.shape[2] == 3 and first.shape[0] >= 2 * 8    # 20 members: two rows of 8×8 tiles
     assert main(["export", str(tmp_path / "r.npz"), "--input", str(tmp_path / "x.npy")[:-4] + "_missing.npy",
                  "--gallery", str(tmp_path / "o2")]) == 2
+
+
+def test_split_off_a_selection_makes_a_new_cluster_refine_learns(blobs):
+    """A selection (a lasso on the object map) split off: cluster K, pinned; Refine learns its prototype."""
+    x, y = blobs
+    res = ticlust.fit(x, method="kmeans", k=3, seed=0)           # four groups in three clusters: two share one
+    shared = int(np.bincount(res.labels).argmax())
+    group = int(np.bincount(y[res.labels == shared]).argmax())
+    picked = np.flatnonzero((res.labels == shared) & (y == group))
+    off = curation.split_off(res, picked)
+    assert off.k == 4 and off.state is None and res.k == 3          # the input is unchanged
+    assert (off.labels[picked] == 3).all() and (off.pinned[picked] == 3).all()
+    assert off.edits[-1] == {"op": "split_off", "items": picked.tolist(), "cluster": 3, "from": shared}
+    assert np.array_equal(off.prototypes[3], res.prototypes[shared]) and off.scores.shape == (len(x), 4)
+    refined = curation.refine(x, off)
+    assert refined.k == 4 and (refined.labels[picked] == 3).all()
+    assert ticlust.evaluate(y, refined.labels)["acc"] == 1.0
+    assert np.array_equal(ticlust.predict(refined, x).labels, refined.labels)
+    with pytest.raises(InputError, match="All .* items are selected"):
+        curation.split_off(res, np.arange(len(x)))
+    with pytest.raises(InputError, match="No items to split off"):
+        curation.split_off(res, [])

@@ -173,3 +173,20 @@ def test_pin_columns_on_rows_of_a_block():
     assert cols["outlier"].tolist() == [False, True, False, False]
     assert curate.pin_columns({"cluster": np.array([1])}, np.array([0]), (np.zeros(0, int), np.zeros(0, int))) == \
         {"cluster": np.array([1])}
+
+
+def test_split_off_a_selection_renumbers_and_pins_a_new_cluster(plate, tmp_path):
+    """A lasso's objects split off as cluster K: inside the sample through curation, outside it pinned; Re-predict
+    renumbers (nothing aligned) and the table shows the new cluster; objects all outside the sample are refused."""
+    store, result = plate
+    sample = curate.fit_sample(result)
+    chosen = [int(sample[0]), int(sample[1]), *outside(result, store, 3)]
+    off = curate.split_off(result, chosen, len(store))
+    assert off.k == result.k + 1 and [e["op"] for e in off.edits] == ["split_off", "pin"]
+    assert curate.cluster_map(result, off) is not None
+    done = curate.repredict(off, store, previous=result, device="cpu", csv=tmp_path / "off.csv")
+    assert done.relabelled and done.by_hand == len(chosen)
+    table = pd.read_csv(tmp_path / "off.csv")
+    assert set(np.flatnonzero(table["cluster"] == result.k)) == set(chosen)
+    with pytest.raises(ticlust.InputError, match="None of the 3 objects is in the fit sample"):
+        curate.split_off(result, outside(result, store, 3), len(store))

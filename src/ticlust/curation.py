@@ -191,6 +191,24 @@ def mark_outliers(result: ClusteringResult, items) -> ClusteringResult:
     return _edited(result, {"op": "outliers", "items": index.tolist()}, pinned=pins)
 
 
+def split_off(result: ClusteringResult, items) -> ClusteringResult:
+    """Make ``items`` (a selection, see :func:`item_index`: e.g. a lasso on the object map) a new cluster, numbered
+    K, and pin them there. Its prototype and scores start as those of the cluster most of them came from, so that
+    nothing is computed before :func:`refine`, which re-fits the new prototype from its members."""
+    index = item_index(items, result.n, "split off")
+    if index.size == result.n:
+        raise InputError(f"All {result.n} items are selected: a new cluster needs some items left in the others.")
+    source = int(np.bincount(np.asarray(result.labels)[index].clip(0), minlength=result.k).argmax())
+    protos = np.asarray(result.prototypes)
+    scores = np.asarray(result.scores)
+    labels, pins = np.asarray(result.labels).copy(), _pins(result)
+    labels[index], pins[index] = result.k, result.k
+    return _edited(result, {"op": "split_off", "items": index.tolist(), "cluster": result.k, "from": source},
+                   labels=labels, pinned=pins, prototypes=np.concatenate([protos, protos[source:source + 1]]),
+                   scores=np.concatenate([scores, scores[:, source:source + 1]], axis=1),
+                   responsibilities=None, covariances=None)
+
+
 def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: str = "auto") -> ClusteringResult:
     """Re-cluster the members of ``cluster`` in two by the same method and parameters; the second half
     becomes a new cluster, numbered K. Scores to both halves come from the two-cluster fit."""

@@ -478,6 +478,26 @@ class ObjectMap(QWidget):
         self.legend.setText(f"indexing {len(xy):,} objects…")
         self._submit_data(map_data, xy, columns, first)
 
+    def update_columns(self, columns: pd.DataFrame) -> None:
+        """New values for the same points (an edit renumbered clusters): the index, the view, the selection and the
+        highlight stay; the map is recoloured by the column it shows (the first one when that column is gone)."""
+        if not len(self.xy):
+            raise InputError("there is no map to update yet; call set_points first.")
+        if not isinstance(columns, pd.DataFrame) or len(columns) != len(self.xy):
+            raise InputError(f"columns must be a pandas DataFrame with one row per point ({len(self.xy):,}).")
+        self.columns = columns
+        names = [str(c) for c in columns.columns]
+        current = self.color_combo.currentText()
+        self.color_combo.blockSignals(True)
+        self.color_combo.clear()
+        self.color_combo.addItems(names)
+        name = current if current in names else (names[0] if names else None)
+        if name is not None:
+            self.color_combo.setCurrentText(name)
+        self.color_combo.blockSignals(False)
+        if name is not None:
+            self._submit_data(recolored, self._data_future, self.data, self.xy, self.columns, name)
+
     def color_by(self, column_name: str) -> None:
         """Colour the points by this column: categories (clusters in the field painting's colours, other
         categories in a fixed palette) or a colormap for numbers. A column of one value gives one colour."""

@@ -69,6 +69,7 @@ class PlateInspector:
         if obj is None:
             return None
         self.panel.picked = sorted(set(self.panel.picked) | {obj}) if add else [obj]
+        self.panel.object_map.picked(self.panel.picked)
         self.inspect(obj)
         return obj
 

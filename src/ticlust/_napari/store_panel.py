@@ -36,6 +36,7 @@ from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, clu
 from ..plate.store import ObjectStore
 from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
+from .map_panel import PlateMap
 from .plate_inspector import PlateInspector
 from .workers import RunButton, start_worker
 
@@ -293,6 +294,7 @@ class StorePanel(Container):
         self.load_button.changed.connect(self._ask_load)
         self.apply_runner = RunButton(self.apply_button, self.apply_result, self.say, alive=self.alive)
         self.inspector = PlateInspector(self)
+        self.object_map = PlateMap(self)     # every predicted object on a map, docked when a store opens
         viewer.mouse_drag_callbacks.append(self.inspector.on_click)
         self.importing = start_worker(_warm_up, finished=self._methods_ready, alive=self.alive)
         self._close_watch = _CloseWatch(self._dock_closed)
@@ -400,6 +402,7 @@ class StorePanel(Container):
             self.model = result
         self.undo_stack.clear()
         self.curate.show_for(result)
+        self.object_map.result_changed()
         if self.store is not None and np.ndim(result.prototypes) >= 3:
             self.inspector.show_prototypes(result.prototypes, result.cluster_sizes())
         self.controls()
@@ -443,6 +446,7 @@ class StorePanel(Container):
             self.inspector.show_prototypes(self.result.prototypes, self.result.cluster_sizes())
         if self.picture is not None:
             self._paint(self.picture)
+        self.object_map.result_changed()
         self.controls()
 
     def pending_text(self) -> str:
@@ -530,6 +534,7 @@ class StorePanel(Container):
         for runner in self.runners:
             runner.drop()
         self.inspector.drop()
+        self.object_map.close()
         if self.inspector.on_click in self.viewer.mouse_drag_callbacks:
             self.viewer.mouse_drag_callbacks.remove(self.inspector.on_click)
 
@@ -626,6 +631,7 @@ class StorePanel(Container):
         then, self._then = self._then, None
         if then is not None and opened.problem is None:
             self.later(lambda: self.say(then))
+        self.object_map.opened(opened)
 
     def later(self, draw) -> None:
         """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
@@ -811,6 +817,7 @@ class StorePanel(Container):
         else:
             layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
         layer.metadata["field_index"] = picture.field_index
+        self.object_map.field_painted(picture)
         self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
 
     def field_objects(self, field_index: int, count: int) -> np.ndarray:

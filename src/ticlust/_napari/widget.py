@@ -27,6 +27,7 @@ from ..api import load_result
 from ..result import ClusteringResult
 from . import layers as L
 from .curation_panel import CurationPanel
+from .map_panel import ResultMap
 from .method_form import MethodForm, crop_options
 from .store_panel import STORE_PANEL
 from .workers import RunButton, start_worker
@@ -91,6 +92,7 @@ class TiclustWidget(Container):
         self.table = Table(label="clusters", value={"cluster": [], "size": [], "mean score": [], "closest items": []})
         self.table.native.setMinimumHeight(180)
         self.curation = CurationPanel(self)     # shown once there is a result
+        self.object_map = ResultMap(self)       # the result's object map, docked once there is a result
         self.extend([self.method, self.input, self.labels, self.k, self.params, self.show_advanced, self.device,
                      self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table])
         self.native.layout().addWidget(self.curation.native)     # the dock's full width, no label column
@@ -396,6 +398,7 @@ class TiclustWidget(Container):
         self._on_step()
         if self._framed is not result and (isinstance(input_layer, Points) or not self._inspector_wanted(input_layer)):
             self._frame(input_layer)
+        self.object_map.shown(result)
 
     def _frame(self, input_layer) -> None:
         self._framed = self.result
@@ -498,6 +501,7 @@ class TiclustWidget(Container):
         # only layers that still exist are updated: one the user deleted (or a closing viewer removed) stays gone
         if result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
             L.update_grid(self.viewer, layer, result)
+        self.object_map.current(frame)
         chosen, runner, scores = self.verdict(frame)
         self.status.value = (f"{self._item_name(frame)} → cluster {chosen} (score {scores[chosen]:.4g}); "
                              f"runner-up {runner} ({scores[runner]:.4g}){L.pose_text(result, frame)}")
@@ -583,13 +587,18 @@ class TiclustWidget(Container):
         if item is None or layer is None or item >= self.result.n:
             return None
         self.viewer.layers[name].selected_label = item + 1     # the layer controls name the picked object
+        self.show_item(item, layer)
+        return item
+
+    def show_item(self, item: int, layer) -> None:
+        """Put fitted item ``item`` of ``layer`` under the slider (status line and inspector follow), or select its
+        shape's points in a landmark layer."""
         if isinstance(layer, Points):
             layer.selected_data = set(np.flatnonzero(L.shape_index_of_points(layer) == item).tolist())
         else:
             step = list(self.viewer.dims.current_step)
             step[0] = item
             self.viewer.dims.current_step = tuple(step)
-        return item
 
     def _jump_to_cluster(self, row: int, _column: int = 0) -> None:
         """Double-click a cluster row: show its closest member under the slider."""

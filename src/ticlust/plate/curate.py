@@ -30,8 +30,9 @@ from ..result import OUTLIER, ClusteringResult
 from .pins import PINS, fit_sample, outside_pins, pin_columns, pin_values, pinned_columns, plate_pins  # noqa: F401  (curate is their public face)
 from .store import ObjectStore, Reporter, _write_errors, part_name, store_lock
 
-#: Edits after which the store's predictions are renumbered, not predicted again (``pin``: objects outside the sample).
-RELABEL_OPS = ("merge", "move", "outliers", "pin")
+#: Edits after which the store's predictions are renumbered, not predicted again (``pin``: objects outside the sample;
+#: ``split_off``: the new cluster holds only the objects pinned to it until a Refine).
+RELABEL_OPS = ("merge", "move", "outliers", "split_off", "pin")
 
 
 # ---- the result and its sample -------------------------------------------------------------------
@@ -111,6 +112,27 @@ def mark_outliers(result: ClusteringResult, objects, store_objects: int) -> Clus
     pins = outside_pins(edited)
     pins.update({int(o): OUTLIER for o in outside})
     return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": OUTLIER})
+
+
+def split_off(result: ClusteringResult, objects, store_objects: int) -> ClusteringResult:
+    """Make store objects ``objects`` (e.g. a lasso on the object map) a new cluster, numbered K, pinned there: those
+    of the fit sample through ``curation.split_off`` (Refine learns the new prototype from them), the others pinned
+    in the config. Refused when none is in the fit sample: Refine would have no member to learn the new cluster
+    from."""
+    from .. import curation
+
+    objects = objects_of(objects, store_objects, "split off")
+    inside, outside = _split_sample(result, objects)
+    if len(inside) == 0:
+        raise InputError(f"None of the {len(objects):,} objects is in the fit sample ({len(fit_sample(result)):,} "
+                         "objects), so Refine could not learn a new cluster from them: select more objects, or move "
+                         "them to an existing cluster.")
+    edited = curation.split_off(result, inside)
+    if len(outside) == 0:
+        return edited
+    pins = outside_pins(edited)
+    pins.update({int(o): edited.k - 1 for o in outside})
+    return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": edited.k - 1})
 
 
 def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
@@ -204,6 +226,8 @@ def cluster_map(previous: ClusteringResult, result: ClusteringResult) -> np.ndar
             replay = curation.move(replay, edit["items"], edit["cluster"])
         elif edit["op"] == "outliers":
             replay = curation.mark_outliers(replay, edit["items"])
+        elif edit["op"] == "split_off":
+            replay = curation.split_off(replay, edit["items"])
     same = replay.k == result.k and np.shape(replay.prototypes) == np.shape(result.prototypes) and \
         np.allclose(replay.prototypes, result.prototypes)
     return mapping if same else None
@@ -325,6 +349,6 @@ def _relabel_part(path: Path, before: str, digest: str, mapping: np.ndarray, met
         write_atomic(path, lambda tmp: pq.write_table(out, tmp))
 
 
-__all__ = ["fit_sample", "sample_places", "check_plate_result", "objects_of", "plate_pins", "move", "mark_outliers", "merge", "split",
+__all__ = ["fit_sample", "sample_places", "check_plate_result", "objects_of", "plate_pins", "move", "mark_outliers", "split_off", "merge", "split",
            "refine", "refine_events", "sample_items", "pin_values", "pin_columns", "pinned_columns", "relabel_columns",
            "cluster_map", "merge_numbers", "repredict", "Repredicted", "result_digest_of", "PINS"]
