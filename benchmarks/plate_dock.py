@@ -27,7 +27,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -85,8 +87,55 @@ def inspector(args) -> None:
 
 
 # ---- the GUI thread's freezes ---------------------------------------------------------------------------
-def measure(action, done) -> dict:
-    """Run ``action`` and process events until ``done()``: its wall time and the longest gap between GUI ticks."""
+class Sampler(threading.Thread):
+    """Samples the GUI thread's Python stack every ``every_s`` from a thread beside it: what it ran during a freeze."""
+
+    def __init__(self, every_s: float = 0.003):
+        super().__init__(daemon=True)
+        self.main, self.every_s, self.samples, self.on = threading.main_thread().ident, every_s, [], True
+
+    def run(self) -> None:
+        while self.on:
+            frame = sys._current_frames().get(self.main)
+            stack = []
+            while frame is not None:
+                code = frame.f_code
+                stack.append(f"{_short(code.co_filename)}:{code.co_name}")
+                frame = frame.f_back
+            self.samples.append((time.perf_counter(), stack))
+            time.sleep(self.every_s)
+
+    def report(self, name: str, gaps, top: int = 14, at_least_s: float = 0.05) -> None:
+        """For each gap between GUI ticks longer than ``at_least_s``: the functions most often on the GUI thread's
+        stack during it (each counted once per sample), printed to stderr."""
+        for start, end in gaps:
+            if end - start < at_least_s:
+                continue
+            inside = [stack for t, stack in self.samples if start <= t <= end]
+            counts = Counter(f for stack in inside for f in dict.fromkeys(stack) if not _plumbing(f))
+            print(f"  [{name}] freeze {end - start:.3f} s, {len(inside)} samples:", file=sys.stderr)
+            for function, n in counts.most_common(top):
+                print(f"      {n:4d}  {function}", file=sys.stderr)
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "src/", "lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def _plumbing(function: str) -> bool:
+    return any(p in function for p in ("plate_dock.py:measure", "plate_dock.py:step", "plate_dock.py:freeze",
+                                       "plate_dock.py:main", "plate_dock.py:<", "threading.py"))
+
+
+SAMPLER: Sampler | None = None
+
+
+def measure(action, done, name: str = "") -> dict:
+    """Run ``action`` and process events until ``done()``: its wall time and the longest gap between GUI ticks
+    (with ``--profile``: what the GUI thread ran during each gap over 50 ms)."""
     from qtpy.QtCore import QTimer
     from qtpy.QtWidgets import QApplication
 
@@ -104,6 +153,8 @@ def measure(action, done) -> dict:
     end = time.perf_counter()
     timer.stop()
     ticks.append(end)
+    if SAMPLER is not None:
+        SAMPLER.report(name, [(a, b) for a, b in zip(ticks[:-1], ticks[1:])])
     return {"wall_s": round(end - start, 2), "freeze_s": round(float(np.max(np.diff(ticks))), 3)}
 
 
@@ -123,9 +174,14 @@ def freeze(args) -> None:
     from ticlust._napari.store_panel import STORE_PANEL
     from ticlust.plate import curate
 
+    global SAMPLER
     plate = plate_folder(Path(args.plate_dir), args.fields)
     target = Path(args.plate_dir) / f"dock{args.fields}.zarr"
+    pristine = Path(args.plate_dir) / f"pristine{args.fields}.zarr"      # the store as extracted, no predictions
     shutil.rmtree(target, ignore_errors=True)
+    if args.profile:
+        SAMPLER = Sampler()
+        SAMPLER.start()
     viewer = napari.Viewer(title="ticlust")
     viewer.window.resize(1600, 1000)
     for _ in range(20):
@@ -137,13 +193,19 @@ def freeze(args) -> None:
     steps = {}
 
     def step(name, action):
-        steps[name] = measure(action, idle)
+        steps[name] = measure(action, idle, name)
         steps[name]["said"] = panel.status.value[:160]
         print(name, steps[name], file=sys.stderr, flush=True)
 
-    panel.extract.offer(plate)
-    panel.extract.target.value = str(target)
-    step("extract", lambda: panel.extract.extract_button.native.click())
+    if args.reuse and pristine.is_dir():      # the extraction skipped: the store as it was extracted, opened
+        shutil.copytree(pristine, target)
+        step("open store (extracted before)", lambda: panel.open_store(target))
+    else:
+        panel.extract.offer(plate)
+        panel.extract.target.value = str(target)
+        step("extract", lambda: panel.extract.extract_button.native.click())
+        shutil.rmtree(pristine, ignore_errors=True)
+        shutil.copytree(target, pristine)
     row["objects"] = len(panel.store)
     panel.fit.sample.value, panel.fit.form.k.value, panel.fit.device.value = args.sample, 3, "cpu"
     step("fit", lambda: panel.fit.fit_button.native.click())
@@ -186,6 +248,9 @@ def main() -> None:
     gui.add_argument("--fields", type=int, default=400)
     gui.add_argument("--plate-dir", default="/tmp/ticlust_plate_dock")
     gui.add_argument("--sample", type=int, default=2000, help="the fit sample's size")
+    gui.add_argument("--reuse", action="store_true", help="open the store a previous run extracted (kept in "
+                                                          "--plate-dir) instead of extracting the plate again")
+    gui.add_argument("--profile", action="store_true", help="print what the GUI thread ran in each freeze over 50 ms")
     args = parser.parse_args()
     inspector(args) if args.what == "inspector" else freeze(args)
 

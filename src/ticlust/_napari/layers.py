@@ -195,25 +195,64 @@ def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, m
     translate = (offset[0] + unit * (-0.5 + 0.5 / factor), offset[1] + unit * (-0.5 + 0.5 / factor))
     if name in viewer.layers:
         layer = viewer.layers[name]
+        was = layer.metadata.get(PLACEHOLDER, False)
         layer.data = raster
         layer.scale, layer.translate = scale, translate
         if metadata is not None:
             layer.metadata.update(metadata)
+        reveal(layer, was)
         return layer
     return viewer.add_image(raster, name=name, rgb=True, scale=scale, translate=translate,
                             metadata=dict(metadata or {}))
 
 
 # ---- generic layer reuse -------------------------------------------------------------------------
+#: Metadata key of a layer made ahead of its first picture (hidden, empty): the first drawing into it shows it.
+PLACEHOLDER = "ticlust_placeholder"
+
+
+def add_placeholder(viewer, name: str, kind: str, shape=(1, 1), **kwargs):
+    """A hidden, empty layer (``kind``: image, labels or shapes) made ahead of its first picture: making a napari
+    layer takes tenths of a second of the GUI thread (its controls, its vispy visual), drawing into one that
+    exists hundredths; ``set_image``, ``set_text_layer``, ``set_shapes`` and :func:`reveal` show it."""
+    metadata = {PLACEHOLDER: True}
+    if kind == "shapes":
+        return viewer.add_shapes(None, name=name, visible=False, metadata=metadata, **kwargs)
+    data = np.zeros(shape, np.int32 if kind == "labels" else np.float32)
+    add = viewer.add_labels if kind == "labels" else viewer.add_image
+    return add(data, name=name, visible=False, metadata=metadata, **kwargs)
+
+
+def drawn(viewer, name: str) -> bool:
+    """Whether the layer ``name`` is there with a picture (not missing, not a placeholder)."""
+    return name in viewer.layers and not viewer.layers[name].metadata.get(PLACEHOLDER, False)
+
+
+def reveal(layer, was_placeholder: bool) -> None:
+    """Show a placeholder once something is drawn into it (``was_placeholder``: what it was before the drawing,
+    which may have replaced its metadata)."""
+    if was_placeholder:
+        layer.metadata.pop(PLACEHOLDER, None)
+        layer.visible = True
+
+
+def hide(layer) -> None:
+    """Turn a drawn layer back into a hidden placeholder (its picture no longer applies; the layer is kept)."""
+    layer.metadata[PLACEHOLDER] = True
+    layer.visible = False
+
+
 def set_image(viewer, name: str, data, **kwargs):
-    """Update the Image layer called ``name`` in place, or add it."""
+    """Update the Image layer called ``name`` in place (showing it if it was a placeholder), or add it."""
     if name in viewer.layers:
         layer = viewer.layers[name]
+        was = layer.metadata.get(PLACEHOLDER, False)
         layer.data = data
         for key in ("scale", "translate", "metadata"):
             if key in kwargs:
                 setattr(layer, key, kwargs[key])
         layer.reset_contrast_limits()
+        reveal(layer, was)
         return layer
     return viewer.add_image(data, name=name, **kwargs)
 
@@ -224,6 +263,7 @@ def set_shapes(viewer, name: str, shapes: list, shape_type: str, edge_color, edg
     metadata = kwargs.pop("metadata", {})
     if name in viewer.layers:
         layer = viewer.layers[name]
+        reveal(layer, layer.metadata.get(PLACEHOLDER, False))
         layer.data = []
         if shapes:
             layer.add(shapes, shape_type=shape_type, edge_color=edge_color, edge_width=edge_width,

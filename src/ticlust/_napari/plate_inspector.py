@@ -144,6 +144,7 @@ class PlateInspector:
             self._first = True
             panel.later(lambda: self._show(store, model, seen, row, field, problem))
             return
+        self._first = self._first or not L.drawn(self.viewer, L.layer_names(anchor.name)["inspector"])
         L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
                          seen.object)
         panel.later(lambda: self._grid(anchor, seen, chosen))      # a layer made per turn: the window reacts between
@@ -178,9 +179,9 @@ class PlateInspector:
         if seen.grid is not None:
             L.draw_grid(self.viewer, anchor, seen.grid, chosen)
             L.rescale_lines(self.viewer, anchor.name)
-        elif grid in self.viewer.layers:
-            self.viewer.layers.remove(grid)
-        if L.layer_names(anchor.name)["prototypes"] not in self.viewer.layers and self.panel.result is not None:
+        elif L.drawn(self.viewer, grid):      # hidden, not removed: a layer made again is tenths of a second
+            L.hide(self.viewer.layers[grid])
+        if not L.drawn(self.viewer, L.layer_names(anchor.name)["prototypes"]) and self.panel.result is not None:
             self.panel.later(lambda: self.show_prototypes(self.panel.result.prototypes,
                                                           self.panel.result.cluster_sizes()))
 
@@ -233,8 +234,8 @@ class PlateInspector:
             self._anchor(None)         # not drawn if a Cancel took the object layer away meanwhile
             self.panel.later(lambda: name in self.viewer.layers and self.show_prototypes(prototypes, sizes))
             return
-        anchor = self.viewer.layers[name]
-        made = L.layer_names(name)["prototypes"] in self.viewer.layers
+        anchor = self.viewer.layers[name] if L.drawn(self.viewer, name) else self._anchor(None)   # laid out
+        made = L.drawn(self.viewer, L.layer_names(name)["prototypes"])
         L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes,
                           picture=not (made and prototypes is self._prototypes))   # a move changes the sizes only
         self._prototypes = prototypes

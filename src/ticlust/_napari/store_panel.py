@@ -372,17 +372,21 @@ class StorePanel(Container):
 
     def remember_layers(self) -> None:
         """Note the layers a fit or refine redraws (the prototypes, the inspected object), to put them back on a
-        Cancel or a failure."""
-        self._rollback = {name: (self.viewer.layers[name].data if name in self.viewer.layers else None)
-                          for name in self.inspector.layer_names()}
+        Cancel or a failure: their data, whether they were shown, whether they were still placeholders."""
+        layers = self.viewer.layers
+        self._rollback = {name: ((layers[name].data, layers[name].visible, not L.drawn(self.viewer, name))
+                                 if name in layers else None) for name in self.inspector.layer_names()}
 
     def _undo_layers(self) -> None:
-        for name, data in self._rollback.items():
+        for name, before in self._rollback.items():
             if name in self.viewer.layers:
-                if data is None:
+                if before is None:
                     self.viewer.layers.remove(name)
-                else:
-                    self.viewer.layers[name].data = data
+                    continue
+                layer = self.viewer.layers[name]
+                layer.data, layer.visible = before[0], before[1]
+                if before[2]:
+                    L.hide(layer)
         self._rollback = {}
 
     # ---- the dock's result: fitted, edited, predicted ------------------------------------------------
@@ -438,11 +442,15 @@ class StorePanel(Container):
         self.say(f"Undid the {undone}: {self.result.k} clusters. {self.pending_text()}")
 
     def _show_edited(self) -> None:
+        """The field repainted with the edited result, and its prototypes (in the event loop's next turn: each is
+        a redraw of its own, and the window reacts between the two)."""
         self.curate.show_for(self.result)
-        if np.ndim(self.result.prototypes) >= 3:
-            self.inspector.show_prototypes(self.result.prototypes, self.result.cluster_sizes())
         if self.picture is not None:
             self._paint(self.picture)
+        result = self.result
+        if np.ndim(result.prototypes) >= 3:
+            self.later(lambda: result is self.result and self.inspector.show_prototypes(result.prototypes,
+                                                                                        result.cluster_sizes()))
         self.controls()
 
     def pending_text(self) -> str:
@@ -619,13 +627,48 @@ class StorePanel(Container):
         self._set_shares(opened.shares, opened.by)
         self._wanted = opened.field_index
         self._set_pickers(opened.field_index)
-        self._draw_field(opened.field_index, opened.picture, opened.problem)
-        # the gallery in the event loop's next turn: a napari layer made is a few tenths of a second of the GUI
-        # thread, and the window reacts between the two; then what the step that opened the store has to say
-        self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
         then, self._then = self._then, None
-        if then is not None and opened.problem is None:
-            self.later(lambda: self.say(then))
+
+        def draw():      # once every layer is there: the field, then the gallery, each in a turn of its own
+            if opened.store is not self.store:
+                return
+            self._draw_field(opened.field_index, opened.picture, opened.problem)
+            self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
+            if then is not None and opened.problem is None:
+                self.later(lambda: self.say(then))
+        self._make_layers(opened, draw)
+
+    def layer_plan(self, opened: OpenedStore) -> list[tuple]:
+        """(name, kind, shape, options) of every layer the dock draws for a store: its field, objects and gallery,
+        and the inspector's (the object, the prototypes and their numbers, the aligned prototypes, their scores and
+        frames, the warp grid), in the order they are stacked."""
+        crop = tuple(opened.store.crops.shape[1:])
+        rgb_crops = len(crop) == 3 and crop[-1] == 3
+        field = ((1, 1, 3), {"rgb": True}) if opened.picture is not None and opened.picture.rgb else \
+            ((1, 1), {"colormap": "gray"})
+        crop_image = ((1, 1, 3), {"rgb": True}) if rgb_crops else ((1, 1), {"colormap": "gray"})
+        gallery = crop_image if rgb_crops or len(crop) == 2 else ((crop[-1], 1, 1), {"colormap": "gray"})
+        text = ((1, 1, 4), {"rgb": True})
+        names, inspector = self.names(), L.layer_names(self.inspector.name())
+        return [(names["field"], "image", *field),
+                (names["objects"], "labels", (1, 1), {"opacity": 0.6}),
+                (names["gallery"], "image", *gallery), (names["gallery labels"], "image", *text),
+                (self.inspector.name(), "image", *crop_image), (inspector["prototypes"], "image", *crop_image),
+                (inspector["prototype_labels"], "image", *text), (inspector["inspector"], "image", *crop_image),
+                (inspector["scores"], "image", *text), (inspector["frames"], "shapes", (), {}),
+                (inspector["grid"], "shapes", (), {})]
+
+    def _make_layers(self, opened: OpenedStore, then) -> None:
+        """Make the store's missing layers (hidden placeholders, :func:`layers.add_placeholder`), one per turn of the
+        event loop, then call ``then()``: a napari layer made is tenths of a second of the GUI thread, so they are
+        all made when a store opens and every later step (fit, predict, a click, an edit) only draws into them."""
+        missing = next((plan for plan in self.layer_plan(opened) if plan[0] not in self.viewer.layers), None)
+        if missing is None:
+            then()
+            return
+        name, kind, shape, options = missing
+        L.add_placeholder(self.viewer, name, kind, shape, **options)
+        self.later(lambda: opened.store is self.store and self._make_layers(opened, then))
 
     def later(self, draw) -> None:
         """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
@@ -768,9 +811,9 @@ class StorePanel(Container):
         if not shown:       # the same field again (the store read anew after a prediction): its image is as it was
             L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
                         **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
-        if names["objects"] in layers:
+        if names["objects"] in layers and shown:
             self._paint(picture)
-        else:               # a new layer: in the event loop's next turn, so that the window reacts in between
+        else:               # a new picture (or layer): in the event loop's next turn, so that the window reacts between
             self.later(lambda: self.picture is picture and self._paint(picture))
         self._place_gallery()
         if not shown:
@@ -804,10 +847,12 @@ class StorePanel(Container):
         name = self.names()["objects"]
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
+            was = not L.drawn(self.viewer, name)
             if layer.data is not picture.values:        # an edit repaints the same field: only its colours change
                 layer.data = picture.values
             layer.colormap = colormap
             layer.features = table
+            L.reveal(layer, was)
         else:
             layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
         layer.metadata["field_index"] = picture.field_index
@@ -840,12 +885,12 @@ class StorePanel(Container):
     def _draw_gallery(self, gallery: Gallery | None) -> None:
         """The gallery (:func:`make_gallery`) under the field, or none before any prediction."""
         names = self.names()
-        if gallery is None:
+        if gallery is None:             # kept, hidden: made again it would cost the GUI thread tenths of a second
             for key in ("gallery", "gallery labels"):
-                if names[key] in self.viewer.layers:
-                    self.viewer.layers.remove(names[key])
+                if L.drawn(self.viewer, names[key]):
+                    L.hide(self.viewer.layers[names[key]])
             return
-        new = names["gallery"] not in self.viewer.layers
+        new = not L.drawn(self.viewer, names["gallery"])
         L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata,
                     **({"rgb": True} if gallery.rgb else {"colormap": "gray"}))
         L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, (0.0, 0.0))
