@@ -139,9 +139,9 @@ def measure(action, done, name: str = "") -> dict:
     from qtpy.QtCore import QTimer
     from qtpy.QtWidgets import QApplication
 
-    ticks = [time.perf_counter()]
+    ticks, cpu = [time.perf_counter()], [time.thread_time()]
     timer = QTimer()
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.timeout.connect(lambda: (ticks.append(time.perf_counter()), cpu.append(time.thread_time())))
     timer.start(TICK_MS)
     start = time.perf_counter()
     action()
@@ -153,9 +153,12 @@ def measure(action, done, name: str = "") -> dict:
     end = time.perf_counter()
     timer.stop()
     ticks.append(end)
+    cpu.append(time.thread_time())
     if SAMPLER is not None:
         SAMPLER.report(name, [(a, b) for a, b in zip(ticks[:-1], ticks[1:])])
-    return {"wall_s": round(end - start, 2), "freeze_s": round(float(np.max(np.diff(ticks))), 3)}
+    gaps, used = np.diff(ticks), np.diff(cpu)
+    return {"wall_s": round(end - start, 2), "freeze_s": round(float(gaps.max()), 3),
+            "freeze_cpu_s": round(float(used[gaps.argmax()]), 3), "max_gap_cpu_s": round(float(used.max()), 3)}
 
 
 def plate_folder(folder: Path, fields: int) -> Path:

@@ -144,17 +144,22 @@ class PlateInspector:
             self._first = True
             panel.later(lambda: self._show(store, model, seen, row, field, problem))
             return
-        self._first = self._first or not L.drawn(self.viewer, L.layer_names(anchor.name)["inspector"])
-        L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
-                         seen.object)
-        panel.later(lambda: self._grid(anchor, seen, chosen))      # a layer made per turn: the window reacts between
-        if self._first:                        # the first object inspected: the view takes in what was made
-            self._first = False
-            panel.later(panel.frame)
+        first = self._first or not L.drawn(self.viewer, L.layer_names(anchor.name)["inspector"])
+        self._first = False
         self.shown = seen.object
         where = "; in the fit sample: the fit's own alignment" if seen.sample is not None else ""
         panel.say(f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); runner-up "
                   f"{runner} ({seen.scores[runner]:.4g}){where}.")
+
+        def draw():      # the object drawn in this turn; its aligned prototypes, scores and frames in the next
+            if store is not panel.store or self.shown != seen.object or anchor.name not in self.viewer.layers:
+                return
+            L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
+                             seen.object)
+            panel.later(lambda: self._grid(anchor, seen, chosen))     # and the warp grid in the turn after
+            if first:                        # the first object inspected: the view takes in what was drawn
+                panel.later(panel.frame)
+        panel.later(draw)
 
     def _make_layers(self, anchor) -> bool:
         """Make the first of the inspector's layers that is missing (empty, drawn into later); False when they all

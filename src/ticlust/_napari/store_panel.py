@@ -205,6 +205,11 @@ def _warm_up() -> None:
     L.text_raster(L.Scene(8, 8, 2), 2, ["0", "1"], [L.cluster_color(0), L.cluster_color(1)])   # the fonts
 
 
+def _same(a, b) -> bool:
+    """Whether two label images are equal (a millisecond; painting one anew is a hundred times that)."""
+    return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
+
+
 class _CloseWatch(QObject):
     """Calls ``closed()`` when the watched widget leaves the dock it was put in: napari's close button on a dock
     takes the widget out and deletes the dock."""
@@ -636,7 +641,7 @@ class StorePanel(Container):
             self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
             if then is not None and opened.problem is None:
                 self.later(lambda: self.say(then))
-        self._make_layers(opened, draw)
+        self.later(lambda: opened.store is self.store and self._make_layers(opened, draw))
 
     def layer_plan(self, opened: OpenedStore) -> list[tuple]:
         """(name, kind, shape, options) of every layer the dock draws for a store: its field, objects and gallery,
@@ -847,12 +852,11 @@ class StorePanel(Container):
         name = self.names()["objects"]
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
-            was = not L.drawn(self.viewer, name)
-            if layer.data is not picture.values:        # an edit repaints the same field: only its colours change
-                layer.data = picture.values
+            L.reveal(layer)
+            if layer.data is not picture.values and not _same(layer.data, picture.values):
+                layer.data = picture.values     # an edit, or the field read again, repaints only its colours
             layer.colormap = colormap
             layer.features = table
-            L.reveal(layer, was)
         else:
             layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
         layer.metadata["field_index"] = picture.field_index
@@ -891,10 +895,11 @@ class StorePanel(Container):
                     L.hide(self.viewer.layers[names[key]])
             return
         new = not L.drawn(self.viewer, names["gallery"])
-        L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata,
+        at = self._gallery_origin()        # placed where it goes at once: each move re-measures every layer
+        leading = (0.0,) * (gallery.grid.ndim - (3 if gallery.rgb else 2))
+        L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata, translate=leading + at,
                     **({"rgb": True} if gallery.rgb else {"colormap": "gray"}))
-        L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, (0.0, 0.0))
-        self._place_gallery()
+        L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, at)
         if new:                 # the first gallery: the view takes it in, under the field
             self.frame()
 
@@ -906,17 +911,24 @@ class StorePanel(Container):
         if self.names()["objects"] in self.viewer.layers:
             self.viewer.layers.selection.active = self.viewer.layers[self.names()["objects"]]
 
-    def _place_gallery(self) -> None:
-        """Put the gallery (and its text, moved with it) under the field, left-aligned with it: a field is about
-        as wide as a gallery row, and a tall dock leaves the canvas taller than wide."""
+    def _gallery_origin(self) -> tuple[float, float]:
+        """Where the gallery's top-left goes: under the field, left-aligned with it (a field is about as wide as a
+        gallery row, and a tall dock leaves the canvas taller than wide)."""
         names = self.names()
-        if names["gallery"] not in self.viewer.layers:
-            return
-        lo, hi = L.field_extent(self.viewer.layers[names["field"]]) if names["field"] in self.viewer.layers else \
+        lo, hi = L.field_extent(self.viewer.layers[names["field"]]) if L.drawn(self.viewer, names["field"]) else \
             (np.zeros(2), np.zeros(2))
+        return float(hi[0]) + 4 * L.Scene(self.store.size, self.store.size, 1).gap, float(lo[1])
+
+    def _place_gallery(self) -> None:
+        """Keep the gallery (and its text, moved with it) under the field shown (moved only when the field's size
+        changed)."""
+        names = self.names()
+        if not L.drawn(self.viewer, names["gallery"]):
+            return
         gallery, text = self.viewer.layers[names["gallery"]], self.viewer.layers[names["gallery labels"]]
-        gap = 4 * L.Scene(self.store.size, self.store.size, 1).gap
-        shift = np.array([float(hi[0]) + gap, float(lo[1])]) - np.asarray(gallery.translate[-2:], float)
+        shift = np.asarray(self._gallery_origin()) - np.asarray(gallery.translate[-2:], float)
+        if np.allclose(shift, 0):
+            return
         gallery.translate = np.asarray(gallery.translate, float) + np.pad(shift, (gallery.ndim - 2, 0))
         text.translate = np.asarray(text.translate, float) + shift
 
