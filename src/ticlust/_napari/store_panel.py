@@ -341,15 +341,16 @@ class StorePanel(Container):
         self.progress.max, self.progress.value = 1, 0
 
     def show_progress(self, event) -> None:
-        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line."""
+        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line (at most every
+        SAY_EVERY_S, and each stage's last step)."""
         if not isinstance(event, Progress):
             return
-        self.progress.max = max(event.total, 1)
-        self.progress.value = min(event.step, event.total)
         now = time.perf_counter()
         if now - self._said_at < SAY_EVERY_S and event.step < event.total:
-            return                 # a new status line re-lays the dock out: a few times a second is enough
-        self._said_at = now
+            return                 # a new status line re-lays the dock out, a new bar value repaints it at once (Qt):
+        self._said_at = now        # a few times a second is enough
+        self.progress.max = max(event.total, 1)
+        self.progress.value = min(event.step, event.total)
         loss = f" · loss {event.loss:.4g}" if np.isfinite(event.loss) else ""
         self.say(f"{event.stage} {event.step}/{event.total}{loss} · {format_eta(event.eta)}")
 
