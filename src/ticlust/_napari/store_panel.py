@@ -611,11 +611,11 @@ class StorePanel(Container):
             self.forget_results()
         self.store, self.predictions, self.applied, self.picture = opened.store, opened.predictions, None, None
         self.starts = opened.starts
+        listing = opened.store.fields      # before any layer goes: napari then asks the pickers for their choices
+        self.has_wells = "well" in listing.columns
         for name in set(before) - set(self.names().values()):   # another store's layers (same names: reused)
             if name in self.viewer.layers:
                 self.viewer.layers.remove(name)
-        listing = opened.store.fields
-        self.has_wells = "well" in listing.columns
         self.well.visible = self.has_wells
         self._filling = True
         try:

@@ -113,8 +113,8 @@ def field_picture(store: ObjectStore, field_index: int) -> FieldPicture:
     field_index = check_field(store, field_index)
     row = store.fields.iloc[field_index]
     source = Path(store.attributes["input"]["path"])
-    if source.is_dir() and _is_zarr(source):
-        spec = FieldSpec(field_index, str(source), row["labels"], ome=True)
+    if source.is_dir() and _is_zarr(source):     # an OME-Zarr image, or one field image of an HCS plate
+        spec = FieldSpec(field_index, _beside(source, row["image"]), row["labels"], ome=True)
     else:                      # names relative to the folder or the manifest's folder, or full paths
         base = source if source.is_dir() else source.parent
         spec = FieldSpec(field_index, _beside(base, row["image"]), _beside(base, row["labels"]))
