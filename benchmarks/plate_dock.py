@@ -1,7 +1,8 @@
 """The plate dock: how long the inspector takes per object, and how long each step keeps napari's GUI thread busy.
 
     python benchmarks/plate_dock.py inspector [--objects 20] [--threads 2]
-    xvfb-run -a python benchmarks/plate_dock.py freeze [--fields 400] [--plate-dir DIR]
+    xvfb-run -a python benchmarks/plate_dock.py freeze [--fields 400] [--plate-dir DIR] [--reuse] [--profile]
+    xvfb-run -a python benchmarks/plate_dock.py floor [--repeats 5]
 
 ``inspector``: a generated plate extracted at 32×32 crops; each method (ai-kmeans, st-kmeans, dti-kmeans, pssc,
 rigid-spectral) fitted on 200 of its objects with short settings (the inspector's cost does not depend on how long
@@ -15,9 +16,18 @@ once into ``--plate-dir``; then in a real napari window the plate dock does ever
 folder into a new store, Fit kmeans (K = 3) on a 2,000-object sample (``--sample``), Predict every object, click an object
 (the inspector), Move it, Re-predict (renumbered), Merge two clusters, Undo, Refine, Re-predict (predicted anew),
 Export the objects' CSV, the gallery and the shares — while a timer ticks every 5 ms in the GUI thread; the longest
-gap between two ticks during a step is the longest the window could not react. One JSON line: per step its wall
-time and longest freeze, the objects, the load average, and the longest gap while the window sat idle for a second
-(what the machine's load alone gives).
+gap between two ticks during a step is the longest the window could not react, and the GUI thread's own CPU time
+in that gap (``time.thread_time``) what of it was the thread's own work rather than waiting for a loaded machine's
+cores or for the interpreter's lock. One JSON line: per step its wall time, longest freeze and that freeze's CPU
+time, the objects, the load average, and the longest gap while the window sat idle for a second (what the
+machine's load alone gives). ``--reuse`` opens the store a previous run extracted (kept in ``--plate-dir``)
+instead of extracting again; ``--profile`` samples the GUI thread's stack every 3 ms and prints, for every gap
+over 50 ms, the functions most often on it.
+
+``floor``: what napari itself costs the GUI thread in the same window, with a 1024×1024 field and its 250 objects
+shown: one repaint of the canvas with nothing changed, one colour change of the objects' Labels layer (a
+DirectLabelColormap of 250 objects), and making one empty layer of each kind the dock makes (Image, Labels,
+Shapes) — ``--repeats`` times each, the longest GUI gap and its CPU time per repeat.
 """
 from __future__ import annotations
 
@@ -240,6 +250,53 @@ def freeze(args) -> None:
     print(json.dumps(row))
 
 
+def floor(args) -> None:
+    import napari
+    from napari.utils.colormaps import DirectLabelColormap
+    from qtpy.QtWidgets import QApplication
+
+    from ticlust._napari import layers as L
+    from ticlust._napari.store_panel import _warm_up
+
+    _warm_up()
+    viewer = napari.Viewer(title="ticlust")
+    viewer.window.resize(1600, 1000)
+    for _ in range(20):
+        QApplication.processEvents()
+    rng = np.random.default_rng(0)
+    values = np.zeros((1024, 1024), np.int32)
+    for i in range(1, 251):
+        y, x = rng.integers(0, 1000, 2)
+        values[y:y + 24, x:x + 24] = i
+    viewer.add_image(rng.random((1024, 1024)).astype(np.float32), name="field", colormap="gray")
+    colours = lambda shift: DirectLabelColormap(color_dict={None: np.zeros(4), 0: np.zeros(4), **{    # noqa: E731
+        i: L.cluster_color((i + shift) % 3) for i in range(1, 251)}})
+    objects = viewer.add_labels(values, name="objects", colormap=colours(0), opacity=0.6)
+    canvas = viewer.window._qt_viewer.canvas.native
+    row, made = {"load_before": load()}, [0]
+
+    def add(kind):
+        made[0] += 1
+        L.add_placeholder(viewer, f"{kind} {made[0]}", kind)
+
+    actions = {"repaint (nothing changed)": canvas.update,
+               "recolour the 1024x1024 objects": lambda: setattr(objects, "colormap", colours(made[0] + 1)),
+               "make an Image layer": lambda: add("image"), "make a Labels layer": lambda: add("labels"),
+               "make a Shapes layer": lambda: add("shapes")}
+    for name, action in actions.items():
+        runs = []
+        for _ in range(args.repeats):
+            until = time.perf_counter() + 0.4       # what the action queued (a repaint) is drawn meanwhile
+            runs.append(measure(action, lambda: time.perf_counter() > until))
+            made[0] += 1
+        row[name] = {"freeze_s": [r["freeze_s"] for r in runs], "freeze_cpu_s": [r["freeze_cpu_s"] for r in runs]}
+    until = time.perf_counter() + 1.0
+    row["idle_freeze_s"] = measure(lambda: None, lambda: time.perf_counter() > until)["freeze_s"]
+    row["load_after"] = load()
+    viewer.close()
+    print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -254,8 +311,10 @@ def main() -> None:
     gui.add_argument("--reuse", action="store_true", help="open the store a previous run extracted (kept in "
                                                           "--plate-dir) instead of extracting the plate again")
     gui.add_argument("--profile", action="store_true", help="print what the GUI thread ran in each freeze over 50 ms")
+    napari_floor = sub.add_parser("floor")
+    napari_floor.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    inspector(args) if args.what == "inspector" else freeze(args)
+    {"inspector": inspector, "freeze": freeze, "floor": floor}[args.what](args)
 
 
 if __name__ == "__main__":
