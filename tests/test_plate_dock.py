@@ -154,6 +154,8 @@ def inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path):
               ("grid", "warp grid"))}
     for name in names.values():
         assert name in viewer.layers and viewer.layers[name].visible, name
+    for name in (names["scores"], f"{panel.inspector.name()} prototype numbers", panel.names()["gallery labels"]):
+        assert tuple(viewer.layers[name].contrast_limits) == (0, 255), name     # RGBA text shown in its colours
     shown = viewer.layers[names["scores"]].metadata
     assert shown["item"] == obj and shown["chosen"] == predictions["cluster"][obj]
     assert shown["runner_up"] == predictions["runner_up"][obj]
@@ -430,7 +432,7 @@ def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_but
                                                                                     qtbot, monkeypatch):
     """An NGFF HCS plate (written with ome-zarr-py) opened with File > Open offers itself for extraction beside it;
     Extract makes the same store as ``ticlust.extract`` and opens it with its wells; a single OME-Zarr image with
-    labels, picked with the dock's Folder… button, does the same."""
+    labels, picked with the dock's Folder / OME-Zarr… button, does the same."""
     import zarr
     from ome_zarr.writer import write_image, write_labels
     from qtpy.QtWidgets import QFileDialog

@@ -210,14 +210,15 @@ def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, m
 PLACEHOLDER = "ticlust_placeholder"
 
 
-def add_placeholder(viewer, name: str, kind: str, shape=(1, 1), **kwargs):
-    """A hidden, empty layer (``kind``: image, labels or shapes) made ahead of its first picture: making a napari
-    layer takes tenths of a second of the GUI thread (its controls, its vispy visual), drawing into one that
-    exists hundredths; ``set_image``, ``set_text_layer``, ``set_shapes`` and :func:`reveal` show it."""
+def add_placeholder(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **kwargs):
+    """A hidden, empty layer (``kind``: image, labels or shapes; ``dtype`` that of the pictures it will show, which
+    sets an image's contrast range: uint8 for a text raster) made ahead of its first picture: making a napari layer
+    takes tenths of a second of the GUI thread (its controls, its vispy visual), drawing into one that exists
+    hundredths; ``set_image``, ``set_text_layer``, ``set_shapes`` and :func:`reveal` show it."""
     metadata = {PLACEHOLDER: True}
     if kind == "shapes":
         return viewer.add_shapes(None, name=name, visible=False, metadata=metadata, **kwargs)
-    data = np.zeros(shape, np.int32 if kind == "labels" else np.float32)
+    data = np.zeros(shape, dtype or (np.int32 if kind == "labels" else np.float32))
     add = viewer.add_labels if kind == "labels" else viewer.add_image
     return add(data, name=name, visible=False, metadata=metadata, **kwargs)
 

@@ -654,7 +654,7 @@ class StorePanel(Container):
             ((1, 1), {"colormap": "gray"})
         crop_image = ((1, 1, 3), {"rgb": True}) if rgb_crops else ((1, 1), {"colormap": "gray"})
         gallery = crop_image if rgb_crops or len(crop) == 2 else ((crop[-1], 1, 1), {"colormap": "gray"})
-        text = ((1, 1, 4), {"rgb": True})
+        text = ((1, 1, 4), {"rgb": True, "dtype": np.uint8})     # RGBA text rasters (uint8: their contrast range)
         names, inspector = self.names(), L.layer_names(self.inspector.name())
         return [(names["field"], "image", *field),
                 (names["objects"], "labels", (1, 1), {"opacity": 0.6}),
