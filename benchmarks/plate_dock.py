@@ -1,7 +1,8 @@
 """The plate dock: how long the inspector takes per object, and how long each step keeps napari's GUI thread busy.
 
     python benchmarks/plate_dock.py inspector [--objects 20] [--threads 2]
-    xvfb-run -a python benchmarks/plate_dock.py freeze [--fields 400] [--plate-dir DIR]
+    xvfb-run -a python benchmarks/plate_dock.py freeze [--fields 400] [--plate-dir DIR] [--reuse] [--profile]
+    xvfb-run -a python benchmarks/plate_dock.py floor [--repeats 5]
 
 ``inspector``: a generated plate extracted at 32×32 crops; each method (ai-kmeans, st-kmeans, dti-kmeans, pssc,
 rigid-spectral) fitted on 200 of its objects with short settings (the inspector's cost does not depend on how long
@@ -15,9 +16,18 @@ once into ``--plate-dir``; then in a real napari window the plate dock does ever
 folder into a new store, Fit kmeans (K = 3) on a 2,000-object sample (``--sample``), Predict every object, click an object
 (the inspector), Move it, Re-predict (renumbered), Merge two clusters, Undo, Refine, Re-predict (predicted anew),
 Export the objects' CSV, the gallery and the shares — while a timer ticks every 5 ms in the GUI thread; the longest
-gap between two ticks during a step is the longest the window could not react. One JSON line: per step its wall
-time and longest freeze, the objects, the load average, and the longest gap while the window sat idle for a second
-(what the machine's load alone gives).
+gap between two ticks during a step is the longest the window could not react, and the GUI thread's own CPU time
+in that gap (``time.thread_time``) what of it was the thread's own work rather than waiting for a loaded machine's
+cores or for the interpreter's lock. One JSON line: per step its wall time, longest freeze and that freeze's CPU
+time, the objects, the load average, and the longest gap while the window sat idle for a second (what the
+machine's load alone gives). ``--reuse`` opens the store a previous run extracted (kept in ``--plate-dir``)
+instead of extracting again; ``--profile`` samples the GUI thread's stack every 3 ms and prints, for every gap
+over 50 ms, the functions most often on it.
+
+``floor``: what napari itself costs the GUI thread in the same window, with a 1024×1024 field and its 250 objects
+shown: one repaint of the canvas with nothing changed, one colour change of the objects' Labels layer (a
+DirectLabelColormap of 250 objects), and making one empty layer of each kind the dock makes (Image, Labels,
+Shapes) — ``--repeats`` times each, the longest GUI gap and its CPU time per repeat.
 """
 from __future__ import annotations
 
@@ -27,7 +37,9 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve()
@@ -85,14 +97,61 @@ def inspector(args) -> None:
 
 
 # ---- the GUI thread's freezes ---------------------------------------------------------------------------
-def measure(action, done) -> dict:
-    """Run ``action`` and process events until ``done()``: its wall time and the longest gap between GUI ticks."""
+class Sampler(threading.Thread):
+    """Samples the GUI thread's Python stack every ``every_s`` from a thread beside it: what it ran during a freeze."""
+
+    def __init__(self, every_s: float = 0.003):
+        super().__init__(daemon=True)
+        self.main, self.every_s, self.samples, self.on = threading.main_thread().ident, every_s, [], True
+
+    def run(self) -> None:
+        while self.on:
+            frame = sys._current_frames().get(self.main)
+            stack = []
+            while frame is not None:
+                code = frame.f_code
+                stack.append(f"{_short(code.co_filename)}:{code.co_name}")
+                frame = frame.f_back
+            self.samples.append((time.perf_counter(), stack))
+            time.sleep(self.every_s)
+
+    def report(self, name: str, gaps, top: int = 14, at_least_s: float = 0.05) -> None:
+        """For each gap between GUI ticks longer than ``at_least_s``: the functions most often on the GUI thread's
+        stack during it (each counted once per sample), printed to stderr."""
+        for start, end in gaps:
+            if end - start < at_least_s:
+                continue
+            inside = [stack for t, stack in self.samples if start <= t <= end]
+            counts = Counter(f for stack in inside for f in dict.fromkeys(stack) if not _plumbing(f))
+            print(f"  [{name}] freeze {end - start:.3f} s, {len(inside)} samples:", file=sys.stderr)
+            for function, n in counts.most_common(top):
+                print(f"      {n:4d}  {function}", file=sys.stderr)
+
+
+def _short(filename: str) -> str:
+    for marker in ("site-packages/", "src/", "lib/python3"):
+        if marker in filename:
+            return filename.split(marker, 1)[1]
+    return filename
+
+
+def _plumbing(function: str) -> bool:
+    return any(p in function for p in ("plate_dock.py:measure", "plate_dock.py:step", "plate_dock.py:freeze",
+                                       "plate_dock.py:main", "plate_dock.py:<", "threading.py"))
+
+
+SAMPLER: Sampler | None = None
+
+
+def measure(action, done, name: str = "") -> dict:
+    """Run ``action`` and process events until ``done()``: its wall time and the longest gap between GUI ticks
+    (with ``--profile``: what the GUI thread ran during each gap over 50 ms)."""
     from qtpy.QtCore import QTimer
     from qtpy.QtWidgets import QApplication
 
-    ticks = [time.perf_counter()]
+    ticks, cpu = [time.perf_counter()], [time.thread_time()]
     timer = QTimer()
-    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.timeout.connect(lambda: (ticks.append(time.perf_counter()), cpu.append(time.thread_time())))
     timer.start(TICK_MS)
     start = time.perf_counter()
     action()
@@ -104,7 +163,12 @@ def measure(action, done) -> dict:
     end = time.perf_counter()
     timer.stop()
     ticks.append(end)
-    return {"wall_s": round(end - start, 2), "freeze_s": round(float(np.max(np.diff(ticks))), 3)}
+    cpu.append(time.thread_time())
+    if SAMPLER is not None:
+        SAMPLER.report(name, [(a, b) for a, b in zip(ticks[:-1], ticks[1:])])
+    gaps, used = np.diff(ticks), np.diff(cpu)
+    return {"wall_s": round(end - start, 2), "freeze_s": round(float(gaps.max()), 3),
+            "freeze_cpu_s": round(float(used[gaps.argmax()]), 3), "max_gap_cpu_s": round(float(used.max()), 3)}
 
 
 def plate_folder(folder: Path, fields: int) -> Path:
@@ -123,9 +187,14 @@ def freeze(args) -> None:
     from ticlust._napari.store_panel import STORE_PANEL
     from ticlust.plate import curate
 
+    global SAMPLER
     plate = plate_folder(Path(args.plate_dir), args.fields)
     target = Path(args.plate_dir) / f"dock{args.fields}.zarr"
+    pristine = Path(args.plate_dir) / f"pristine{args.fields}.zarr"      # the store as extracted, no predictions
     shutil.rmtree(target, ignore_errors=True)
+    if args.profile:
+        SAMPLER = Sampler()
+        SAMPLER.start()
     viewer = napari.Viewer(title="ticlust")
     viewer.window.resize(1600, 1000)
     for _ in range(20):
@@ -137,13 +206,19 @@ def freeze(args) -> None:
     steps = {}
 
     def step(name, action):
-        steps[name] = measure(action, idle)
+        steps[name] = measure(action, idle, name)
         steps[name]["said"] = panel.status.value[:160]
         print(name, steps[name], file=sys.stderr, flush=True)
 
-    panel.extract.offer(plate)
-    panel.extract.target.value = str(target)
-    step("extract", lambda: panel.extract.extract_button.native.click())
+    if args.reuse and pristine.is_dir():      # the extraction skipped: the store as it was extracted, opened
+        shutil.copytree(pristine, target)
+        step("open store (extracted before)", lambda: panel.open_store(target))
+    else:
+        panel.extract.offer(plate)
+        panel.extract.target.value = str(target)
+        step("extract", lambda: panel.extract.extract_button.native.click())
+        shutil.rmtree(pristine, ignore_errors=True)
+        shutil.copytree(target, pristine)
     row["objects"] = len(panel.store)
     panel.fit.sample.value, panel.fit.form.k.value, panel.fit.device.value = args.sample, 3, "cpu"
     step("fit", lambda: panel.fit.fit_button.native.click())
@@ -175,6 +250,53 @@ def freeze(args) -> None:
     print(json.dumps(row))
 
 
+def floor(args) -> None:
+    import napari
+    from napari.utils.colormaps import DirectLabelColormap
+    from qtpy.QtWidgets import QApplication
+
+    from ticlust._napari import layers as L
+    from ticlust._napari.store_panel import _warm_up
+
+    _warm_up()
+    viewer = napari.Viewer(title="ticlust")
+    viewer.window.resize(1600, 1000)
+    for _ in range(20):
+        QApplication.processEvents()
+    rng = np.random.default_rng(0)
+    values = np.zeros((1024, 1024), np.int32)
+    for i in range(1, 251):
+        y, x = rng.integers(0, 1000, 2)
+        values[y:y + 24, x:x + 24] = i
+    viewer.add_image(rng.random((1024, 1024)).astype(np.float32), name="field", colormap="gray")
+    colours = lambda shift: DirectLabelColormap(color_dict={None: np.zeros(4), 0: np.zeros(4), **{    # noqa: E731
+        i: L.cluster_color((i + shift) % 3) for i in range(1, 251)}})
+    objects = viewer.add_labels(values, name="objects", colormap=colours(0), opacity=0.6)
+    canvas = viewer.window._qt_viewer.canvas.native
+    row, made = {"load_before": load()}, [0]
+
+    def add(kind):
+        made[0] += 1
+        L.add_placeholder(viewer, f"{kind} {made[0]}", kind)
+
+    actions = {"repaint (nothing changed)": canvas.update,
+               "recolour the 1024x1024 objects": lambda: setattr(objects, "colormap", colours(made[0] + 1)),
+               "make an Image layer": lambda: add("image"), "make a Labels layer": lambda: add("labels"),
+               "make a Shapes layer": lambda: add("shapes")}
+    for name, action in actions.items():
+        runs = []
+        for _ in range(args.repeats):
+            until = time.perf_counter() + 0.4       # what the action queued (a repaint) is drawn meanwhile
+            runs.append(measure(action, lambda: time.perf_counter() > until))
+            made[0] += 1
+        row[name] = {"freeze_s": [r["freeze_s"] for r in runs], "freeze_cpu_s": [r["freeze_cpu_s"] for r in runs]}
+    until = time.perf_counter() + 1.0
+    row["idle_freeze_s"] = measure(lambda: None, lambda: time.perf_counter() > until)["freeze_s"]
+    row["load_after"] = load()
+    viewer.close()
+    print(json.dumps(row))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -186,8 +308,13 @@ def main() -> None:
     gui.add_argument("--fields", type=int, default=400)
     gui.add_argument("--plate-dir", default="/tmp/ticlust_plate_dock")
     gui.add_argument("--sample", type=int, default=2000, help="the fit sample's size")
+    gui.add_argument("--reuse", action="store_true", help="open the store a previous run extracted (kept in "
+                                                          "--plate-dir) instead of extracting the plate again")
+    gui.add_argument("--profile", action="store_true", help="print what the GUI thread ran in each freeze over 50 ms")
+    napari_floor = sub.add_parser("floor")
+    napari_floor.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    inspector(args) if args.what == "inspector" else freeze(args)
+    {"inspector": inspector, "freeze": freeze, "floor": floor}[args.what](args)
 
 
 if __name__ == "__main__":

@@ -290,7 +290,8 @@ def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(
     pick(qtbot, panel, 2)
     assert np.array_equal(viewer.layers["fresh field"].data, field_file(manifest, fresh, 2))
     assert "no predictions yet" in panel.summary.value and "painted by object" in panel.status.value
-    assert "fresh gallery" not in viewer.layers and panel.shares is None and not panel.export_button.enabled
+    assert not L.drawn(viewer, "fresh gallery") and panel.shares is None and not panel.export_button.enabled
+    assert not viewer.layers["fresh gallery"].visible         # made when the store opened, hidden until predicted
     objects = viewer.layers["fresh objects"]
     assert objects.data.max() == len(plate_view.field_rows(fresh, 2)) and "cluster" not in objects.features
 

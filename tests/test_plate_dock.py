@@ -133,12 +133,29 @@ def click_object_outside_the_sample(qtbot, panel, predictions):
 
 def test_a_plate_through_the_dock(files, tmp_path, make_napari_viewer, qtbot):
     viewer, panel, store, predictions = drive_plate(files[0], tmp_path, make_napari_viewer, qtbot, 60, FAST_AI)
+    inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path)
+
+
+@pytest.mark.slow
+def test_a_plate_through_the_dock_full_size(tmp_path_factory, tmp_path, make_napari_viewer, qtbot):
+    """The same at full size: the generated plate's defaults (20 fields of 250 nuclei, 1024×1024: about 4,800
+    objects) and a fit sample of 1,000 (ai-kmeans' short settings, as above)."""
+    folder = write_nuclei_plate(tmp_path_factory.mktemp("full") / "plate", fields=20, seed=5).parent
+    viewer, panel, store, predictions = drive_plate(folder, tmp_path, make_napari_viewer, qtbot, 1000, FAST_AI)
+    inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path)
+
+
+def inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path):
+    """Click an object (the inspector's layers show the result's scores), move it, merge two clusters, Undo,
+    Refine, re-predict, export: the exported CSV is ``ticlust predict``'s for the same result, byte for byte."""
     obj, _ = click_object_outside_the_sample(qtbot, panel, predictions)
     names = {key: f"{panel.inspector.name()} {suffix}" for key, suffix in
              (("inspector", "inspector"), ("scores", "inspector scores"), ("frames", "inspector frames"),
               ("grid", "warp grid"))}
     for name in names.values():
-        assert name in viewer.layers, name
+        assert name in viewer.layers and viewer.layers[name].visible, name
+    for name in (names["scores"], f"{panel.inspector.name()} prototype numbers", panel.names()["gallery labels"]):
+        assert tuple(viewer.layers[name].contrast_limits) == (0, 255), name     # RGBA text shown in its colours
     shown = viewer.layers[names["scores"]].metadata
     assert shown["item"] == obj and shown["chosen"] == predictions["cluster"][obj]
     assert shown["runner_up"] == predictions["runner_up"][obj]
@@ -179,26 +196,6 @@ def test_a_plate_through_the_dock(files, tmp_path, make_napari_viewer, qtbot):
         ["cluster_00.png", "cluster_01.png", "cluster_02.png", "prototypes.png"]
     panel.export_shares(tmp_path / "shares.csv")
     assert len(pd.read_csv(tmp_path / "shares.csv")) == 20          # per image: a folder has no well column
-
-
-@pytest.mark.slow
-def test_a_plate_through_the_dock_full_size(tmp_path_factory, tmp_path, make_napari_viewer, qtbot):
-    """The same at full size: the generated plate's defaults (20 fields of 250 nuclei, 1024×1024: about 4,800
-    objects) and a fit sample of 1,000 (ai-kmeans' short settings, as above)."""
-    folder = write_nuclei_plate(tmp_path_factory.mktemp("full") / "plate", fields=20, seed=5).parent
-    viewer, panel, store, predictions = drive_plate(folder, tmp_path, make_napari_viewer, qtbot, 1000, FAST_AI)
-    obj, _ = click_object_outside_the_sample(qtbot, panel, predictions)
-    shown = viewer.layers[f"{panel.inspector.name()} inspector scores"].metadata
-    assert shown["item"] == obj and shown["chosen"] == predictions["cluster"][obj]
-    panel.curate.to.value = (int(predictions["cluster"][obj]) + 1) % 3
-    panel.curate.move_button.native.click()
-    press(qtbot, panel, panel.curate.repredict_button, 600_000)
-    assert "renumbered" in panel.status.value, panel.status.value
-    panel.export.export_objects(tmp_path / "dock.csv")
-    settle(qtbot, panel)
-    saved = panel.save_result(tmp_path / "r.npz")
-    assert main(["predict", str(saved), str(store.path), "--csv", str(tmp_path / "cli.csv"), "--quiet"]) == 0
-    assert (tmp_path / "dock.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
 
 
 # ---- (b) cancel mid-way ----------------------------------------------------------------------------
@@ -306,6 +303,54 @@ def test_bad_inputs_are_one_sentence_in_the_dock(files, tmp_path, make_napari_vi
     assert panel.extract.failed.value.startswith("gone.tif: There is no image file at")
 
 
+def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, predicted, tmp_path, make_napari_viewer,
+                                                                       qtbot, monkeypatch):
+    """The disk fills part-way through Extract (the 4th table written) and while the objects' CSV is exported: one
+    sentence in the dock each time, no store opened, no CSV left; with space again, Extract finishes the same store
+    as an uninterrupted run."""
+    import errno
+
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    folder, reference = files
+    viewer, panel = dock(make_napari_viewer, qtbot)
+    write, calls = pq.write_table, []
+
+    def fills_up(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 4:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", fills_up)
+    target = tmp_path / "full.zarr"
+    panel.extract.offer(folder)
+    panel.extract.target.value = str(target)
+    press(qtbot, panel, panel.extract.extract_button)
+    said = panel.status.value
+    assert "No space left on device" in said and one_sentence(said) and panel.store is None, said
+    monkeypatch.setattr(pq, "write_table", write)
+    press(qtbot, panel, panel.extract.extract_button)
+    assert panel.store is not None and "Extracted" in panel.status.value, panel.status.value
+    same_store(target, reference.path)
+
+    class FullWriter(pcsv.CSVWriter):
+        def write_table(self, *args, **kwargs):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    store, _ = predicted
+    panel.open_store(store.path)
+    settle(qtbot, panel)
+    monkeypatch.setattr(pcsv, "CSVWriter", FullWriter)
+    out = tmp_path / "objects.csv"
+    panel.export.export_objects(out)
+    settle(qtbot, panel)
+    said = panel.status.value
+    assert "No space left on device" in said and one_sentence(said) and not out.exists(), said
+    assert not list(tmp_path.glob("*objects.csv*"))             # no temporary file left beside it either
+
+
 def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tmp_path, make_napari_viewer, qtbot):
     folder, _ = files
     store, km = predicted
@@ -316,6 +361,14 @@ def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tm
     panel.load_result(km)
     settle(qtbot, panel)
     assert "40×40" in panel.status.value and one_sentence(panel.status.value) and panel.result is None
+    # the same crop size, other crop options (not turned upright): said, and nothing loaded
+    upright = ticlust.extract(folder, tmp_path / "upright.zarr", crop_size=store.size, orient=False)
+    panel.open_store(upright.path)
+    settle(qtbot, panel)
+    panel.load_result(km)
+    settle(qtbot, panel)
+    said = panel.status.value
+    assert "orient=True" in said and "orient=False" in said and one_sentence(said) and panel.result is None, said
     # a landmark result (another family: contours, not crops) can assign but not be inspected or curated here
     shapes = ticlust.fit(ticlust.sample("shapes")[0], "shape-kmeans", k=2, device="cpu")
     path = shapes.save(tmp_path / "shapes.npz")
@@ -375,6 +428,49 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
 
 
 # ---- the reader and the store's default place --------------------------------------------------------
+def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_button(tmp_path, make_napari_viewer,
+                                                                                    qtbot, monkeypatch):
+    """An NGFF HCS plate (written with ome-zarr-py) opened with File > Open offers itself for extraction beside it;
+    Extract makes the same store as ``ticlust.extract`` and opens it with its wells; a single OME-Zarr image with
+    labels, picked with the dock's Folder / OME-Zarr… button, does the same."""
+    import zarr
+    from ome_zarr.writer import write_image, write_labels
+    from qtpy.QtWidgets import QFileDialog
+
+    from test_hcs_plate import write_hcs_plate
+    from ticlust.datasets.nuclei import nuclei_field
+
+    plate = tmp_path / "plate.ome.zarr"
+    made = write_hcs_plate(plate)
+    viewer = make_napari_viewer()
+    viewer.open(str(plate), plugin="napari-ticlust")             # File > Open of the plate: the plate reader
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    settle(qtbot, panel)
+    assert panel.extract.source.value == str(plate)
+    assert panel.extract.target.value == str(tmp_path / "plate.objects.zarr")
+    press(qtbot, panel, panel.extract.extract_button)
+    assert panel.store is not None and "Extracted" in panel.status.value, panel.status.value
+    assert panel.extract.failed.value == "none"
+    same_store(panel.store.path, ticlust.extract(plate, tmp_path / "cli.zarr").path)
+    assert panel.has_wells and list(panel.well.choices) == ["A1", "A12", "B3"]
+    assert np.array_equal(viewer.layers["plate.objects field"].data, made[("A1", 0)].image)
+    assert viewer.layers["plate.objects objects"].data.max() == len(panel.picture.table)
+
+    image = tmp_path / "field.ome.zarr"
+    field = nuclei_field(n=10, shape=(128, 128), seed=3)
+    group = zarr.open_group(image, mode="w")
+    write_image(field.image, group, axes="yx")
+    write_labels(field.labels, group, name="nuclei", axes="yx")
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *args, **kwargs: str(image))
+    panel.extract.folder_button.native.click()                  # the dock's button, the folder picked
+    assert panel.extract.source.value == str(image)
+    assert panel.extract.target.value == str(tmp_path / "field.objects.zarr")
+    press(qtbot, panel, panel.extract.extract_button)
+    assert panel.store is not None and panel.store.path == tmp_path / "field.objects.zarr", panel.status.value
+    same_store(panel.store.path, ticlust.extract(image, tmp_path / "cli_image.zarr").path)
+    assert np.array_equal(viewer.layers["field.objects field"].data, field.image)
+
+
 def test_the_plate_reader_claims_a_plates_files_and_nothing_else(files, tmp_path):
     from ticlust._napari import reader
     from ticlust._napari.plate_dock import store_beside

@@ -185,8 +185,9 @@ def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, m
     translate = (offset[0] + unit * (-0.5 + 0.5 / factor), offset[1] + unit * (-0.5 + 0.5 / factor))
     if name in viewer.layers:
         layer = viewer.layers[name]
+        reveal(layer)
         layer.data = raster
-        layer.scale, layer.translate = scale, translate
+        place_layer(layer, scale=scale, translate=translate)
         if metadata is not None:
             layer.metadata.update(metadata)
         return layer
@@ -195,14 +196,61 @@ def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, m
 
 
 # ---- generic layer reuse -------------------------------------------------------------------------
+#: Metadata key of a layer made ahead of its first picture (hidden, empty): the first drawing into it shows it.
+PLACEHOLDER = "ticlust_placeholder"
+
+
+def add_placeholder(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **kwargs):
+    """A hidden, empty layer (``kind``: image, labels or shapes; ``dtype`` that of the pictures it will show, which
+    sets an image's contrast range: uint8 for a text raster) made ahead of its first picture: making a napari layer
+    takes tenths of a second of the GUI thread (its controls, its vispy visual), drawing into one that exists
+    hundredths; ``set_image``, ``set_text_layer``, ``set_shapes`` and :func:`reveal` show it."""
+    metadata = {PLACEHOLDER: True}
+    if kind == "shapes":
+        return viewer.add_shapes(None, name=name, visible=False, metadata=metadata, **kwargs)
+    data = np.zeros(shape, dtype or (np.int32 if kind == "labels" else np.float32))
+    add = viewer.add_labels if kind == "labels" else viewer.add_image
+    return add(data, name=name, visible=False, metadata=metadata, **kwargs)
+
+
+def drawn(viewer, name: str) -> bool:
+    """Whether the layer ``name`` is there with a picture (not missing, not a placeholder)."""
+    return name in viewer.layers and not viewer.layers[name].metadata.get(PLACEHOLDER, False)
+
+
+def reveal(layer) -> None:
+    """Show a placeholder before something is drawn into it (napari measures a hidden layer's extent again only
+    when data is set on it shown)."""
+    if layer.metadata.get(PLACEHOLDER, False):
+        layer.metadata.pop(PLACEHOLDER)
+        layer.visible = True
+
+
+def hide(layer) -> None:
+    """Turn a drawn layer back into a hidden placeholder (its picture no longer applies; the layer is kept)."""
+    layer.metadata[PLACEHOLDER] = True
+    layer.visible = False
+
+
+def place_layer(layer, **where) -> None:
+    """Set a layer's ``scale`` and ``translate`` only where they change: each setter redraws the layer and has the
+    viewer measure every layer's extent again (a few hundredths of a second of the GUI thread each)."""
+    for key, value in where.items():
+        now = np.asarray(getattr(layer, key), float)
+        value = np.asarray(value, float)
+        if now.shape != value.shape or not np.allclose(now, value):
+            setattr(layer, key, tuple(value.tolist()))
+
+
 def set_image(viewer, name: str, data, **kwargs):
-    """Update the Image layer called ``name`` in place, or add it."""
+    """Update the Image layer called ``name`` in place (shown, if it was a placeholder), or add it."""
     if name in viewer.layers:
         layer = viewer.layers[name]
+        reveal(layer)
         layer.data = data
-        for key in ("scale", "translate", "metadata"):
-            if key in kwargs:
-                setattr(layer, key, kwargs[key])
+        place_layer(layer, **{key: kwargs[key] for key in ("scale", "translate") if key in kwargs})
+        if "metadata" in kwargs:
+            layer.metadata = kwargs["metadata"]
         layer.reset_contrast_limits()
         return layer
     return viewer.add_image(data, name=name, **kwargs)
@@ -214,6 +262,7 @@ def set_shapes(viewer, name: str, shapes: list, shape_type: str, edge_color, edg
     metadata = kwargs.pop("metadata", {})
     if name in viewer.layers:
         layer = viewer.layers[name]
+        reveal(layer)
         layer.data = []
         if shapes:
             layer.add(shapes, shape_type=shape_type, edge_color=edge_color, edge_width=edge_width,
@@ -306,8 +355,12 @@ def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, pic
                              stacked=False)
         set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
     texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
+    drawn_as = (tuple(texts), h, w, tuple(at.tolist()), u)     # as drawn: a live fit redraws the same numbers
+    if drawn(viewer, names["prototype_labels"]) and viewer.layers[names["prototype_labels"]].metadata.get(
+            "ticlust_texts") == drawn_as:
+        return
     raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
-    set_text_layer(viewer, names["prototype_labels"], raster, factor, at, unit=u)
+    set_text_layer(viewer, names["prototype_labels"], raster, factor, at, metadata={"ticlust_texts": drawn_as}, unit=u)
 
 
 def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:

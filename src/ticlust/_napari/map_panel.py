@@ -501,7 +501,7 @@ class PlateMap(MapLink):
 
         def shown(grid) -> None:
             if store is owner.store and self.panel is not None and np.array_equal(self.selected(), objects):
-                beside = self.viewer.layers[field] if field in self.viewer.layers else None
+                beside = self.viewer.layers[field] if L.drawn(self.viewer, field) else None
                 show_gallery(self.viewer, names["gallery"], grid, beside)
 
         def finished() -> None:

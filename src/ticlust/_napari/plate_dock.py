@@ -74,8 +74,9 @@ class ExtractSection(Section):
                                                        "NAME_masks.tif or NAME.labels.tif), a CSV manifest (columns "
                                                        "image,labels, …) or an OME-Zarr image or HCS plate with labels")
         self.source.native.setPlaceholderText("a folder, plate.csv or an .ome.zarr")
-        self.folder_button = PushButton(text="Folder…")
-        self.file_button = PushButton(text="Manifest / OME-Zarr…")
+        self.folder_button = PushButton(text="Folder / OME-Zarr…", tooltip="A folder of fields with masks, or an "
+                                                                           "OME-Zarr image or HCS plate (a folder too)")
+        self.file_button = PushButton(text="Manifest…", tooltip="A CSV manifest (columns image,labels, …)")
         self.target = LineEdit(label="store", tooltip="Where the object store is written: a new folder (an unfinished "
                                                       "store made with the same options is finished)")
         self.show_advanced = CheckBox(value=False, text="Advanced (crop options, workers)")

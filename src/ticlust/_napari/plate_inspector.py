@@ -145,16 +145,22 @@ class PlateInspector:
             self._first = True
             panel.later(lambda: self._show(store, model, seen, row, field, problem))
             return
-        L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
-                         seen.object)
-        panel.later(lambda: self._grid(anchor, seen, chosen))      # a layer made per turn: the window reacts between
-        if self._first:                        # the first object inspected: the view takes in what was made
-            self._first = False
-            panel.later(panel.frame)
+        first = self._first or not L.drawn(self.viewer, L.layer_names(anchor.name)["inspector"])
+        self._first = False
         self.shown = seen.object
         where = "; in the fit sample: the fit's own alignment" if seen.sample is not None else ""
         panel.say(f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); runner-up "
                   f"{runner} ({seen.scores[runner]:.4g}){where}.")
+
+        def draw():      # the object drawn in this turn; its aligned prototypes, scores and frames in the next
+            if store is not panel.store or self.shown != seen.object or anchor.name not in self.viewer.layers:
+                return
+            L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
+                             seen.object)
+            panel.later(lambda: self._grid(anchor, seen, chosen))     # and the warp grid in the turn after
+            if first:                        # the first object inspected: the view takes in what was drawn
+                panel.later(panel.frame)
+        panel.later(draw)
 
     def _make_layers(self, anchor) -> bool:
         """Make the first of the inspector's layers that is missing (empty, drawn into later); False when they all
@@ -179,9 +185,9 @@ class PlateInspector:
         if seen.grid is not None:
             L.draw_grid(self.viewer, anchor, seen.grid, chosen)
             L.rescale_lines(self.viewer, anchor.name)
-        elif grid in self.viewer.layers:
-            self.viewer.layers.remove(grid)
-        if L.layer_names(anchor.name)["prototypes"] not in self.viewer.layers and self.panel.result is not None:
+        elif L.drawn(self.viewer, grid):      # hidden, not removed: a layer made again is tenths of a second
+            L.hide(self.viewer.layers[grid])
+        if not L.drawn(self.viewer, L.layer_names(anchor.name)["prototypes"]) and self.panel.result is not None:
             self.panel.later(lambda: self.show_prototypes(self.panel.result.prototypes,
                                                           self.panel.result.cluster_sizes()))
 
@@ -234,8 +240,8 @@ class PlateInspector:
             self._anchor(None)         # not drawn if a Cancel took the object layer away meanwhile
             self.panel.later(lambda: name in self.viewer.layers and self.show_prototypes(prototypes, sizes))
             return
-        anchor = self.viewer.layers[name]
-        made = L.layer_names(name)["prototypes"] in self.viewer.layers
+        anchor = self.viewer.layers[name] if L.drawn(self.viewer, name) else self._anchor(None)   # laid out
+        made = L.drawn(self.viewer, L.layer_names(name)["prototypes"])
         L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes,
                           picture=not (made and prototypes is self._prototypes))   # a move changes the sizes only
         self._prototypes = prototypes

@@ -206,6 +206,11 @@ def _warm_up() -> None:
     L.text_raster(L.Scene(8, 8, 2), 2, ["0", "1"], [L.cluster_color(0), L.cluster_color(1)])   # the fonts
 
 
+def _same(a, b) -> bool:
+    """Whether two label images are equal (a millisecond; painting one anew is a hundred times that)."""
+    return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
+
+
 class _CloseWatch(QObject):
     """Calls ``closed()`` when the watched widget leaves the dock it was put in: napari's close button on a dock
     takes the widget out and deletes the dock."""
@@ -338,15 +343,16 @@ class StorePanel(Container):
         self.progress.max, self.progress.value = 1, 0
 
     def show_progress(self, event) -> None:
-        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line."""
+        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line (at most every
+        SAY_EVERY_S, and each stage's last step)."""
         if not isinstance(event, Progress):
             return
-        self.progress.max = max(event.total, 1)
-        self.progress.value = min(event.step, event.total)
         now = time.perf_counter()
         if now - self._said_at < SAY_EVERY_S and event.step < event.total:
-            return                 # a new status line re-lays the dock out: a few times a second is enough
-        self._said_at = now
+            return                 # a new status line re-lays the dock out, a new bar value repaints it at once (Qt):
+        self._said_at = now        # a few times a second is enough
+        self.progress.max = max(event.total, 1)
+        self.progress.value = min(event.step, event.total)
         loss = f" · loss {event.loss:.4g}" if np.isfinite(event.loss) else ""
         self.say(f"{event.stage} {event.step}/{event.total}{loss} · {format_eta(event.eta)}")
 
@@ -374,17 +380,21 @@ class StorePanel(Container):
 
     def remember_layers(self) -> None:
         """Note the layers a fit or refine redraws (the prototypes, the inspected object), to put them back on a
-        Cancel or a failure."""
-        self._rollback = {name: (self.viewer.layers[name].data if name in self.viewer.layers else None)
-                          for name in self.inspector.layer_names()}
+        Cancel or a failure: their data, whether they were shown, whether they were still placeholders."""
+        layers = self.viewer.layers
+        self._rollback = {name: ((layers[name].data, layers[name].visible, not L.drawn(self.viewer, name))
+                                 if name in layers else None) for name in self.inspector.layer_names()}
 
     def _undo_layers(self) -> None:
-        for name, data in self._rollback.items():
+        for name, before in self._rollback.items():
             if name in self.viewer.layers:
-                if data is None:
+                if before is None:
                     self.viewer.layers.remove(name)
-                else:
-                    self.viewer.layers[name].data = data
+                    continue
+                layer = self.viewer.layers[name]
+                layer.data, layer.visible = before[0], before[1]
+                if before[2]:
+                    L.hide(layer)
         self._rollback = {}
 
     # ---- the dock's result: fitted, edited, predicted ------------------------------------------------
@@ -441,11 +451,15 @@ class StorePanel(Container):
         self.say(f"Undid the {undone}: {self.result.k} clusters. {self.pending_text()}")
 
     def _show_edited(self) -> None:
+        """The field repainted with the edited result, and its prototypes (in the event loop's next turn: each is
+        a redraw of its own, and the window reacts between the two)."""
         self.curate.show_for(self.result)
-        if np.ndim(self.result.prototypes) >= 3:
-            self.inspector.show_prototypes(self.result.prototypes, self.result.cluster_sizes())
         if self.picture is not None:
             self._paint(self.picture)
+        result = self.result
+        if np.ndim(result.prototypes) >= 3:
+            self.later(lambda: result is self.result and self.inspector.show_prototypes(result.prototypes,
+                                                                                        result.cluster_sizes()))
         self.object_map.result_changed()
         self.controls()
 
@@ -602,11 +616,11 @@ class StorePanel(Container):
             self.forget_results()
         self.store, self.predictions, self.applied, self.picture = opened.store, opened.predictions, None, None
         self.starts = opened.starts
+        listing = opened.store.fields      # before any layer goes: napari then asks the pickers for their choices
+        self.has_wells = "well" in listing.columns
         for name in set(before) - set(self.names().values()):   # another store's layers (same names: reused)
             if name in self.viewer.layers:
                 self.viewer.layers.remove(name)
-        listing = opened.store.fields
-        self.has_wells = "well" in listing.columns
         self.well.visible = self.has_wells
         self._filling = True
         try:
@@ -624,14 +638,49 @@ class StorePanel(Container):
         self._set_shares(opened.shares, opened.by)
         self._wanted = opened.field_index
         self._set_pickers(opened.field_index)
-        self._draw_field(opened.field_index, opened.picture, opened.problem)
-        # the gallery in the event loop's next turn: a napari layer made is a few tenths of a second of the GUI
-        # thread, and the window reacts between the two; then what the step that opened the store has to say
-        self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
         then, self._then = self._then, None
-        if then is not None and opened.problem is None:
-            self.later(lambda: self.say(then))
+
+        def draw():      # once every layer is there: the field, then the gallery, each in a turn of its own
+            if opened.store is not self.store:
+                return
+            self._draw_field(opened.field_index, opened.picture, opened.problem)
+            self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
+            if then is not None and opened.problem is None:
+                self.later(lambda: self.say(then))
+        self.later(lambda: opened.store is self.store and self._make_layers(opened, draw))
         self.object_map.opened(opened)
+
+    def layer_plan(self, opened: OpenedStore) -> list[tuple]:
+        """(name, kind, shape, options) of every layer the dock draws for a store: its field, objects and gallery,
+        and the inspector's (the object, the prototypes and their numbers, the aligned prototypes, their scores and
+        frames, the warp grid), in the order they are stacked."""
+        crop = tuple(opened.store.crops.shape[1:])
+        rgb_crops = len(crop) == 3 and crop[-1] == 3
+        field = ((1, 1, 3), {"rgb": True}) if opened.picture is not None and opened.picture.rgb else \
+            ((1, 1), {"colormap": "gray"})
+        crop_image = ((1, 1, 3), {"rgb": True}) if rgb_crops else ((1, 1), {"colormap": "gray"})
+        gallery = crop_image if rgb_crops or len(crop) == 2 else ((crop[-1], 1, 1), {"colormap": "gray"})
+        text = ((1, 1, 4), {"rgb": True, "dtype": np.uint8})     # RGBA text rasters (uint8: their contrast range)
+        names, inspector = self.names(), L.layer_names(self.inspector.name())
+        return [(names["field"], "image", *field),
+                (names["objects"], "labels", (1, 1), {"opacity": 0.6}),
+                (names["gallery"], "image", *gallery), (names["gallery labels"], "image", *text),
+                (self.inspector.name(), "image", *crop_image), (inspector["prototypes"], "image", *crop_image),
+                (inspector["prototype_labels"], "image", *text), (inspector["inspector"], "image", *crop_image),
+                (inspector["scores"], "image", *text), (inspector["frames"], "shapes", (), {}),
+                (inspector["grid"], "shapes", (), {})]
+
+    def _make_layers(self, opened: OpenedStore, then) -> None:
+        """Make the store's missing layers (hidden placeholders, :func:`layers.add_placeholder`), one per turn of the
+        event loop, then call ``then()``: a napari layer made is tenths of a second of the GUI thread, so they are
+        all made when a store opens and every later step (fit, predict, a click, an edit) only draws into them."""
+        missing = next((plan for plan in self.layer_plan(opened) if plan[0] not in self.viewer.layers), None)
+        if missing is None:
+            then()
+            return
+        name, kind, shape, options = missing
+        L.add_placeholder(self.viewer, name, kind, shape, **options)
+        self.later(lambda: opened.store is self.store and self._make_layers(opened, then))
 
     def later(self, draw) -> None:
         """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
@@ -774,9 +823,9 @@ class StorePanel(Container):
         if not shown:       # the same field again (the store read anew after a prediction): its image is as it was
             L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
                         **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
-        if names["objects"] in layers:
+        if names["objects"] in layers and shown:
             self._paint(picture)
-        else:               # a new layer: in the event loop's next turn, so that the window reacts in between
+        else:               # a new picture (or layer): in the event loop's next turn, so that the window reacts between
             self.later(lambda: self.picture is picture and self._paint(picture))
         self._place_gallery()
         if not shown:
@@ -810,8 +859,9 @@ class StorePanel(Container):
         name = self.names()["objects"]
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
-            if layer.data is not picture.values:        # an edit repaints the same field: only its colours change
-                layer.data = picture.values
+            L.reveal(layer)
+            if layer.data is not picture.values and not _same(layer.data, picture.values):
+                layer.data = picture.values     # an edit, or the field read again, repaints only its colours
             layer.colormap = colormap
             layer.features = table
         else:
@@ -847,16 +897,17 @@ class StorePanel(Container):
     def _draw_gallery(self, gallery: Gallery | None) -> None:
         """The gallery (:func:`make_gallery`) under the field, or none before any prediction."""
         names = self.names()
-        if gallery is None:
+        if gallery is None:             # kept, hidden: made again it would cost the GUI thread tenths of a second
             for key in ("gallery", "gallery labels"):
-                if names[key] in self.viewer.layers:
-                    self.viewer.layers.remove(names[key])
+                if L.drawn(self.viewer, names[key]):
+                    L.hide(self.viewer.layers[names[key]])
             return
-        new = names["gallery"] not in self.viewer.layers
-        L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata,
+        new = not L.drawn(self.viewer, names["gallery"])
+        at = self._gallery_origin()        # placed where it goes at once: each move re-measures every layer
+        leading = (0.0,) * (gallery.grid.ndim - (3 if gallery.rgb else 2))
+        L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata, translate=leading + at,
                     **({"rgb": True} if gallery.rgb else {"colormap": "gray"}))
-        L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, (0.0, 0.0))
-        self._place_gallery()
+        L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, at)
         if new:                 # the first gallery: the view takes it in, under the field
             self.frame()
 
@@ -868,17 +919,24 @@ class StorePanel(Container):
         if self.names()["objects"] in self.viewer.layers:
             self.viewer.layers.selection.active = self.viewer.layers[self.names()["objects"]]
 
-    def _place_gallery(self) -> None:
-        """Put the gallery (and its text, moved with it) under the field, left-aligned with it: a field is about
-        as wide as a gallery row, and a tall dock leaves the canvas taller than wide."""
+    def _gallery_origin(self) -> tuple[float, float]:
+        """Where the gallery's top-left goes: under the field, left-aligned with it (a field is about as wide as a
+        gallery row, and a tall dock leaves the canvas taller than wide)."""
         names = self.names()
-        if names["gallery"] not in self.viewer.layers:
-            return
-        lo, hi = L.field_extent(self.viewer.layers[names["field"]]) if names["field"] in self.viewer.layers else \
+        lo, hi = L.field_extent(self.viewer.layers[names["field"]]) if L.drawn(self.viewer, names["field"]) else \
             (np.zeros(2), np.zeros(2))
+        return float(hi[0]) + 4 * L.Scene(self.store.size, self.store.size, 1).gap, float(lo[1])
+
+    def _place_gallery(self) -> None:
+        """Keep the gallery (and its text, moved with it) under the field shown (moved only when the field's size
+        changed)."""
+        names = self.names()
+        if not L.drawn(self.viewer, names["gallery"]):
+            return
         gallery, text = self.viewer.layers[names["gallery"]], self.viewer.layers[names["gallery labels"]]
-        gap = 4 * L.Scene(self.store.size, self.store.size, 1).gap
-        shift = np.array([float(hi[0]) + gap, float(lo[1])]) - np.asarray(gallery.translate[-2:], float)
+        shift = np.asarray(self._gallery_origin()) - np.asarray(gallery.translate[-2:], float)
+        if np.allclose(shift, 0):
+            return
         gallery.translate = np.asarray(gallery.translate, float) + np.pad(shift, (gallery.ndim - 2, 0))
         text.translate = np.asarray(text.translate, float) + shift
 

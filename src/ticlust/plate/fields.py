@@ -468,8 +468,8 @@ def row_spec(source: Path, row, index: int) -> FieldSpec:
     source = Path(source)
     if source.is_dir() and _is_zarr(source) and _plate_attributes(source) is None:
         return FieldSpec(index, str(source), row["labels"], ome=True)
-    if source.is_dir() and _is_zarr(source):
-        return FieldSpec(index, str(row["image"]), row["labels"], ome=True)
+    if source.is_dir() and _is_zarr(source):     # one field image of an HCS plate, named relative to the plate
+        return FieldSpec(index, beside(source, row["image"]), row["labels"], ome=True)
     base = source if source.is_dir() else source.parent
     channels = tuple((str(c)[len(CHANNEL_PREFIX):], beside(base, row[c])) for c in row.keys()
                      if str(c).startswith(CHANNEL_PREFIX))
