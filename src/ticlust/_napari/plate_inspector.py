@@ -22,6 +22,7 @@ class PlateInspector:
         self.worker = None             # the worker aligning the prototypes onto an object
         self._pending: int | None = None
         self.shown: int | None = None  # the store object the inspector layers show
+        self.line = ""                 # what the status line said of it (a field painted later leaves it there)
         self._prototypes = None        # the prototypes array the mosaic shows
         self._first = False            # the inspector's layers were just made: frame the view once they are drawn
 
@@ -149,8 +150,9 @@ class PlateInspector:
         self._first = False
         self.shown = seen.object
         where = "; in the fit sample: the fit's own alignment" if seen.sample is not None else ""
-        panel.say(f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); runner-up "
-                  f"{runner} ({seen.scores[runner]:.4g}){where}.")
+        self.line = (f"object {seen.object} ({said}) → cluster {chosen} (score {seen.scores[chosen]:.4g}); "
+                     f"runner-up {runner} ({seen.scores[runner]:.4g}){where}.")
+        panel.say(self.line)
 
         def draw():      # the object drawn in this turn; its aligned prototypes, scores and frames in the next
             if store is not panel.store or self.shown != seen.object or anchor.name not in self.viewer.layers:

@@ -868,7 +868,8 @@ class StorePanel(Container):
             layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
         layer.metadata["field_index"] = picture.field_index
         self.object_map.field_painted(picture)
-        self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
+        if self.status.value != self.inspector.line:     # an object inspected meanwhile (a map click) stays said
+            self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
 
     def field_objects(self, field_index: int, count: int) -> np.ndarray:
         """The store object numbers of a field's ``count`` objects (its rows of the table)."""
