@@ -4,7 +4,8 @@ The distance of a datum x to a centroid μ is d(x, μ) = min_ν ||T(x, ν) − �
 datum resampled (bilinear, zero outside) through a thin-plate spline on a g×g landmark grid (App. E)
 — or through an affine map for ``ai-kmeans``. All N×K alignments are solved at once on the device
 with Adam: first an affine pre-alignment of low-pass-filtered images (App. B), then the landmark
-displacements at full resolution. Assignment is by argmin, the centroid is the mean of the warped
+displacements at full resolution (the Lloyd fit takes these stages by a few Levenberg-Marquardt iterations
+by default, ``fit_align``: ``transforms.fast_fit``). Assignment is by argmin, the centroid is the mean of the warped
 data (Eq. 4, Algo. 1), and Lloyd iterations (Algo. 2) run from K-means++ centroids until no
 assignment changes.
 
@@ -34,6 +35,7 @@ from ..result import Assignments, ClusteringResult, FittedState
 from ..core.scratch import RowScratch
 from ..transforms import affine_matrix
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
+from ..transforms.fast_fit import align_pairs, fit_schedule
 from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ..events import Progress, Snapshot, drain
 from ..kernels import BISECT_BLOCK, Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
@@ -55,6 +57,9 @@ class AIKMeansConfig:
     affine_lr: float = param(1e-2, "Adam learning rate of the low-pass affine pre-alignment", low=1e-6, high=1.0)
     lowpass: float = param(0.07, "Gaussian low-pass σ for the affine pre-alignment, as a fraction of the image side (0 = none)", low=0.0, high=0.5)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
+    fit_align: str = param("gauss-newton", "How the Lloyd fit aligns: gauss-newton, a few Levenberg-Marquardt iterations "
+                           "per stage (fast); adam, steps / affine_steps Adam steps at lr / affine_lr (the paper's)",
+                           choices=("gauss-newton", "adam"))
     max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
     max_shift: float = param(0.5, "Bound on the affine translation, as a fraction of the half image side", low=0.0)
     mode: str = param("lloyd", "lloyd: full-batch Lloyd iterations (Algo. 2, monotone distortion); minibatch: for large N", choices=("lloyd", "minibatch"))
@@ -295,7 +300,7 @@ def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedu
     from ``start``, each item assigned to its cheapest centroid (``pinned`` ≥ 0 kept), and the members'
     warped images summed per cluster. A pure function of its arguments, run chunk by chunk over the stack
     (``_lloyd``); the M-step adds the chunks' sums in chunk order. Returns a :class:`_ChunkStep`."""
-    pairs = yield from aligner.align(x, mu, start, schedule)
+    pairs = yield from align_pairs(aligner, x, mu, start, schedule)
     labels = keep_pinned(pairs.losses.argmin(1), pinned)
     with torch.no_grad():
         warped = aligner.warp_pairs(x.full, pairs.assigned(labels).as_pairs())[:, 0]
@@ -580,7 +585,7 @@ def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pair
     distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = _lloyd_ticker(run) if ticker is None else ticker
-    schedule = Schedule.of(cfg, ticker)
+    schedule = fit_schedule(cfg, ticker)
     pairs = run.warm_start() if pairs is None else pairs
     history, prev = [], None
     for it in range(1, cfg.max_iter + 1):
@@ -715,8 +720,9 @@ class AIKMeans(Method):
         return Aligner(size, None, device, lean=lean, **_warp_options(cfg, self.family(cfg)))
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
-        """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate."""
-        return [(0, dataclasses.replace(cfg, lr=lr, select=False)) for lr in lrs]
+        """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate (Adam's:
+        the runs fit with ``fit_align="adam"``)."""
+        return [(0, dataclasses.replace(cfg, lr=lr, select=False, fit_align="adam")) for lr in lrs]
 
     def validate(self, stack: Stack) -> None:
         _check_images(stack, self.name)
@@ -879,7 +885,8 @@ class STKMeans(AIKMeans):
         without the TPS stage)."""
         if self.landmarks(cfg) is None:
             return super().selection_runs(cfg, landmarks, lrs)
-        return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g)) for g in landmarks for lr in lrs]
+        return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g, fit_align="adam"))
+                for g in landmarks for lr in lrs]
 
 
 ST_KMEANS = register(STKMeans())
