@@ -16,7 +16,10 @@ of two source trees: this checkout's src/ ("new") and, with --baseline-ref (a co
 or --baseline-src (a folder holding the ticlust package), the baseline ("base"). For each (data, method, seed) the
 two run back to back, the baseline first, so both see about the same load; the table gives each side's wall and CPU
 seconds of the fit, Lloyd iterations and ACC / NMI, and their ratio. --set key=value changes the new side's
-parameters only (to compare the new code's options against the baseline's defaults).
+parameters only (to compare the new code's options against the baseline's defaults). --reuse-base FILE.jsonl takes
+the baseline's row of a (data, method, seed) from an earlier run's --jsonl (its "new" side when that run had no
+baseline: a --no-baseline run of the baseline's own checkout) instead of fitting it again; the table marks those
+rows "earlier" (not back to back: compare CPU seconds, and the load).
 """
 from __future__ import annotations
 
@@ -144,13 +147,15 @@ def cpu_model() -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    """The paired table and, per (data, method), the means over seeds."""
-    out = ["| data | method | seed | base wall s | new wall s | wall ratio | base CPU s | new CPU s | CPU ratio | "
+    """The paired table and, per (data, method), the means over seeds (rows with a baseline only)."""
+    rows = [r for r in rows if r["base"] is not None]
+    out = ["| data | method | seed | base run | base wall s | new wall s | wall ratio | base CPU s | new CPU s | CPU ratio | "
            "base iters | new iters | base ACC | new ACC | base NMI | new NMI | load before base / new |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         b, n = r["base"], r["new"]
-        out.append(f"| {r['data']} | {r['method']} | {r['seed']} | {b['wall_s']} | {n['wall_s']} | "
+        when = "earlier" if b.get("earlier") else "paired"
+        out.append(f"| {r['data']} | {r['method']} | {r['seed']} | {when} | {b['wall_s']} | {n['wall_s']} | "
                    f"{b['wall_s'] / n['wall_s']:.1f}× | {b['cpu_s']} | {n['cpu_s']} | {b['cpu_s'] / n['cpu_s']:.1f}× | "
                    f"{b['iterations']} | {n['iterations']} | {b['acc']:.4f} | {n['acc']:.4f} | {b['nmi']:.4f} | "
                    f"{n['nmi']:.4f} | {b['load_before']} / {n['load_before']} |")
@@ -179,6 +184,7 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline-ref", help="commit of this repository whose src/ is the baseline")
     ap.add_argument("--baseline-src", help="folder holding the baseline's ticlust package")
     ap.add_argument("--no-baseline", action="store_true", help="time the new side only")
+    ap.add_argument("--reuse-base", help="a --jsonl file whose rows give the baseline where they have one")
     ap.add_argument("--set", nargs="*", default=[], help="key=value (JSON value) parameters of the new side")
     ap.add_argument("--out", help="markdown table to write")
     ap.add_argument("--jsonl", help="append every paired row here as it finishes")
@@ -195,20 +201,31 @@ def main(argv=None) -> int:
             changes[key] = json.loads(value)
         except json.JSONDecodeError:
             changes[key] = value
-    if not (args.no_baseline or args.baseline_ref or args.baseline_src):
+    earlier = {}
+    for line in Path(args.reuse_base).read_text().splitlines() if args.reuse_base else []:
+        row = json.loads(line)
+        earlier[(row["data"], row["method"], row["seed"])] = {**(row["base"] or row["new"]), "earlier": True}
+    if not (args.no_baseline or args.baseline_ref or args.baseline_src or args.reuse_base):
         raise SystemExit("Say what to pair against: --baseline-ref REF, --baseline-src DIR or --no-baseline.")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        base_src, base_name = (None, "none") if args.no_baseline else \
-            export_ref(args.baseline_ref, tmp) if args.baseline_ref else (Path(args.baseline_src), args.baseline_src)
+        base_src, base_name = None, "none"
+        if args.baseline_ref:
+            base_src, base_name = export_ref(args.baseline_ref, tmp)
+        elif args.baseline_src:
+            base_src, base_name = Path(args.baseline_src), args.baseline_src
+        if args.reuse_base:
+            base_name += f" (rows marked earlier: from {args.reuse_base})"
         new_src, new_name = ROOT / "src", head()
         started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         for name in args.data:
             path = make_data(name, args.n, tmp, args.data_dir)
             for method in args.methods:
                 for seed in args.seeds:
-                    base = run_one(base_src, path, name, method, seed, {}, args.threads) if base_src else None
+                    base = earlier.get((name, method, seed))
+                    if base is None and base_src:
+                        base = run_one(base_src, path, name, method, seed, {}, args.threads)
                     new = run_one(new_src, path, name, method, seed, changes, args.threads)
                     row = {"data": name, "method": method, "seed": seed, "base": base, "new": new, "set": changes}
                     rows.append(row)
