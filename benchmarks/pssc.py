@@ -76,7 +76,9 @@ def knn_child(args) -> None:
 
     torch.set_num_threads(args.threads)
     import ticlust
-    from ticlust.methods import pssc
+    from ticlust.features import scattering_features
+    from ticlust.kernels import pca, spectral
+    from ticlust.kernels import pssc as kpssc
     from ticlust.events import drain
     from ticlust.kernels import lloyd, random_init
 
@@ -84,12 +86,12 @@ def knn_child(args) -> None:
     r = ticlust.fit(x, method="pssc", k=10, device=args.device, clustering="kmeans", restarts=1, kmeans_iter=1,
                     cache_dir=args.cache_dir)
     stack = ticlust.core.validation.as_stack(x)
-    cfg = pssc.PSSCConfig()
-    feats = np.load(Path(args.cache_dir) / f"{pssc.feature_key(stack, cfg)}.npy")
+    cfg = kpssc.PSSCConfig()
+    feats = np.load(Path(args.cache_dir) / f"{scattering_features.feature_key(stack, cfg)}.npy")
     scales = r.state.path_scales
     feats = (feats.reshape(len(feats), len(scales), -1) / scales[None, :, None]).reshape(len(feats), -1)
     dev = torch.device(args.device if args.device != "auto" else "cpu")
-    z = drain(pssc.project_steps(feats, torch.from_numpy(r.state.mean).double(), torch.from_numpy(r.state.basis).double(), dev))
+    z = drain(pca.project_steps(feats, torch.from_numpy(r.state.mean).double(), torch.from_numpy(r.state.basis).double(), dev))
     rng = np.random.default_rng(0)
     cand = z[torch.from_numpy(rng.choice(len(z), 9000, replace=False))]
     reps = cand[:1000].clone()
@@ -97,12 +99,12 @@ def knn_child(args) -> None:
         pass
     rows = []
     t = time.perf_counter()
-    d_ex, i_ex = pssc.nearest_exact(z, reps, 5)
+    d_ex, i_ex = spectral.nearest_exact(z, reps, 5)
     rows.append(("exact (torch matmul + topk)", time.perf_counter() - t, 1.0))
     truth = np.sort(i_ex.cpu().numpy(), 1)
     for ef in (10, 20, 40, 80, 160, 1000):
         t = time.perf_counter()
-        _, i_h = pssc.nearest_hnsw(z, reps, 5, seed=0, ef=ef)
+        _, i_h = spectral.nearest_hnsw(z, reps, 5, seed=0, ef=ef)
         el = time.perf_counter() - t
         got = i_h.cpu().numpy()
         recall = np.mean([len(set(a) & set(b)) / 5 for a, b in zip(got, truth)])

@@ -87,6 +87,19 @@ def accuracy(store: Path, plate: Path) -> float:
     return round(float(evaluate(truth, joined["cluster"].to_numpy())["acc"]), 4)
 
 
+def without_map(result: Path) -> Path:
+    """A copy of a result file without its object map (as a result saved before maps): predict then skips the map."""
+    import dataclasses
+
+    from ticlust.api import load_result
+    from ticlust.kernels.embedding import EXTRAS
+
+    r = load_result(result)
+    extras = {k: v for k, v in r.extras.items() if k not in EXTRAS}
+    plain = dataclasses.replace(r, extras=extras, embedding=None, map=None)
+    return plain.save(result.with_name(result.stem + "-nomap.npz"))
+
+
 def plate_size(work: Path, objects: int, args) -> list[dict]:
     from ticlust.datasets.nuclei import write_nuclei_plate
 
@@ -111,6 +124,13 @@ def plate_size(work: Path, objects: int, args) -> list[dict]:
                      "objects_per_s": round(min(args.fit_sample, n) / step["run_s"]), "store_mib": size_mib(store),
                      **{k: v for k, v in step.items() if k != "stdout"}})
         print("  ", rows[-1], flush=True)
+        if args.map_overhead:      # paired: the same result without its map, predicted just before it
+            plain = without_map(result)
+            step = run(["predict", str(plain), str(store), "--quiet"])
+            rows.append({"objects": n, "fields": fields, "step": "predict (no map)", "method": method,
+                         "objects_per_s": round(n / step["run_s"]), "store_mib": size_mib(store),
+                         **{k: v for k, v in step.items() if k != "stdout"}})
+            print("  ", rows[-1], flush=True)
         step = run(["predict", str(result), str(store), "--quiet"])
         said = step["stdout"]
         differ = int(said.split("(")[-1].split(" differ")[0]) if "differ)" in said else None
@@ -172,6 +192,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--work", default="/tmp/ticlust-scale", help="where plates and stores are written")
     parser.add_argument("--keep", action="store_true", help="keep the stores")
+    parser.add_argument("--map-overhead", action="store_true", help="also predict each result without its object map "
+                        "just before it (paired: the map's share of predict's time)")
     parser.add_argument("--out", default=str(RESULTS / "scale.md"))
     args = parser.parse_args()
     work = Path(args.work)

@@ -179,7 +179,7 @@ def test_a_distributed_lloyd_iteration_is_the_in_process_one(plate, client):
     import numpy as np
     import torch
 
-    from ticlust.kernels.chunked import lloyd_store
+    from ticlust.plate.run import lloyd_store
     from ticlust.kernels import kmeans_plus_plus, lloyd
 
     _, store = plate

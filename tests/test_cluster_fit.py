@@ -126,10 +126,14 @@ class Reads:
         return out
 
 
-def test_an_aligning_fit_reads_the_stack_a_chunk_at_a_time():
-    """ai-kmeans (st-kmeans runs the same loop): 80 items read at most chunk × 8 = 64 at a time."""
+def test_an_aligning_fit_reads_the_stack_a_chunk_at_a_time(monkeypatch):
+    """ai-kmeans (st-kmeans runs the same loop): 80 items read at most chunk × 8 = 64 at a time; the object map
+    after the fit reads its blocks (MAP_BLOCK items, here 16) the same way."""
     from ticlust.datasets.samples import glyphs_sample
     from ticlust.core.validation import as_stack
+    from ticlust.methods import base
+
+    monkeypatch.setattr(base, "MAP_BLOCK", 16)
 
     images, _ = glyphs_sample(n_per_class=20, size=16, seed=0)
     source = Reads(images)

@@ -75,24 +75,96 @@ def test_the_import_walker_resolves_relative_imports():
     assert "ticlust.methods.kmeans" in imports_of(SRC / "methods" / "__init__.py")
 
 
-def test_kernels_and_engines_sit_below_the_methods():
-    """Shared maths (kernels/), the alignment engine (transforms/) and the event records import no method:
-    a method file holds only its method, and no method imports another's file for its maths."""
-    low = [SRC / "events.py", *(SRC / "kernels").glob("*.py"), *(SRC / "transforms").glob("*.py")]
-    for path in low:
-        assert not any(m.startswith("ticlust.methods") for m in imports_of(path)), path.name
+#: What a file in methods/ may import besides its own method's modules (a method package's, methods.dti.*).
+METHODS_MAY_IMPORT = ("ticlust.kernels", "ticlust.transforms", "ticlust.features", "ticlust.core", "ticlust.errors",
+                      "ticlust.events", "ticlust.result", "ticlust.methods.base", "ticlust.methods.invariances")
+#: The methods room's own shared helpers: every method file may import them; they are no method.
+METHOD_HELPERS = ("ticlust.methods.base", "ticlust.methods.invariances")
+#: The rooms below the methods, and what none of their files may import.
+LOWER_ROOMS = ("kernels", "transforms", "features", "core")
+ABOVE_THE_LOWER_ROOMS = ("ticlust.methods", "ticlust.plate", "ticlust.objects", "ticlust.io", "ticlust.datasets",
+                         "ticlust.cli", "ticlust.api", "ticlust.curation", "ticlust._napari")
+
+
+def within(module: str, rooms) -> bool:
+    """Whether ``module`` is one of ``rooms`` or inside one of them."""
+    return any(module == room or module.startswith(room + ".") for room in rooms)
+
+
+def method_of(module: str) -> str:
+    """The method a module under ticlust.methods belongs to: its own file, or its package (methods.dti.net: methods.dti)."""
+    return ".".join(module.split(".")[:3])
+
+
+def files_of(*rooms: str) -> list[pathlib.Path]:
+    return sorted(path for room in rooms for path in (SRC / room).rglob("*.py"))
+
+
+def test_method_files_import_only_the_rooms_below_and_their_own_package():
+    """A file in methods/ imports the lower rooms (kernels, transforms, features, core), errors, events, result, the
+    methods room's helpers and its own method's modules, nothing else (the package's __init__ imports every method
+    to register it: it is the registry's loader, not a method)."""
+    wrong = [f"{path.relative_to(SRC)}: {m}" for path in files_of("methods") if path != SRC / "methods" / "__init__.py"
+             for m in sorted(imports_of(path)) if not within(m, (*METHODS_MAY_IMPORT, method_of(module_name(path))))]
+    assert not wrong, wrong
+
+
+def test_no_method_imports_another_method():
+    """What two methods share is a public function in a lower room: a method's modules import no other method's."""
+    wrong = []
+    for path in files_of("methods"):
+        here = module_name(path)
+        if here == "ticlust.methods" or here in METHOD_HELPERS:
+            continue
+        wrong += [f"{path.relative_to(SRC)}: {m}" for m in sorted(imports_of(path))
+                  if within(m, ("ticlust.methods",)) and not within(m, (*METHOD_HELPERS, method_of(here)))]
+    assert not wrong, wrong
+
+
+def test_the_lower_rooms_import_nothing_above_them():
+    """kernels/, transforms/, features/ and core/ import no method, plate, objects, io, datasets, CLI, API, curation or
+    napari code (so a kernel runs without the registry, on a cluster's worker too); events.py imports nothing."""
+    wrong = [f"{path.relative_to(SRC)}: {m}" for path in files_of(*LOWER_ROOMS)
+             for m in sorted(imports_of(path)) if within(m, ABOVE_THE_LOWER_ROOMS)]
+    assert not wrong, wrong
     assert imports_of(SRC / "events.py") == set()
-    for path in (SRC / "methods").glob("*.py"):
-        assert "ticlust.methods.kmeans" not in imports_of(path) or path.name == "__init__.py", path.name
 
 
-def test_no_function_in_methods_over_60_lines():
+def test_no_function_over_60_lines_outside_qt_widget_constructors():
+    """Every function in the package fits on a screen; only a Qt widget's constructor (a dock laying out its
+    controls) may be longer."""
     long = []
-    for path in (SRC / "methods").glob("*.py"):
+    for path in SRC.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
-                long.append(f"{path.name}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
+                if path.parent.name == "_napari" and node.name == "__init__":
+                    continue
+                long.append(f"{path.relative_to(SRC)}:{node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, long
+
+
+def test_the_package_top_holds_only_the_public_surface():
+    """At most 8 modules at the top of src/ticlust (the public surface and the result model); the rest in rooms."""
+    top = sorted(p.name for p in SRC.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+QT_AND_NAPARI = ("napari", "qtpy", "PyQt5", "PyQt6", "PySide2", "PySide6", "magicgui", "superqt", "vispy")
+
+
+def test_qt_and_napari_are_imported_only_in_the_napari_room():
+    """Everything else runs without a display (the CLI, a dask worker, a plain Python session)."""
+    wrong = []
+    for path in SRC.rglob("*.py"):
+        if "_napari" in path.relative_to(SRC).parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            wrong += [f"{path.relative_to(SRC)}: {n}" for n in names if n.split(".")[0] in QT_AND_NAPARI]
+        if "_qt_window" in path.read_text():
+            wrong.append(f"{path.relative_to(SRC)}: napari's private _qt_window")
+    assert not wrong, wrong
 
 
 # ---- a toy method, registered in one line ------------------------------------------------------------

@@ -296,7 +296,7 @@ def test_assignments_csv(tmp_path):
     res = ticlust.fit(x, k=3, seed=0)
     rows = res.assignments_table(tmp_path / "a.csv")
     text = (tmp_path / "a.csv").read_text().splitlines()
-    assert text[0] == "item,cluster,score,runner_up,runner_up_score" and len(text) == len(x) + 1
+    assert text[0] == "item,cluster,score,runner_up,runner_up_score,map_x,map_y" and len(text) == len(x) + 1
     assert all(r["score"] <= r["runner_up_score"] for r in rows)
 
 
@@ -307,7 +307,7 @@ def test_load_result_errors(tmp_path):
     with pytest.raises(ValueError, match="not a ticlust result"):
         ticlust.load_result(tmp_path / "plain.npz")
     (tmp_path / "junk.npz").write_bytes(b"junk")
-    with pytest.raises(ValueError, match="not a readable"):
+    with pytest.raises(InputError, match=r"junk\.npz is not a ticlust result file \(it is not an \.npz archive\)"):
         ticlust.load_result(tmp_path / "junk.npz")
 
 

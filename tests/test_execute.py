@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import ticlust
-from ticlust import cli, curation
+from ticlust import curation
+from ticlust.cli import fit as cli_fit
 from ticlust.api import fit_job
 from ticlust.evaluation import select_model
 from ticlust.events import Done, Progress, Snapshot
@@ -187,10 +188,10 @@ def test_the_objects_route_is_the_same_from_the_cli_and_the_widget(make_napari_v
     for name, value in options.items():
         widget.extraction[name].value = value
     from_widget = widget._extraction_job(field, labels, {})()
-    monkeypatch.setattr(cli, "read_input", lambda path, **kw: (labels.data, None))
+    monkeypatch.setattr(cli_fit, "read_input", lambda path, **kw: (labels.data, None))
     flags = {"keep_border": options.get("keep_border", False), "crop_size": options.get("size"),
              "rescale": options.get("rescale", False), "orient": options.get("orient")}
-    items, table, params = cli._objects(_cli_args(method=method, **flags), field.data, {})
+    items, table, params = cli_fit.field_objects(_cli_args(method=method, **flags), field.data, {})
     assert np.array_equal(items, from_widget.items) and items.dtype == from_widget.items.dtype
     assert list(table) == list(from_widget.table)
     assert all(np.array_equal(table[c], from_widget.table[c]) for c in table)

@@ -127,8 +127,8 @@ def test_lean_loss_has_the_fit_kernels_gradient():
 def test_hot_loop_stays_on_the_device():
     """Nothing in the screen, the candidates' alignment or the lean kernels moves data to the host, so the
     same code runs batched on a GPU (``--device cuda``) without a synchronising copy per step."""
-    for fn in (st_kmeans._screened, Aligner.gauss_newton, Aligner.grid, Aligner.warp_pairs, Aligner._grid_maps, Alignments.take,
-               Alignments.put, Aligner.pair_losses):
+    for fn in (st_kmeans._screened, Aligner.gauss_newton, Aligner._least_squares, Aligner.grid, Aligner.warp_pairs,
+               Aligner._grid_maps, Alignments.take, Alignments.put, Aligner.pair_losses):
         source = inspect.getsource(fn)
         for host in (".cpu()", ".numpy()", ".item()", ".tolist()", "np."):
             assert host not in source, (fn.__qualname__, host)

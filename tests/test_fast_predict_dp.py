@@ -9,7 +9,9 @@ import torch
 from torch import nn
 
 import ticlust
-from ticlust.methods import dti, pssc
+from ticlust.features import scattering_features
+from ticlust.kernels import pssc as kpssc
+from ticlust.methods import dti
 from ticlust.methods.dti.net import InferenceEncoder, ResNetEncoder, cpu_bfloat16
 from ticlust.result import load_result
 from ticlust.datasets.samples import glyphs_sample
@@ -154,10 +156,10 @@ def test_dti_same_seed_same_fit_and_predict(glyphs, saved):
 
 
 def test_scattering_in_chunks_equals_one_batch():
-    cfg = pssc.PSSCConfig(**PSSC_FAST)
-    op = pssc.Scatterer((16, 16), cfg, torch.device("cpu"))
+    cfg = kpssc.PSSCConfig(**PSSC_FAST)
+    op = scattering_features.Scatterer((16, 16), cfg, torch.device("cpu"))
     x = np.random.default_rng(0).random((37, 16, 16), dtype=np.float32)
-    whole, chunked = op(x), pssc.scattered(op, x, 5)
+    whole, chunked = op(x), scattering_features.scattered(op, x, 5)
     assert chunked.shape == whole.shape == (37, op.dim)
     assert torch.allclose(chunked, whole, rtol=1e-5, atol=1e-6)
 

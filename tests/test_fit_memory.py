@@ -14,6 +14,7 @@ import torch
 
 from ticlust.core import scratch
 from ticlust.events import Progress, drain
+from ticlust.kernels import aligned_lloyd
 from ticlust.methods import dti, st_kmeans
 from ticlust.methods.base import get_method
 from ticlust.datasets.samples import glyphs_sample
@@ -121,13 +122,13 @@ def test_the_repair_move_bisects_a_cluster_block_by_block_from_a_scratch(glyph_f
     bisected a block at a time, never held whole; the fit is the one it is in memory. (AI's two-step Adam fit makes
     a repair move here; its Gauss-Newton fit aligns well enough to need none.)"""
     in_memory = fit("ai-kmeans", logged_stack(glyph_file), fit_align="adam")
-    blocks, whole = [], st_kmeans.bisect
+    blocks, whole = [], aligned_lloyd.bisect
 
     def spy(rows):
         assert callable(rows), "a cluster's warped members were handed over whole"
         return whole(lambda: (blocks.append(len(b)) or b for b in rows()))
-    monkeypatch.setattr(st_kmeans, "bisect", spy)
-    monkeypatch.setattr(st_kmeans, "BISECT_BLOCK", 8)
+    monkeypatch.setattr(aligned_lloyd, "bisect", spy)
+    monkeypatch.setattr(aligned_lloyd, "BISECT_BLOCK", 8)
     monkeypatch.setattr(scratch, "IN_MEMORY_BYTES", 0)
     on_disk = fit("ai-kmeans", logged_stack(glyph_file), fit_align="adam")
     assert len(on_disk.extras["repairs"]) >= 1 and blocks and max(blocks) <= 8
@@ -162,7 +163,7 @@ def test_a_cancelled_fit_removes_its_scratch(glyph_file, scratch_dirs):
 def test_a_failed_fit_removes_its_scratch(glyph_file, scratch_dirs, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("the centroid update failed")
-    monkeypatch.setattr(st_kmeans, "_means", broken)
+    monkeypatch.setattr(aligned_lloyd, "_means", broken)
     with pytest.raises(RuntimeError, match="centroid update"):
         fit("ai-kmeans", logged_stack(glyph_file))
     assert scratch_dirs and not any(os.path.exists(d) for d in scratch_dirs)

@@ -267,7 +267,7 @@ def test_gui_command_fits_the_screen_and_uses_the_plugin_route(qtbot, make_napar
     """`ticlust gui` opened wider than a 1600x1000 screen with Run cut off."""
     from qtpy.QtGui import QGuiApplication
 
-    from ticlust.cli import GUI_SIZE, gui_viewer
+    from ticlust._napari.launcher import GUI_SIZE, gui_viewer
 
     viewer = gui_viewer("glyphs")
     try:

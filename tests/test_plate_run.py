@@ -130,6 +130,31 @@ def test_predict_a_stack_and_a_field_with_labels(plate, tmp_path):
     assert (field["cluster"].to_numpy() == store_clusters(store)[:len(first)]).all()
 
 
+def test_the_one_predict_routes_a_stack_a_field_and_a_store(plate, tmp_path):
+    """ticlust.predict: a stack (array or file) gives a ClusteringResult, a field with labels (files) a table
+    of its objects, a store a StorePrediction; what applies to one route only is refused on the others."""
+    manifest, store, km, _ = plate
+    ticlust.predict(km, store.path)
+    np.save(tmp_path / "crops.npy", store.crops[:30])
+    from_file = ticlust.predict(km, tmp_path / "crops.npy")
+    assert np.array_equal(from_file.labels, ticlust.predict(load_result(km), store.crops[:30]).labels)
+    assert np.array_equal(from_file.labels, store_clusters(store)[:30])
+    events = []
+    field = ticlust.predict(str(km), manifest.parent / "A01_s0.tif", labels=manifest.parent / "A01_s0_cp_masks.tif",
+                            batch_size=7, progress=events.append)
+    first = store.table[store.table["field_index"] == 0]
+    assert field["label"].tolist() == first["label"].tolist()
+    assert (field["cluster"].to_numpy() == store_clusters(store)[:len(first)]).all()
+    assert events and events[-1].step == events[-1].total == len(first)
+    with pytest.raises(InputError, match="labels does not apply to an object store"):
+        ticlust.predict(km, store.path, labels=manifest.parent / "A01_s0_cp_masks.tif")
+    with pytest.raises(InputError, match="aligned=True does not apply to a field"):
+        ticlust.predict(km, manifest.parent / "A01_s0.tif", labels=manifest.parent / "A01_s0_cp_masks.tif",
+                        aligned=True)
+    with pytest.raises(InputError, match="apply to an object store"):
+        ticlust.predict(km, tmp_path / "crops.npy", csv=tmp_path / "x.csv")
+
+
 def store_clusters(store) -> np.ndarray:
     return pd.read_parquet(store.path / PREDICTIONS)["cluster"].to_numpy()
 

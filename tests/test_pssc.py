@@ -10,7 +10,9 @@ import ticlust
 from ticlust.errors import InputError
 from ticlust.datasets.samples import digits_sample
 from ticlust.events import drain
-from ticlust.methods import pssc
+from ticlust.features import scattering_features
+from ticlust.kernels import pca, spectral
+from ticlust.kernels import pssc as kpssc
 from ticlust.features.scattering import FastScattering2D, fast_scattering, kymatio_scattering, n_paths
 
 
@@ -54,18 +56,18 @@ def test_scattering_steps_give_the_same_features_and_the_operator_is_built_once(
     roundoff = 16 * 2.0 ** -23 * float(whole.abs().max())
     for step in (1, 5, 8):
         torch.testing.assert_close(torch.cat([op(x[i:i + step]) for i in range(0, len(x), step)]), whole, rtol=0, atol=roundoff)
-    cfg = pssc.PSSCConfig()
-    small, large = (pssc.Scatterer(shape, cfg, torch.device("cpu")) for shape in ((32, 32), (64, 64)))
-    assert pssc.scattering_batch(cfg, small) == cfg.batch_size == 32
-    assert pssc.scattering_batch(cfg, large) == 8   # 4× the pixels: a quarter of the images per step
+    cfg = kpssc.PSSCConfig()
+    small, large = (scattering_features.Scatterer(shape, cfg, torch.device("cpu")) for shape in ((32, 32), (64, 64)))
+    assert scattering_features.scattering_batch(cfg, small) == cfg.batch_size == 32
+    assert scattering_features.scattering_batch(cfg, large) == 8   # 4× the pixels: a quarter of the images per step
 
 
 def test_paper_feature_count():
     # 28×28 MNIST zero-padded to 32×32 → 217 paths × 4×4 = 3472 coefficients (paper Sec. 4.3)
-    op = pssc.Scatterer((28, 28), pssc.PSSCConfig(), torch.device("cpu"))
+    op = scattering_features.Scatterer((28, 28), kpssc.PSSCConfig(), torch.device("cpu"))
     assert (op.hp, op.wp, op.paths, op.dim) == (32, 32, 217, 3472)
     assert op(np.zeros((2, 28, 28), np.float32)).shape == (2, 3472)
-    assert pssc.padded_shape(16, 16, 32, 3) == (32, 32) and pssc.padded_shape(40, 33, 32, 3) == (40, 40)
+    assert scattering_features.padded_shape(16, 16, 32, 3) == (32, 32) and scattering_features.padded_shape(40, 33, 32, 3) == (40, 40)
 
 
 def test_pca_and_poc_remove_the_leading_directions():
@@ -74,12 +76,12 @@ def test_pca_and_poc_remove_the_leading_directions():
     spectrum = 2.0 ** -np.arange(30)
     x = (rng.normal(size=(4000, 30)) * np.sqrt(spectrum)) @ basis.T
     x = x.astype(np.float32)
-    mean, cov = drain(pssc.covariance_steps(x, torch.device("cpu"), chunk=1000))
+    mean, cov = drain(pca.covariance_steps(x, torch.device("cpu"), chunk=1000))
     np.testing.assert_allclose(cov.numpy(), np.cov(x.T, bias=True), atol=1e-5)
-    vals, vecs = pssc.top_eigenvectors(cov, 10, "eigh", rng)
-    rvals, rvecs = pssc.top_eigenvectors(cov, 10, "randomized", rng)
+    vals, vecs = pca.top_eigenvectors(cov, 10, "eigh", rng)
+    rvals, rvecs = pca.top_eigenvectors(cov, 10, "randomized", rng)
     np.testing.assert_allclose(rvals.numpy()[:8], vals.numpy()[:8], rtol=1e-4)
-    z = drain(pssc.project_steps(x, mean, vecs[:, 2:], torch.device("cpu"))).double().numpy()   # POC n = 2
+    z = drain(pca.project_steps(x, mean, vecs[:, 2:], torch.device("cpu"))).double().numpy()   # POC n = 2
     zvar = np.sort(np.linalg.eigvalsh(np.cov(z.T, bias=True)))[::-1]
     np.testing.assert_allclose(zvar, vals.numpy()[2:10], rtol=1e-3)
     # the removed directions are the two leading ones of the data
@@ -93,10 +95,10 @@ def test_transfer_cut_equals_full_bipartite_ncut():
     n, p, k, c = 120, 15, 4, 3
     z = torch.from_numpy(np.concatenate([rng.normal(m, 0.4, size=(n // 3, 2)) for m in (0, 3, 6)]).astype(np.float32))
     reps = z[torch.from_numpy(rng.choice(n, p, replace=False))]
-    dist, idx = pssc.nearest_exact(z, reps, k)
-    aff = pssc.affinities(dist, float(dist.mean()))
-    _, w, vals = pssc.transfer_cut(aff, idx, p, c)
-    emb = pssc.extend_embedding(aff, idx, w, normalise=False).double().numpy()
+    dist, idx = spectral.nearest_exact(z, reps, k)
+    aff = spectral.affinities(dist, float(dist.mean()))
+    _, w, vals = spectral.transfer_cut(aff, idx, p, c)
+    emb = spectral.extend_embedding(aff, idx, w, normalise=False).double().numpy()
     a = np.zeros((n, p))
     np.put_along_axis(a, idx.numpy(), aff.numpy(), axis=1)
     full = np.block([[np.zeros((n, n)), a], [a.T, np.zeros((p, p))]])
@@ -117,8 +119,8 @@ def test_hnsw_finds_the_exact_neighbours_and_euclidean_distances():
     rng = np.random.default_rng(0)
     z = torch.from_numpy(rng.normal(size=(500, 20)).astype(np.float32))
     reps = z[:50].clone()
-    d_exact, i_exact = pssc.nearest_exact(z, reps, 5)
-    d_hnsw, i_hnsw = pssc.nearest_hnsw(z, reps, 5, seed=0, ef=100)
+    d_exact, i_exact = spectral.nearest_exact(z, reps, 5)
+    d_hnsw, i_hnsw = spectral.nearest_hnsw(z, reps, 5, seed=0, ef=100)
     assert (np.sort(i_hnsw.numpy(), 1) == np.sort(i_exact.numpy(), 1)).mean() > 0.99
     np.testing.assert_allclose(d_hnsw.numpy(), d_exact.numpy(), rtol=1e-4, atol=5e-3)   # not squared
 
@@ -217,11 +219,11 @@ def test_dual_pca_spans_the_same_components_as_the_covariance():
     rng = np.random.default_rng(2)
     x = (rng.normal(size=(40, 300)) * np.linspace(3, 0.1, 300)).astype(np.float32)
     dev = torch.device("cpu")
-    mean, cov = drain(pssc.covariance_steps(x, dev))
-    vals_c, vecs_c = pssc.top_eigenvectors(cov, 5, "eigh", rng)
-    mean_g, gram = drain(pssc.gram_steps(x, dev, chunk=16))
-    vals_g, vecs_g = pssc.top_eigenvectors(gram, 5, "eigh", rng)
-    basis = drain(pssc.dual_basis(x, mean_g, vecs_g, vals_g, dev, chunk=16))
+    mean, cov = drain(pca.covariance_steps(x, dev))
+    vals_c, vecs_c = pca.top_eigenvectors(cov, 5, "eigh", rng)
+    mean_g, gram = drain(pca.gram_steps(x, dev, chunk=16))
+    vals_g, vecs_g = pca.top_eigenvectors(gram, 5, "eigh", rng)
+    basis = drain(pca.dual_basis(x, mean_g, vecs_g, vals_g, dev, chunk=16))
     torch.testing.assert_close(mean_g, mean)
     torch.testing.assert_close(vals_g, vals_c, rtol=1e-5, atol=1e-8)
     cos = (basis * vecs_c).sum(0).abs() / (basis.norm(dim=0) * vecs_c.norm(dim=0))

@@ -129,7 +129,7 @@ def test_invariant_scattering_ignores_quarter_turns(one_thread):
 
 
 def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_thread):
-    from ticlust.methods.st_kmeans import _rigid_start
+    from ticlust.kernels.aligned_lloyd import rigid_start
     from ticlust.transforms.align import Aligner, Alignments
 
     mu = torch.cat([blob_pattern(2), blob_pattern(3)])
@@ -137,7 +137,7 @@ def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_t
     aligner = Aligner((H, W), 3, "cpu")                     # affine + TPS: the start's displacements are zero
     prev = aligner.zeros(2, 2)
     identity = aligner.pair_losses(x, mu, prev)
-    start = _rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), prev, flip=True)
+    start = rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), prev, flip=True)
     assert start.nu is not None and float(start.nu.abs().max()) == 0
     own = start.losses[[0, 1], [0, 1]]
     assert float(own.max()) < 0.05 * float((mu ** 2).sum((1, 2, 3)).min())   # turned (and mirrored) back: a close fit
@@ -146,7 +146,7 @@ def test_rigid_start_poses_turned_copies_and_never_loses_the_previous_warp(one_t
     # a previous warp that fits better than any rigid pose is kept
     exact = Alignments(start.theta.clone(), start.nu.clone())
     exact.theta[0, 0] += 0.01
-    better = _rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), exact, flip=True)
+    better = rigid_start(aligner, aligner.pyramid(x), aligner.pyramid(mu), exact, flip=True)
     assert bool((better.losses <= aligner.pair_losses(x, mu, exact) + 1e-6).all())
 
 

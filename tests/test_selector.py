@@ -299,7 +299,7 @@ def gui(qtbot, make_napari_viewer):
     """What `ticlust gui` calls (napari's event loop is not entered): the viewer and its ticlust dock.
     make_napari_viewer is asked for (not used) for its fresh napari app: a viewer built outside it after other
     viewer tests registers napari's plugin commands a second time."""
-    from ticlust.cli import gui_viewer
+    from ticlust._napari.launcher import gui_viewer
     from ticlust._napari.widget import TiclustWidget
 
     viewer = gui_viewer()

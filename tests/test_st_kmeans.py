@@ -13,7 +13,8 @@ from ticlust.methods.base import seed_everything
 from ticlust.metrics import evaluate
 from ticlust.kernels import kmeans_plus_plus
 from ticlust.evaluation import select_model
-from ticlust.methods.st_kmeans import _centroid_update, _lloyd, _reseed, _running_mean_update
+from ticlust.kernels.aligned_lloyd import aligned_lloyd, centroid_update, reseed
+from ticlust.methods.st_kmeans import _running_mean_update
 from ticlust.transforms.align import Aligner, Alignments, Schedule, adam, gaussian_lowpass
 from ticlust.result import load_result
 from ticlust.transforms import tps_grid, warp
@@ -59,7 +60,7 @@ def test_centroid_is_mean_of_warped_members():
     labels = torch.tensor([0, 1, 0, 0, 1, 1, 0])
     pairs = Alignments(theta, nu)
     pairs.losses = al.pair_losses(x, mu, pairs)
-    new = _centroid_update(al, x, mu.clone(), pairs, labels, 4)
+    new = centroid_update(al, x, mu.clone(), pairs, labels, 4)
     warped = al.warp_pairs(x, pairs)              # (7, 2, 1, 12, 12)
     for k in range(2):
         members = warped[labels == k, k]
@@ -277,19 +278,19 @@ def test_repair_move_splits_the_blend_and_drops_a_twin():
     assert sorted(np.unique(labels[y > 0]).tolist()) == [2]            # squares and pluses under one centroid
     before = float(pairs.losses.gather(1, labels[:, None]).sum())
     pairs.theta[:, 2] = 0.01                                            # j's warps are handed to the new half
-    a, j = _reseed(al, xt, pairs, labels, 8)
+    a, j = reseed(al, xt, pairs, labels, 8)
     assert a in (0, 1) and j == 2
     assert len(np.unique(labels[y == 0])) == 1 and labels[y == 0][0] != a      # rings: all on the kept twin
     assert {int(labels[y == 1].unique()), int(labels[y == 2].unique())} == {a, j}   # the blend split by shape
     assert torch.all(pairs.theta[:, a] == 0.01)
-    mu = _centroid_update(al, xt, torch.zeros(3, 1, 16, 16), pairs, labels, 8)
+    mu = centroid_update(al, xt, torch.zeros(3, 1, 16, 16), pairs, labels, 8)
     after = float(al.pair_losses(xt, mu, pairs).gather(1, labels[:, None]).sum())
     assert after < before
     # one centroid per shape: every centroid is needed, no move
     good = torch.stack([xt[y == c].mean(0) for c in range(3)])
     pairs.losses = al.pair_losses(xt, good, pairs)
     labels = pairs.losses.argmin(1)
-    assert _reseed(al, xt, pairs, labels, 8) is None and np.array_equal(labels.numpy(), y)
+    assert reseed(al, xt, pairs, labels, 8) is None and np.array_equal(labels.numpy(), y)
 
 
 @pytest.mark.parametrize("method", ["st-kmeans", "ai-kmeans"])
@@ -300,13 +301,13 @@ def test_lloyd_repairs_two_centroids_on_one_group(method):
     stack = as_stack(x)
     xt = torch.from_numpy(x)[:, None]
     got = {}
-    for reseed in (True, False):
-        cfg = spec.make_config(3, steps=6, affine_steps=4, max_iter=6, reseed=reseed,
+    for repair in (True, False):
+        cfg = spec.make_config(3, steps=6, affine_steps=4, max_iter=6, reseed=repair,
                                **({"landmarks": 3} if method == "st-kmeans" else {}))
         run = spec._start(stack, cfg, xt, torch.device("cpu"))
-        _, _, labels, history, _ = drain(_lloyd(run, bad_start(xt, y)))
+        _, _, labels, history, _ = drain(aligned_lloyd(run, bad_start(xt, y)))
         assert np.all(np.diff(history) <= 1e-5 * np.asarray(history[:-1]))       # still monotone
-        got[reseed] = (evaluate(y, labels.numpy())["acc"], run.repairs)
+        got[repair] = (evaluate(y, labels.numpy())["acc"], run.repairs)
     assert got[True][0] == 1.0 and len(got[True][1]) >= 1
     assert got[False][0] < 0.7 and got[False][1] == []
 

@@ -290,7 +290,7 @@ def test_a_second_run_on_a_store_in_use_is_refused(plate):
     manifest, ref, _ = plate
     with open(ref.path / ".lock") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
-        with pytest.raises(InputError, match="Another extraction is writing to"):
+        with pytest.raises(InputError, match=r"Another run \(an extraction or a prediction\) is writing to"):
             ticlust.extract(manifest.parent, ref.path)
 
 

@@ -12,7 +12,7 @@ from .core.determinism import request_reproducible_blas  # noqa: E402  (no torch
 request_reproducible_blas()      # before MKL's first call: the same seed gives the same result (docs/reproducibility.md)
 
 #: Each public name and the module that defines it.
-_EXPORTS = {"fit": "api", "run": "api", "predict": "plate.run", "refine": "curation", "InputError": "errors",
+_EXPORTS = {"fit": "api", "run": "api", "predict": "plate.predict", "refine": "curation", "InputError": "errors",
             "read_input": "io.readers", "sample": "datasets.samples", "available_methods": "methods",
             "get_method": "methods", "evaluate": "metrics", "nuclei_field": "datasets.nuclei",
             "objects_from_labels": "objects.crops", "shapes_from_labels": "objects.crops",

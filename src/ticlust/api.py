@@ -13,7 +13,7 @@ from typing import Iterator
 import numpy as np
 
 from .errors import InputError, whole_number
-from .events import Done, Event, Progress
+from .events import Done, Event, Progress, format_eta, format_seconds  # noqa: F401  (front ends' ETA, here since ever)
 from .core.execute import ETA_MIN_SECONDS, ETA_MIN_STEPS, Job, StagePace, execute, stream, versions, with_eta  # noqa: F401
 from .methods import get_method
 from .methods.base import Method, coerce, param_infos
@@ -86,12 +86,7 @@ def fit_job(data, method: str = "kmeans", k: int | None = None, device: str = "a
         return best
 
     return Job(lambda dev, s: spec.run(items, cfg, dev, s), device=device, seed=seed, runs=int(runs), label="run",
-               finish=finish)
-
-
-def format_eta(eta: float | None) -> str:
-    """How front ends show an ETA: honest about being an estimate at the current stage's pace."""
-    return "ETA estimating…" if eta is None else f"ETA ≈{format_seconds(eta)} at this stage's pace"
+               finish=finish, after=mapped(spec, items, seed))
 
 
 def fit(data, method: str = "kmeans", k: int | None = None, device: str = "auto", seed: int = 0, runs: int = 1,
@@ -122,7 +117,14 @@ def predict(result: ClusteringResult, data, device: str = "auto", batch_size: in
         items.pictures = aligned
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
-    return execute(Job(lambda dev, _seed: spec.predict(result, items, dev, batch_size), device=device, losses=False))
+    return execute(Job(lambda dev, _seed: spec.extend_map(result, spec.predict(result, items, dev, batch_size), items, dev),
+                       device=device, losses=False))
+
+
+def mapped(spec: Method, items, seed: int):
+    """The last step of a fit and of a refine (a Job's ``after``): the result, fitted on ``items``, given its object
+    map (``Method.with_map``) on the job's device, under the seam's deterministic kernels."""
+    return lambda result, device: spec.with_map(result, items, device, seed)
 
 
 def check_result(result) -> None:
@@ -203,10 +205,3 @@ class TerminalProgress:
     def close(self) -> None:
         self.stream.write(f"\r{'done':32s} [{'#' * self.width}]".ljust(110) + "\n")
         self.stream.flush()
-
-
-def format_seconds(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
-
-

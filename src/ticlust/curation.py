@@ -1,4 +1,4 @@
-"""Editing a clustering by hand and re-fitting from the edit (issue 18): merge, split, move, mark
+"""Editing a clustering by hand and re-fitting from the edit: merge, split, move, mark
 outliers, refine.
 
 Every edit returns a new result (the given one is never modified), records itself in ``edits`` and
@@ -16,8 +16,9 @@ import re
 import numpy as np
 import torch
 
-from .api import fit, fitted_scale, item_count, prepare
+from .api import fit, fitted_scale, item_count, mapped, prepare
 from .core.execute import Job, execute, stream
+from .core.validation import check_same_items
 from .errors import InputError
 from .methods import get_method
 from .result import ITEM_NAMES, OUTLIER, Assignments, ClusteringResult
@@ -27,7 +28,8 @@ from .result import ITEM_NAMES, OUTLIER, Assignments, ClusteringResult
 _PER_ITEM = ITEM_NAMES
 
 
-def _cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
+def check_cluster(result: ClusteringResult, c, name: str = "cluster") -> int:
+    """``c`` as a cluster number of ``result``, or one sentence saying which there are."""
     if isinstance(c, (bool, np.bool_)) or not isinstance(c, (int, np.integer)) or not 0 <= int(c) < result.k:
         raise InputError(f"{name} = {c!r} is not a cluster of this result: give a number from 0 to {result.k - 1}.")
     return int(c)
@@ -44,7 +46,7 @@ def _pins(result: ClusteringResult) -> np.ndarray:
 
 def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
     """Cluster ``b`` joins cluster ``a`` (clusters after ``b`` are numbered one lower)."""
-    a, b = _cluster(result, a, "a"), _cluster(result, b, "b")
+    a, b = check_cluster(result, a, "a"), check_cluster(result, b, "b")
     if a == b:
         raise InputError(f"Cannot merge cluster {a} with itself: choose two different clusters.")
     keep = [c for c in range(result.k) if c != b]
@@ -173,7 +175,7 @@ def _shown(selection) -> str:
 def move(result: ClusteringResult, items, cluster: int) -> ClusteringResult:
     """Put ``items`` (a selection, see :func:`item_index`) into ``cluster`` and pin them there (an outlier
     moved is one no more)."""
-    cluster = _cluster(result, cluster)
+    cluster = check_cluster(result, cluster)
     index = item_index(items, result.n, "move")
     labels, pins = np.asarray(result.labels).copy(), _pins(result)
     labels[index], pins[index] = cluster, cluster
@@ -192,7 +194,7 @@ def mark_outliers(result: ClusteringResult, items) -> ClusteringResult:
 def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: str = "auto") -> ClusteringResult:
     """Re-cluster the members of ``cluster`` in two by the same method and parameters; the second half
     becomes a new cluster, numbered K. Scores to both halves come from the two-cluster fit."""
-    cluster = _cluster(result, cluster)
+    cluster = check_cluster(result, cluster)
     members = np.flatnonzero(result.labels == cluster)
     if members.size < 2:
         raise InputError(f"Cluster {cluster} has {members.size} member(s): a split needs at least 2.")
@@ -212,8 +214,11 @@ def split(data, result: ClusteringResult, cluster: int, seed: int = 0, device: s
 
 
 def _fitted_items(data, result: ClusteringResult):
-    """The data a result was fitted on, validated and scaled like the fit; it must hold as many items."""
-    items = fitted_scale(prepare(data, get_method(result.method)), result)
+    """The data a result was fitted on, validated and scaled like the fit; it must hold as many items, each
+    of the shape the result's prototypes have."""
+    items = prepare(data, get_method(result.method))
+    check_same_items(items, np.shape(result.prototypes)[1:], "data's items", "give the data it was fitted on")
+    items = fitted_scale(items, result)
     if item_count(items) != result.n:
         raise InputError(f"The data has {item_count(items)} items but the result has {result.n}: give the data it was fitted on.")
     return items
@@ -286,4 +291,4 @@ def refine_job(data, result: ClusteringResult, device: str = "auto", keep_pinned
         return refined
 
     return Job(work, device=device, seed=int(result.config.get("seed", 0)), label="refine", finish=finish,
-               losses=False)
+               losses=False, after=mapped(spec, items, int(result.config.get("seed", 0))))

@@ -1,4 +1,4 @@
-"""The events a training run yields (GUIDE §2): small records that the CLI, the widget, the tests and the
+"""The events a training run yields: small records that the CLI, the widget, the tests and the
 kernels share, so a low-level loop (k-means++, Lloyd, the alignment engine) can report progress without
 knowing about methods.
 
@@ -22,7 +22,7 @@ class Progress:
     total: int
     loss: float = float("nan")
     stage: str = ""
-    eta: float | None = None  # seconds left, filled in by ticlust.api.run
+    eta: float | None = None  # seconds left, filled in by core.execute.with_eta (or plate.store.Reporter)
 
 
 @dataclass
@@ -52,3 +52,14 @@ def drain(events):
             return stop.value if stop.value is not None else done
         if isinstance(event, Done):
             done = event.result
+
+
+def format_eta(eta: float | None) -> str:
+    """How front ends show an ETA: honest about being an estimate at the current stage's pace (here, beside the
+    events, so that a front end shows one without importing torch)."""
+    return "ETA estimating…" if eta is None else f"ETA ≈{format_seconds(eta)} at this stage's pace"
+
+
+def format_seconds(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"

@@ -1,9 +1,10 @@
-"""The one result object that every method returns (SPEC §2), with save/load and an assignments table."""
+"""The one result object that every method returns, with save/load and an assignments table."""
 from __future__ import annotations
 
 import csv
 import hashlib
 import json
+import zipfile
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,8 @@ ITEM_FIELDS = (
     ItemField("aligned", "float32", "H,W[,C]", picture=True, doc="the item aligned with its prototype"),
     ItemField("grids", "float32", "gh,gw,2", picture=True, doc="the item's warp as a display lattice"),
     ItemField("pinned", "int64", "", doc="cluster the user put the item in (-1: free, OUTLIER: none)"),
+    ItemField("embedding", "float32", "E", doc="the item's invariant embedding, the object map's space (kernels.embedding)"),
+    ItemField("map", "float32", "2", doc="the item's place (x, y) on the object map (kernels.embedding)"),
 )
 ITEM_NAMES = tuple(f.name for f in ITEM_FIELDS)
 PICTURES = tuple(f.name for f in ITEM_FIELDS if f.picture)
@@ -179,6 +182,8 @@ class ClusteringResult:
     run_losses: list = field(default_factory=list)
     edits: list = field(default_factory=list)       # the user's edits, in order (ticlust.curation), kept through refine
     pinned: np.ndarray | None = None               # (N,) cluster the user put each item in (-1: free, OUTLIER: none), or None
+    embedding: np.ndarray | None = None            # (N, E) each item's invariant embedding (Method.embed), or None
+    map: np.ndarray | None = None                  # (N, 2) each item's place on the object map, or None (not made)
     timing: dict = field(default_factory=dict)
     device: str = "cpu"
     versions: dict = field(default_factory=dict)
@@ -234,16 +239,28 @@ class ClusteringResult:
 
     def assignments_table(self, path: str | Path | None = None, names: list[str] | None = None,
                           columns: dict | None = None) -> list[dict]:
-        """One row per item: cluster, its score, the runner-up and its score (and rejection; and, once
-        the result was edited by hand, whether the user marked the item as an outlier).
+        """One row per item: cluster, its score, the runner-up and its score (and rejection; once the result
+        was edited by hand, whether the user marked the item as an outlier; and its object map place, map_x and
+        map_y, when the result has a map).
 
         ``columns``: extra per-item columns ({name: N values}, e.g. an object table), written after
-        ``item``. Written as CSV when ``path`` is given; the rows are returned either way.
+        ``item``. ``names``: one name per item, in place of its number. Written as CSV when ``path`` is
+        given; the rows are returned either way. Names or columns of another length are refused before
+        anything is written.
         """
+        if names is not None:
+            if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
+                raise InputError(f"The names are a {type(names).__name__}: give a list of one name per item ({self.n}).")
+            if len(names) != self.n:
+                raise InputError(f"The names list has {len(names)} entries but the result has {self.n} items: give one "
+                                 "name per item.")
+        if columns is not None and not hasattr(columns, "items"):
+            raise InputError(f"The extra columns are a {type(columns).__name__}: give a dict of {{name: one value per item}}.")
         columns = {} if columns is None else {str(c): np.asarray(v) for c, v in columns.items()}
-        bad = [c for c, v in columns.items() if v.shape != (self.n,)]
+        bad = [f"{c} ({f'{v.size} values' if v.ndim == 1 else f'shape {v.shape}'})" for c, v in columns.items()
+               if v.shape != (self.n,)]
         if bad:
-            raise ValueError(f"extra column(s) {', '.join(bad)} need one value per item ({self.n}).")
+            raise InputError(f"The extra column(s) {', '.join(bad)} need one value per item ({self.n}).")
         order = np.argsort(self.scores, axis=1)
         rows = []
         for i in range(self.n):
@@ -257,6 +274,8 @@ class ClusteringResult:
                 row["rejected"] = bool(self.rejected[i])
             if self.pinned is not None:
                 row["outlier"] = bool(self.pinned[i] == OUTLIER)
+            if self.map is not None:
+                row["map_x"], row["map_y"] = float(self.map[i, 0]), float(self.map[i, 1])
             rows.append(row)
         if path is not None:
             def write(tmp: Path) -> None:
@@ -284,14 +303,10 @@ def load_result(path: str | Path) -> ClusteringResult:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"No result file at {path}: check the path.")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            contents = {key: npz[key] for key in npz.files}
-    except Exception as exc:  # corrupt or not an npz
-        raise InputError(f"{path} is not a readable ticlust result file ({exc}).") from None
+    contents = _npz_contents(path)
     check_unchanged(path, contents)
     if not is_result_file(contents):
-        raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json).")
+        raise InputError(f"{path} is an .npz file but not a ticlust result (no labels/scores/config_json): {_SAVED_BY}.")
     meta = _metadata(path, contents.pop("meta_json"), "meta_json")
     config = _metadata(path, contents.pop("config_json"), "config_json")
     _check_meta(path, meta)
@@ -311,6 +326,31 @@ def load_result(path: str | Path) -> ClusteringResult:
     if state_type is not None and state:      # none saved: a result edited by hand and not refined yet
         kwargs["state"] = _state(path, state_type, meta["method"], state)
     return ClusteringResult(**kwargs)
+
+
+_SAVED_BY = "give a file that ticlust saved (ClusteringResult.save, ticlust fit -o)"
+
+
+def _npz_contents(path: Path) -> dict[str, np.ndarray]:
+    """Every entry of a result file, read without unpickling; a file that is no .npz archive, a damaged
+    one, or one holding Python objects is refused by what it is (NumPy's hint to load it unsafely is not
+    passed on: a ticlust result never holds pickled data)."""
+    if not zipfile.is_zipfile(path):
+        with open(path, "rb") as fh:
+            zipped = fh.read(4) == b"PK\x03\x04"          # a zip's first bytes: an archive cut short or damaged
+        if zipped:
+            raise InputError(f"{path} is not a readable ticlust result file (its .npz archive is cut short or "
+                             "damaged): save the result again or fit again.")
+        raise InputError(f"{path} is not a ticlust result file (it is not an .npz archive): {_SAVED_BY}.")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except Exception as exc:       # object arrays; a member cut short, a bad CRC, a header NumPy cannot parse
+        if isinstance(exc, ValueError) and "pickle" in str(exc).lower():
+            raise InputError(f"{path} is not a ticlust result file (it holds Python objects, which ticlust never "
+                             f"saves): {_SAVED_BY}.") from None
+        raise InputError(f"{path} is not a readable ticlust result file (an entry is damaged: "
+                         f"{type(exc).__name__}): save the result again or fit again.") from None
 
 
 def array_digest(name: str, array: np.ndarray) -> str:
@@ -398,7 +438,10 @@ def _check_arrays(path: Path, arrays: dict[str, Any]) -> None:
         if value.ndim < 1 or value.shape[0] != n:
             raise _damaged(path, f"its {name} has {value.shape[0] if value.ndim else 'no'} rows but it has {n} items")
     expected = {"responsibilities": ((n, k), "f"), "rejected": ((n,), "b"), "pinned": ((n,), "iu"),
-                "aligned": ((n, *prototypes.shape[1:]), "f")}
+                "aligned": ((n, *prototypes.shape[1:]), "f"), "map": ((n, 2), "f")}
+    embedding = rows.get("embedding")
+    if embedding is not None and (embedding.ndim != 2 or embedding.dtype.kind != "f"):
+        raise _damaged(path, f"its embedding is {embedding.dtype} of shape {embedding.shape}, not items × dimensions")
     for name, (shape, kinds) in expected.items():
         if name in rows and (rows[name].shape != shape or rows[name].dtype.kind not in kinds):
             raise _damaged(path, f"its {name} are {rows[name].dtype} of shape {rows[name].shape}, not {shape}")

@@ -1,4 +1,4 @@
-"""The curation part of the dock (issue 18): fix a clustering by hand and re-fit from the fix.
+"""The curation part of the dock: fix a clustering by hand and re-fit from the fix.
 
 Clusters are chosen in the dock's cluster table, items under the slider (or typed, or picked in a
 landmark layer). Merge, Move and Mark as outlier are instant; Split and Refine run in the dock's worker

@@ -1,4 +1,4 @@
-"""Turning a ClusteringResult into napari layers, reusing layers by name (GUIDE §3).
+"""Turning a ClusteringResult into napari layers, reusing layers by name (so a re-run updates them in place).
 
 Where things go (data pixels; the input stack occupies rows 0…H, columns 0…W and owns the slider):
 
@@ -304,15 +304,17 @@ def cluster_summary(result: ClusteringResult) -> list[dict]:
 
 
 # ---- image results -------------------------------------------------------------------------------
-def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None) -> None:
-    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training)."""
+def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True) -> None:
+    """The K prototypes as one numbered 2-D mosaic beside the stack (live while training); ``picture`` False redraws
+    the numbers only (the same prototypes, other cluster sizes)."""
     names = layer_names(input_layer.name)
     k, h, w = prototypes.shape[:3]
     scene = Scene(h, w, k)
-    mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
-                         stacked=False)
     at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
-    set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
+    if picture or names["prototypes"] not in viewer.layers:
+        mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
+                             stacked=False)
+        set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
     texts = [f"{c}" if sizes is None else f"{c} (n={sizes[c]})" for c in range(k)]
     raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
     set_text_layer(viewer, names["prototype_labels"], raster, factor, at, unit=u)
@@ -382,15 +384,19 @@ def update_grid(viewer, input_layer, result: ClusteringResult):
     the image so that it never runs over the prototypes or the inspector."""
     frame = int(viewer.dims.current_step[0]) if viewer.dims.ndim >= 3 else 0
     frame = min(max(frame, 0), result.n - 1)
-    h, w = result.prototypes.shape[1:3]
+    return draw_grid(viewer, input_layer, result.grids[frame], int(result.labels[frame]), frame)
+
+
+def draw_grid(viewer, input_layer, grid: np.ndarray, cluster: int, frame: int | None = None):
+    """One item's warp grid ((gh, gw, 2) of (x, y) pixels of the item) over the input layer, in its cluster's colour,
+    cut to the item's box; ``frame``: the item's place on a stack's slider (None: a 2-D input layer)."""
+    h, w = input_layer.data.shape[-2:] if not is_rgb(input_layer) else input_layer.data.shape[-3:-1]
     channels = int(input_layer.data.shape[1]) if channel_first_display(input_layer) else 0
-    paths = grid_paths(place(input_layer, result.grids[frame][..., ::-1])[..., ::-1], frame,
+    paths = grid_paths(place(input_layer, np.asarray(grid)[..., ::-1])[..., ::-1], frame,
                        tuple(tuple(place(input_layer, corner)) for corner in ((-0.5, -0.5), (h - 0.5, w - 0.5))), channels)
-    color = cluster_color(int(result.labels[frame]))
     width = SCREEN_WIDTHS["grid"] / max(float(viewer.scene.camera.zoom), 1e-6)
-    layer = set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", color, width,
-                       metadata={"screen_widths": [SCREEN_WIDTHS["grid"]] * len(paths), "item": frame})
-    return layer
+    return set_shapes(viewer, layer_names(input_layer.name)["grid"], paths, "path", cluster_color(int(cluster)), width,
+                      metadata={"screen_widths": [SCREEN_WIDTHS["grid"]] * len(paths), "item": frame})
 
 
 def pose_text(result, item: int) -> str:
@@ -470,8 +476,7 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     The input layer's data stay as they are (it is hidden: the overlaid raw shapes form an unreadable
     ring); its ``features`` gain ``cluster`` and ``score`` columns.
     """
-    from ..transforms.procrustes import ellipse_corners
-    from ..io.landmarks import landmarks_to_points, points_to_landmarks  # napari-free geometry
+    from ..io.landmarks import points_to_landmarks  # napari-free geometry
 
     names = layer_names(input_layer.name)
     shape_of_point = shape_index_of_points(input_layer)
@@ -490,8 +495,19 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     point_colors = np.array([cluster_color(int(result.labels[s])) for s in np.repeat(np.arange(result.n), raw.shape[1])])
     _set_points(viewer, names["landmarks"], gallery, point_colors, size)
     made = [names["landmarks"]]
-    # the aligned view (aligned shapes, ellipses, means) sits to the right of the gallery, scaled so
-    # that a mean shape is as wide as the gallery is tall at most
+    zoom = _show_aligned_shapes(viewer, names, result, gallery, spacing, size, made)
+    _show_landmark_legend(viewer, names, result, gallery, spacing, zoom)
+    made.append(names["legend"])
+    return made
+
+
+def _show_aligned_shapes(viewer, names: dict, result: ClusteringResult, gallery: np.ndarray, spacing: float,
+                         size: float, made: list) -> float:
+    """The aligned view right of the gallery (aligned shapes, per-landmark ellipses, the mean shapes), scaled so
+    that a mean shape is as wide as the gallery is tall at most; appends the layers it made, returns the zoom."""
+    from ..io.landmarks import landmarks_to_points
+    from ..transforms.procrustes import ellipse_corners
+
     aligned_frame = result.aligned if result.aligned is not None else result.prototypes
     g_lo, g_hi = gallery.min(0), gallery.max(0)
     a_span = float(np.ptp(aligned_frame.reshape(-1, 2), axis=0).max()) or 1.0
@@ -524,6 +540,13 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
                [p / viewer.scene.camera.zoom for p in px], metadata={"screen_widths": px},
                blending="translucent_no_depth", opacity=1.0)
     made.append(names["means"])
+    return zoom
+
+
+def _show_landmark_legend(viewer, names: dict, result: ClusteringResult, gallery: np.ndarray, spacing: float,
+                          zoom: float) -> None:
+    """The colour legend left of the gallery: each cluster's size and what the two views show."""
+    k = result.prototypes.shape[0]
     sizes = result.cluster_sizes()
     texts = [f"cluster {c}: {sizes[c]} shapes" for c in range(k)] + [
         "left: every shape, by cluster (input units)", "right: Procrustes-aligned, mean ± 2 sd per landmark"]
@@ -531,12 +554,11 @@ def show_landmark_result(viewer, input_layer, result: ClusteringResult) -> list[
     legend = Scene(1, 80, len(texts))
     raster, factor = text_raster(legend, 1, texts, colors)
     unit = 0.1 * spacing
+    g_lo = gallery.min(0)
     offset = (g_lo[0] - (legend.grid_shape(1)[0] + 2) * unit, g_lo[1])
     set_text_layer(viewer, names["legend"], raster, factor, offset, unit=unit,
                    metadata={"texts": texts, "units": "gallery: the input's own units; aligned view: Procrustes-"
                                                       f"aligned coordinates scaled by {zoom:.3g} to fit"})
-    made.append(names["legend"])
-    return made
 
 
 def _set_points(viewer, name: str, coords: np.ndarray, colors: np.ndarray, size: float):

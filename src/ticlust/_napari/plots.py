@@ -1,32 +1,58 @@
-"""Two small plots for the dock (issue 18): the loss/distortion history and the cluster sizes.
+"""Two small plots for the dock: the loss/distortion history and the cluster sizes.
 
-Drawn with QPainter: ticlust does not depend on a plotting library, and two sparklines do not need one.
+Drawn with pyqtgraph, the library the object map uses: a PlotDataItem for the line, a BarGraphItem for the bars,
+no axes (the caption gives the range) and no mouse interaction (a sparkline, not a chart to explore).
 """
 import numpy as np
-from qtpy.QtCore import QPointF, QRectF, Qt
-from qtpy.QtGui import QColor, QPainter, QPen, QPolygonF
-from qtpy.QtWidgets import QWidget
+import pyqtgraph as pg
+from qtpy.QtGui import QColor
 
-MARGIN = 4        # pixels around the drawing area
-TITLE_H = 16      # pixels of the title line above it
+BACKGROUND = (38, 41, 48)
+LINE_COLOR = (255, 200, 60)
+BAR_COLOR = (120, 170, 230)
+CAPTION_COLOR = "#dcdcdc"
 
 
-class SmallPlot(QWidget):
+class SmallPlot(pg.PlotWidget):
     """A titled line plot (``kind="line"``) or bar plot (``kind="bars"``) of a few values."""
 
     def __init__(self, title: str, kind: str, parent=None):
-        super().__init__(parent)
+        super().__init__(parent, background=BACKGROUND)
         self.title, self.kind = title, kind
         self.values = np.zeros(0)
         self.colors: list | None = None
         self.setMinimumSize(120, 72)
         self.setToolTip(title)
+        item = self.getPlotItem()
+        item.hideAxis("left")
+        item.hideAxis("bottom")
+        item.hideButtons()
+        item.setMenuEnabled(False)
+        item.setMouseEnabled(x=False, y=False)
+        item.layout.setContentsMargins(4, 0, 4, 2)
+        item.getViewBox().setDefaultPadding(0.0)
+        self.line = pg.PlotDataItem(pen=pg.mkPen(LINE_COLOR, width=1.5))
+        self.bars = pg.BarGraphItem(x=[], height=[], width=0.8, pen=None)
+        item.addItem(self.line if kind == "line" else self.bars)
+        self._show_caption()
 
     def set_values(self, values, colors=None) -> None:
-        """Show these values (bars take one RGBA colour each, 0…1); repaint."""
+        """Show these values (bars take one RGBA colour each, 0…1)."""
         self.values = np.asarray(values, dtype=float).reshape(-1)
         self.colors = None if colors is None else [QColor.fromRgbF(*map(float, c[:3])) for c in colors]
-        self.update()
+        v = np.where(np.isfinite(self.values), self.values, np.nan)
+        finite = np.isfinite(v)
+        if self.kind == "line":
+            self.line.setData(np.flatnonzero(finite), v[finite])          # a missing value is stepped over
+            lo, hi = (np.nanmin(v), np.nanmax(v)) if finite.any() else (0.0, 1.0)
+            margin = 0.05 * (hi - lo) if hi > lo else 0.5
+            self.setRange(xRange=(0, max(len(v) - 1, 1)), yRange=(lo - margin, hi + margin), padding=0)
+        else:
+            brushes = self.colors if self.colors else [pg.mkBrush(BAR_COLOR)] * len(v)
+            self.bars.setOpts(x=np.arange(len(v)), height=np.nan_to_num(v), width=0.8, brushes=brushes)
+            top = max(np.nanmax(v), 1e-12) if finite.any() else 1.0
+            self.setRange(xRange=(-0.5, max(len(v), 1) - 0.5), yRange=(0, top), padding=0)
+        self._show_caption()
 
     def caption(self) -> str:
         """The title and the range shown, e.g. "loss 0.512 → 0.317"."""
@@ -37,33 +63,5 @@ class SmallPlot(QWidget):
             return f"{self.title} {v[0]:.3g} → {v[-1]:.3g}"
         return f"{self.title} {int(v.min())}–{int(v.max())}"
 
-    def paintEvent(self, _event) -> None:
-        painter = QPainter(self)
-        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
-        painter.fillRect(self.rect(), QColor(38, 41, 48))
-        painter.setPen(QColor(220, 220, 220))
-        painter.drawText(QRectF(MARGIN, 0, self.width() - 2 * MARGIN, TITLE_H),
-                         Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, self.caption())
-        area = QRectF(MARGIN, TITLE_H + MARGIN, self.width() - 2 * MARGIN, self.height() - TITLE_H - 2 * MARGIN)
-        v = np.where(np.isfinite(self.values), self.values, np.nan)
-        if np.isfinite(v).any() and area.width() > 0 and area.height() > 0:
-            (self._line if self.kind == "line" else self._bars)(painter, area, v)
-        painter.end()
-
-    def _line(self, painter: QPainter, area: QRectF, v: np.ndarray) -> None:
-        lo, hi = np.nanmin(v), np.nanmax(v)
-        y = (v - lo) / (hi - lo) if hi > lo else np.full_like(v, 0.5)
-        x = np.arange(len(v)) / max(len(v) - 1, 1)
-        points = [QPointF(area.left() + xi * area.width(), area.bottom() - yi * area.height())
-                  for xi, yi in zip(x, y) if np.isfinite(yi)]
-        painter.setPen(QPen(QColor(255, 200, 60), 1.5))
-        painter.drawPolyline(QPolygonF(points))
-
-    def _bars(self, painter: QPainter, area: QRectF, v: np.ndarray) -> None:
-        top = max(np.nanmax(v), 1e-12)
-        width = area.width() / len(v)
-        painter.setPen(Qt.PenStyle.NoPen)
-        for i, value in enumerate(np.nan_to_num(v)):
-            painter.setBrush(self.colors[i] if self.colors else QColor(120, 170, 230))
-            h = area.height() * value / top
-            painter.drawRect(QRectF(area.left() + i * width + 0.1 * width, area.bottom() - h, 0.8 * width, h))
+    def _show_caption(self) -> None:
+        self.getPlotItem().setTitle(self.caption(), color=CAPTION_COLOR, size="8pt", justify="left")

@@ -1,5 +1,6 @@
-"""napari readers: .npz files (ticlust results, or plain image stacks), tpsDig .tps files, and object stores
-(``ticlust extract``), which open in the plate panel."""
+"""napari readers: .npz files (ticlust results, or plain image stacks), tpsDig .tps files, object stores
+(``ticlust extract``), which open in the plate panel, and a plate's fields (a folder with masks, a CSV manifest,
+an OME-Zarr image or plate with labels), which the plate panel offers to extract into a store."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -115,6 +116,38 @@ def get_store_reader(path):
     if isinstance(path, list) or not is_store(path):
         return None
     return read_store
+
+
+def get_plate_reader(path):
+    """Return a reader for a plate's fields — a folder of images with their masks, a CSV manifest (image,labels,…),
+    an OME-Zarr image or plate with labels (``plate.fields.list_fields`` lists them, reading no pixel) — or None so
+    that napari tries other plugins."""
+    from ..errors import InputError
+    from ..plate.fields import list_fields
+    from ..plate.run import is_store
+
+    if isinstance(path, list) or is_store(path):
+        return None
+    try:
+        list_fields(path)
+    except (InputError, OSError, ValueError):
+        return None
+    return read_plate_input
+
+
+def read_plate_input(path) -> list[tuple]:
+    """Dock the plate panel and offer to extract the plate's fields into a store beside them (the store's path and
+    the crop options can be changed there before Extract)."""
+    import napari
+
+    from .store_panel import STORE_PANEL
+
+    viewer = napari.current_viewer()
+    if viewer is None:     # pragma: no cover - the reader only runs inside napari
+        return []
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    panel.extract.offer(path)
+    return [(None,)]       # napari's sentinel: the reader added its layers itself
 
 
 def read_store(path) -> list[tuple]:

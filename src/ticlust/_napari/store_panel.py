@@ -1,4 +1,4 @@
-"""The plate panel: an object store (``ticlust extract``) in napari, read the way a screen is read.
+"""The plate panel: a plate in napari, from its files to its curated clustering, read the way a screen is read.
 
 Pick a well and a field: its image, with its objects painted by cluster once the store has predictions
 (``ticlust predict RESULT STORE``; before that, by object). Beside it, a gallery of each cluster sampled
@@ -9,8 +9,13 @@ field, counting the shares and Apply result run in worker threads; what they rea
 :mod:`ticlust.plate.view` (no napari there), and this module draws it in the GUI thread. Closing the dock stops
 its workers and draws nothing more.
 
+Its tabs start the work (:mod:`ticlust._napari.plate_dock`): Extract a plate's files into a store, Fit on a sample,
+Predict every object, Curate the result (move, outliers, merge, split, Undo, Refine, Re-predict) and Export; a click
+on an object of the field (or a gallery tile) shows it in the inspector (:mod:`ticlust._napari.plate_inspector`).
+
 No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
 """
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,12 +29,14 @@ from qtpy.QtGui import QColor, QPainter
 from qtpy.QtWidgets import QWidget
 
 from ..errors import InputError
-from ..events import Progress
+from ..events import Progress, format_eta
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
                           field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
 from ..plate.store import ObjectStore
 from . import layers as L
+from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
+from .plate_inspector import PlateInspector
 from .workers import RunButton, start_worker
 
 #: The panel's name in napari.yaml (Plugins > ticlust > …).
@@ -38,6 +45,8 @@ PANEL_WIDTH = 380     # the dock's width in pixels, as the ticlust widget's
 NO_STORE = ("No store open: press Open store… or drag a STORE.zarr folder onto napari. Load result… and Apply "
             "result also assign the objects of an image layer and its labels layer.")
 TRANSPARENT = np.zeros(4)
+#: The shortest time between two progress lines in the status (the bar moves at every step).
+SAY_EVERY_S = 0.25
 #: The "apply to" choice that means the store's current field (the others are (image, labels) layer names).
 FIELD = "field"
 
@@ -143,11 +152,15 @@ class OpenedStore:
     field_index: int
     picture: object
     problem: str | None
+    starts: np.ndarray | None = None
 
 
-def opened_store(path) -> OpenedStore:
-    """Open the store at ``path`` and read what the panel shows first; an InputError when it is no (finished)
-    store or its predictions do not match it."""
+def opened_store(path, field_index: int | None = None) -> OpenedStore:
+    """Open the store at ``path`` and read what the panel shows first (the first field, or ``field_index``), and
+    where each field's objects start in the table; an InputError when it is no (finished) store or its
+    predictions do not match it."""
+    import pyarrow.parquet as pq
+
     store = ObjectStore(path)
     choices = condition_columns(store) + ["image"]
     predictions = read_predictions(store, ["field_index", "cluster", *choices])
@@ -156,12 +169,40 @@ def opened_store(path) -> OpenedStore:
             predictions[column] = predictions[column].astype("category")
     by = "well" if "well" in choices else choices[0]
     shares = cluster_shares(predictions, by) if predictions is not None else None
-    first = int(store.fields["field_index"].iloc[0])     # the first well's first field: what the pickers show first
+    first = int(store.fields["field_index"].iloc[0]) if field_index is None else int(field_index)
     try:
         picture, problem = field_picture(store, first), None
     except InputError as exc:
         picture, problem = None, str(exc)
-    return OpenedStore(store, predictions, make_gallery(store, predictions), by, shares, first, picture, problem)
+    fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
+    starts = np.searchsorted(fields, np.arange(int(store.attributes["input"]["fields"]) + 1))
+    return OpenedStore(store, predictions, make_gallery(store, predictions), by, shares, first, picture, problem,
+                       starts)
+
+
+def _warm_up() -> None:
+    """What the dock's first steps would otherwise do in the GUI thread, done in a worker when the dock opens: import
+    the method registry (and torch: seconds), for the Fit tab's form, and what torch imports on a session's first
+    fit (a thousand modules, held under the interpreter's lock for up to a second each: a tiny K-means fit of
+    random pixels, thrown away); and napari's one-time costs of the first Image, Labels and Shapes layers and of
+    painting by cluster (its colour-mapping kernels compiled by numba, its units registry), which froze the window
+    for seconds on the first field painted by cluster. Layer models only: nothing is added to a viewer."""
+    from napari.layers import Image, Labels, Shapes
+    from napari.utils.colormaps import DirectLabelColormap, label_colormap
+
+    from ..api import fit
+
+    fit(np.random.default_rng(0).random((12, 8, 8)), "kmeans", k=2, device="cpu", progress=False)
+
+    values = np.arange(600, dtype=np.int32)
+    colors = {None: TRANSPARENT, 0: TRANSPARENT, **{i: L.cluster_color(i) for i in range(1, 600)}}
+    for colormap in (DirectLabelColormap(color_dict=colors), label_colormap(50)):
+        colormap.map(values)
+    Image(np.zeros((8, 8), np.float32))
+    Labels(np.zeros((8, 8), np.int32), colormap=DirectLabelColormap(color_dict=colors))
+    box = np.array([[0.0, 0.0], [0.0, 4.0], [4.0, 4.0], [4.0, 0.0]])   # the frames' and the grid's shapes (numba too)
+    Shapes([box], shape_type="rectangle").add([box[:3]], shape_type="path")
+    L.text_raster(L.Scene(8, 8, 2), 2, ["0", "1"], [L.cluster_color(0), L.cluster_color(1)])   # the fonts
 
 
 class _CloseWatch(QObject):
@@ -182,7 +223,8 @@ class _CloseWatch(QObject):
 
 
 class StorePanel(Container):
-    """Dock widget for an object store: a field with its objects by cluster, a gallery, shares, Apply result."""
+    """Dock widget for a plate: a field with its objects by cluster, a gallery, shares, Apply result, and the tabs
+    that extract, fit, predict, curate and export it."""
 
     def __init__(self, viewer: Viewer):
         super().__init__(labels=True)
@@ -205,6 +247,16 @@ class StorePanel(Container):
         self.closed = False              # the dock was closed: its workers' late results are dropped
         self.has_wells = False           # whether the plate's manifest has a well column (a well picker)
         self._filling = False
+        self.model = None                # the last fitted result of the dock's lineage (what aligns objects)
+        self.predicted = None            # the result whose predictions the store holds, when the dock knows it
+        self.undo_stack: list = []       # the dock's results before each edit
+        self.picked: list[int] = []      # store objects picked on the field or in the gallery
+        self.starts = None               # where each field's objects start in the store's table
+        self.runners: list = []          # the tabs' Run/Cancel buttons
+        self._rollback: dict = {}        # layers as they were before a fit or refine (None: not there)
+        self._then: str | None = None    # what to say once the store being opened is shown
+        self._deferred = 0               # drawings waiting for the event loop's next turn (:meth:`later`)
+        self._said_at = 0.0              # when a job's progress was last said in the status line
 
         self.open_button = PushButton(text="Open store…")
         self.summary = Label(label="store", value=NO_STORE)
@@ -228,11 +280,9 @@ class StorePanel(Container):
         for label in (self.summary, self.status):
             label.native.setWordWrap(True)
         self.plot = SharePlot()
-        self.extend([self.open_button, self.summary, self.well, self.field, self.group_by])
-        self.native.layout().addWidget(self.plot)
-        self.extend([self.export_button, self.target,
-                     Container(widgets=[self.load_button, self.apply_button], layout="horizontal", labels=False),
-                     self.progress, self.status])
+        self.extend([self.open_button, self.summary, self.well, self.field])
+        self._make_tabs()
+        self.extend([self.progress, self.status])
         self.native.setMinimumWidth(PANEL_WIDTH)
 
         self.open_button.changed.connect(self._ask_open)
@@ -242,9 +292,199 @@ class StorePanel(Container):
         self.export_button.changed.connect(self._ask_export)
         self.load_button.changed.connect(self._ask_load)
         self.apply_runner = RunButton(self.apply_button, self.apply_result, self.say, alive=self.alive)
+        self.inspector = PlateInspector(self)
+        viewer.mouse_drag_callbacks.append(self.inspector.on_click)
+        self.importing = start_worker(_warm_up, finished=self._methods_ready, alive=self.alive)
         self._close_watch = _CloseWatch(self._dock_closed)
         self.native.installEventFilter(self._close_watch)
         self.native.destroyed.connect(lambda _=None: self._dock_closed())
+
+    def _make_tabs(self) -> None:
+        """The work in tabs (the dock fits a 1000-pixel screen): Extract, Fit, Predict (with Load/Apply result),
+        Curate, Shares (the plot and its export), Export."""
+        from qtpy.QtWidgets import QTabWidget
+
+        self.extract, self.fit, self.predict = ExtractSection(self), FitSection(self), PredictSection(self)
+        self.curate, self.export = CurateSection(self), ExportSection(self)
+        self.predict.extend([self.target, Container(widgets=[self.load_button, self.apply_button], layout="horizontal",
+                                                    labels=False)])
+        shares = Container(labels=True, widgets=[self.group_by])
+        shares.native.layout().addWidget(self.plot)
+        shares.append(self.export_button)
+        self.tabs = QTabWidget()
+        self.pages = [self.extract, self.fit, self.predict, self.curate, shares, self.export]
+        for title, page in zip(("Extract", "Fit", "Predict", "Curate", "Shares", "Export"), self.pages):
+            page.native.layout().addStretch(1)         # the widgets at the top of the tab, not spread over it
+            self.tabs.addTab(page.native, title)
+        self.native.layout().addWidget(self.tabs)
+
+    def reset_choices(self, *_) -> None:
+        """napari calls this when layers change: the pickers in the tabs (apply to, share per) are reset too."""
+        super().reset_choices()
+        for page in self.pages:
+            page.reset_choices()
+
+    def show_tab(self, section) -> None:
+        self.tabs.setCurrentWidget(section.native)
+
+    # ---- a tab's job: progress, failure, cancel ------------------------------------------------------
+    def busy_bar(self) -> None:
+        """The progress bar as a busy indicator (a job with no steps to count yet)."""
+        self.progress.max, self.progress.value = 0, 0
+
+    def idle_bar(self) -> None:
+        self.progress.max, self.progress.value = 1, 0
+
+    def show_progress(self, event) -> None:
+        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line."""
+        if not isinstance(event, Progress):
+            return
+        self.progress.max = max(event.total, 1)
+        self.progress.value = min(event.step, event.total)
+        now = time.perf_counter()
+        if now - self._said_at < SAY_EVERY_S and event.step < event.total:
+            return                 # a new status line re-lays the dock out: a few times a second is enough
+        self._said_at = now
+        loss = f" · loss {event.loss:.4g}" if np.isfinite(event.loss) else ""
+        self.say(f"{event.stage} {event.step}/{event.total}{loss} · {format_eta(event.eta)}")
+
+    def failed(self, exc: Exception) -> None:
+        """A job stopped on an error: one sentence in the status line, the layers it touched put back."""
+        message = self.gone() or (str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}")
+        self._undo_layers()
+        self.say(f"Stopped: {message}")
+
+    def gone(self) -> str | None:
+        """The sentence for an open store whose folder was deleted or moved meanwhile (None: it is there)."""
+        if self.store is None or (self.store.path / "zarr.json").is_file():
+            return None
+        return (f"The store {self.store.path.name} is gone (deleted or moved while it was open): open it again, or "
+                "extract the plate again.")
+
+    def job_finished(self, cancelled: bool, kept: str) -> None:
+        """A job has stopped: controls back; after a Cancel the layers it touched are put back and ``kept`` said."""
+        self.controls()
+        self.idle_bar()
+        if cancelled:
+            self._undo_layers()
+            self.say(f"Cancelled: {kept}.")
+        self._rollback = {}
+
+    def remember_layers(self) -> None:
+        """Note the layers a fit or refine redraws (the prototypes, the inspected object), to put them back on a
+        Cancel or a failure."""
+        self._rollback = {name: (self.viewer.layers[name].data if name in self.viewer.layers else None)
+                          for name in self.inspector.layer_names()}
+
+    def _undo_layers(self) -> None:
+        for name, data in self._rollback.items():
+            if name in self.viewer.layers:
+                if data is None:
+                    self.viewer.layers.remove(name)
+                else:
+                    self.viewer.layers[name].data = data
+        self._rollback = {}
+
+    # ---- the dock's result: fitted, edited, predicted ------------------------------------------------
+    def forget_results(self) -> None:
+        """Another store: nothing the dock fitted, edited or loaded applies to it."""
+        self.result = self.model = self.predicted = self.result_path = None
+        self.undo_stack.clear()
+        self.picked = []
+        self.inspector.forget()
+
+    def take_result(self, result, fitted: bool) -> None:
+        """A fitted or loaded result becomes the dock's: nothing to undo, its prototypes shown."""
+        self.result = result
+        if fitted or result.state is not None:
+            self.model = result
+        self.undo_stack.clear()
+        self.curate.show_for(result)
+        if self.store is not None and np.ndim(result.prototypes) >= 3:
+            self.inspector.show_prototypes(result.prototypes, result.cluster_sizes())
+        self.controls()
+
+    def curatable(self) -> bool:
+        """Whether the dock's result can be curated on the open store (fitted on its sample); else said why."""
+        from ..plate.curate import check_plate_result
+
+        if self.result is None:
+            self.say("Fit a result on the store (the Fit tab) or load one fitted on it first.")
+            return False
+        try:
+            check_plate_result(self.result, self.store)
+        except InputError as exc:
+            self.say(f"Not done: {exc}")
+            return False
+        return True
+
+    def apply_edit(self, edited, message: str, fitted: bool = False) -> None:
+        """Show an edited result (the one before goes on the undo stack): the field repainted with the edit, the
+        prototypes, and what changed."""
+        self.undo_stack.append((self.result, self.model))
+        self.result = edited
+        if fitted or edited.state is not None:
+            self.model = edited
+        self._show_edited()
+        self.say(f"{message}: {edited.k} clusters. {self.pending_text()}")
+
+    def undo(self, _=None) -> None:
+        """Show the result before the last edit again (Refine included)."""
+        if not self.undo_stack:
+            return
+        undone = (self.result.edits[-1]["op"] if self.result is not None and self.result.edits else "edit")
+        self.result, self.model = self.undo_stack.pop()
+        self._show_edited()
+        self.say(f"Undid the {undone}: {self.result.k} clusters. {self.pending_text()}")
+
+    def _show_edited(self) -> None:
+        self.curate.show_for(self.result)
+        if np.ndim(self.result.prototypes) >= 3:
+            self.inspector.show_prototypes(self.result.prototypes, self.result.cluster_sizes())
+        if self.picture is not None:
+            self._paint(self.picture)
+        self.controls()
+
+    def pending_text(self) -> str:
+        """What the store's predictions lack of the dock's result."""
+        if self.result is None or self.result is self.predicted:
+            return ""
+        from ..plate.curate import cluster_map
+
+        if self.predicted is not None and self.result.state is None and \
+                cluster_map(self.predicted, self.result) is None:
+            return "Refine, then Re-predict, to carry it to every object."
+        return "Re-predict carries it to every object."
+
+    def pending(self) -> str:
+        """A note for exports made while the dock's edits are not re-predicted yet."""
+        return "" if self.result is None or self.result is self.predicted else \
+            " (the store's predictions: the edits since the last re-predict are not in them)"
+
+    def predicted_with(self, result, message: str) -> None:
+        """The store's predictions are now ``result``'s: read them again (the field shown, the gallery, the shares)
+        in a worker and say ``message`` once drawn."""
+        self.predicted = result
+        if result.state is not None:
+            self.model = result
+        self.open_store(self.store.path, then=message, field_index=self._shown)
+
+    def device(self) -> str:
+        return "auto" if self.fit.device is None else self.fit.device.value
+
+    def _methods_ready(self) -> None:
+        """The method registry is imported (in a worker, when the dock opened): the Fit tab's form is built."""
+        self.importing = None
+        self.fit.build()
+
+    def save_result(self, path) -> Path:
+        """Save the dock's result (.npz)."""
+        if self.result is None:
+            raise InputError("There is no result to save yet: fit one first.")
+        out = self.result.save(path)
+        self.result_path = out
+        self.say(f"Saved {out.name}.")
+        return out
 
     # ---- names -----------------------------------------------------------------------------------
     def names(self) -> dict[str, str]:
@@ -262,8 +502,15 @@ class StorePanel(Container):
 
     @property
     def busy(self) -> bool:
-        """Whether a worker of the panel (open, field, shares, load, apply) is running."""
-        return any(w is not None for w in (self.opening, self.reading, self.counting, self.loader, self.worker))
+        """Whether a worker of the panel (open, field, shares, load, apply, a tab's job, the inspector) is running."""
+        return any(w is not None for w in (self.opening, self.reading, self.counting, self.loader, self.worker,
+                                           self.inspector.worker, self.importing)) or self.job is not None \
+            or self._deferred > 0
+
+    @property
+    def job(self):
+        """The running tab job's worker (extract, fit, predict, split, refine, re-predict, export), or None."""
+        return next((r.worker for r in self.runners if r.worker is not None), None)
 
     def alive(self) -> bool:
         """Whether the dock is still open (a closed one draws nothing more)."""
@@ -280,35 +527,50 @@ class StorePanel(Container):
                 worker.quit()
         self.opening = self.reading = self.counting = self.loader = None
         self.apply_runner.drop()
+        for runner in self.runners:
+            runner.drop()
+        self.inspector.drop()
+        if self.inspector.on_click in self.viewer.mouse_drag_callbacks:
+            self.viewer.mouse_drag_callbacks.remove(self.inspector.on_click)
 
     def _controls(self) -> None:
-        """Enable what can be used now: nothing but Cancel while a store opens or a result is applied; Export
-        shares… once the shares shown are those of the column chosen."""
-        opening, applying = self.opening is not None, self.worker is not None
+        """Enable what can be used now: nothing but Cancel while a store opens, a result is applied or a tab's job
+        runs; Export shares… once the shares shown are those of the column chosen."""
+        opening, applying, job = self.opening is not None, self.worker is not None, self.job is not None
+        held = opening or applying or job
         for widget in (self.open_button, self.well, self.field, self.group_by, self.target):
-            widget.enabled = not (opening or applying)
-        self.load_button.enabled = not (opening or applying or self.loader is not None)
+            widget.enabled = not held
+        self.load_button.enabled = not (held or self.loader is not None)
         self.export_button.enabled = not opening and self.counting is None and self.shares is not None
-        self.apply_button.enabled = applying or (not opening and self.loader is None and self.result is not None)
+        self.apply_button.enabled = applying or (not held and self.loader is None and self.result is not None)
+        for runner in self.runners:
+            runner.button.enabled = runner.worker is not None or not held
+        self.fit.fit_button.enabled = self.fit.form is not None and (self.fit.run.worker is not None or not held)
+        self.curate.undo_button.enabled = not held and bool(self.undo_stack)
+        self.fit.save_button.enabled = not held and self.result is not None
+
+    controls = _controls
 
     def _waiting(self) -> None:
         """The progress bar as a busy indicator (no steps to count) while a store opens, a field is read or shares
         are counted."""
-        if self.worker is None:            # Apply result counts its own steps
+        if self.worker is None and self.job is None:     # Apply result and the tabs' jobs count their own steps
             on = any(w is not None for w in (self.opening, self.reading, self.counting))
             self.progress.max, self.progress.value = (0, 0) if on else (1, 0)
 
     # ---- opening -----------------------------------------------------------------------------------
-    def open_store(self, path):
+    def open_store(self, path, then: str | None = None, field_index: int | None = None):
         """Open an object store in a worker thread (its listing, predictions, gallery crops, shares and first field
-        are read there, the dock disabled meanwhile) and show it in the GUI thread: the pickers, its first field,
-        the gallery and the shares. A folder that is no (finished) store, or a broken predictions table, is said in
-        one sentence and changes nothing. A store opened while another opens wins. Returns the worker."""
+        are read there, the dock disabled meanwhile) and show it in the GUI thread: the pickers, its first field
+        (or ``field_index``), the gallery and the shares; ``then`` is said once it is shown. A folder that is no
+        (finished) store, or a broken predictions table, is said in one sentence and changes nothing. A store
+        opened while another opens wins. Returns the worker."""
         path = Path(path)
+        self._then = then
 
         def job():
             try:
-                return opened_store(path), None
+                return opened_store(path, field_index), None
             except InputError as exc:
                 return None, str(exc)
             except Exception as exc:       # said in the dock, in one sentence
@@ -330,7 +592,11 @@ class StorePanel(Container):
             return
         self.apply_runner.cancel()
         before = self.names().values()
+        same = self.store is not None and self.store.path.resolve() == opened.store.path.resolve()
+        if not same:                       # another store: the dock's results were of the one before
+            self.forget_results()
         self.store, self.predictions, self.applied, self.picture = opened.store, opened.predictions, None, None
+        self.starts = opened.starts
         for name in set(before) - set(self.names().values()):   # another store's layers (same names: reused)
             if name in self.viewer.layers:
                 self.viewer.layers.remove(name)
@@ -349,11 +615,29 @@ class StorePanel(Container):
         wells = f" in {listing['well'].nunique()} wells" if self.has_wells else ""
         store = opened.store
         self.summary.value = f"{store.path.name}: {len(store)} objects, {len(listing)} fields{wells}{method}"
-        self._draw_gallery(opened.gallery)
         self._by_wanted = opened.by
         self._set_shares(opened.shares, opened.by)
         self._wanted = opened.field_index
+        self._set_pickers(opened.field_index)
         self._draw_field(opened.field_index, opened.picture, opened.problem)
+        # the gallery in the event loop's next turn: a napari layer made is a few tenths of a second of the GUI
+        # thread, and the window reacts between the two; then what the step that opened the store has to say
+        self.later(lambda: opened.store is self.store and self._draw_gallery(opened.gallery))
+        then, self._then = self._then, None
+        if then is not None and opened.problem is None:
+            self.later(lambda: self.say(then))
+
+    def later(self, draw) -> None:
+        """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
+        as busy until it has run."""
+        from qtpy.QtCore import QTimer
+
+        def run():
+            self._deferred -= 1
+            if self.alive():
+                draw()
+        self._deferred += 1
+        QTimer.singleShot(0, run)
 
     def _on_open_finished(self, worker) -> None:
         if worker is self.opening:
@@ -412,6 +696,18 @@ class StorePanel(Container):
         if self.field.value is not None:
             self.show_field(int(self.field.value))
 
+    def _set_pickers(self, field_index: int) -> None:
+        """Show ``field_index`` in the pickers without reading it (it is being drawn already)."""
+        row = self.store.fields.iloc[int(field_index)]
+        self._filling = True
+        try:
+            if self.has_wells:
+                self.well.value = str(row["well"])
+                self.field.reset_choices()
+            self.field.value = int(field_index)
+        finally:
+            self._filling = False
+
     def pick(self, field_index: int) -> None:
         """Show field ``field_index`` (as the pickers do): its well, then the field."""
         row = self.store.fields.iloc[int(field_index)]
@@ -435,7 +731,7 @@ class StorePanel(Container):
             except InputError as exc:
                 return None, str(exc)
             except Exception as exc:       # said in the dock, in one sentence (and not asked for again)
-                return None, f"reading it stopped with {type(exc).__name__}: {exc}"
+                return None, self.gone() or f"reading it stopped with {type(exc).__name__}: {exc}"
 
         self.reading = start_worker(job, returned=lambda done: self._on_field_read(store, index, *done),
                                     finished=self._on_read_finished, alive=self.alive)
@@ -464,13 +760,21 @@ class StorePanel(Container):
                     self.viewer.layers.remove(names[key])
             self.say(f"{field_title(self.store.fields.iloc[field_index])}: {problem}")
             return
-        if names["field"] in self.viewer.layers and self.viewer.layers[names["field"]].rgb != picture.rgb:
-            self.viewer.layers.remove(names["field"])
-        L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
-                    **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
-        self._paint(picture)
+        layers = self.viewer.layers
+        if names["field"] in layers and layers[names["field"]].rgb != picture.rgb:
+            layers.remove(names["field"])
+        shown = names["field"] in layers and layers[names["field"]].metadata.get("field_index") == field_index \
+            and layers[names["field"]].data.shape == picture.image.shape
+        if not shown:       # the same field again (the store read anew after a prediction): its image is as it was
+            L.set_image(self.viewer, names["field"], picture.image, metadata={"field_index": picture.field_index},
+                        **({"rgb": True} if picture.rgb else {"colormap": "gray"}))
+        if names["objects"] in layers:
+            self._paint(picture)
+        else:               # a new layer: in the event loop's next turn, so that the window reacts in between
+            self.later(lambda: self.picture is picture and self._paint(picture))
         self._place_gallery()
-        self.viewer.reset_view()
+        if not shown:
+            self.viewer.reset_view()
 
     def _paint(self, picture) -> None:
         """The objects layer: values = place in the field + 1, coloured by cluster (or one colour per object)."""
@@ -487,21 +791,50 @@ class StorePanel(Container):
             how = ("painted by object: no predictions yet (ticlust predict RESULT STORE, or Load result… and Apply "
                    "result)")
         else:
+            table, edits = (table, "") if applied else \
+                self.previewed(table, self.field_objects(picture.field_index, len(table)))
+            shown = table["cluster"].to_numpy()
+            if "outlier" in table.columns:          # outliers grey, as on the ticlust widget's painted field
+                shown = np.where(table["outlier"].to_numpy(bool), -1, shown)
             colors = {None: TRANSPARENT, 0: TRANSPARENT}
-            colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(table["cluster"])})
+            colors.update({i + 1: L.cluster_color(int(c)) for i, c in enumerate(shown)})
             colormap = DirectLabelColormap(color_dict=colors)
             how = (f"painted by cluster ({self.applied[2]} applied)" if applied else
-                   "painted by cluster (the store's predictions)")
+                   f"painted by cluster (the store's predictions{edits})")
         name = self.names()["objects"]
         if name in self.viewer.layers:
             layer = self.viewer.layers[name]
-            layer.data = picture.values
+            if layer.data is not picture.values:        # an edit repaints the same field: only its colours change
+                layer.data = picture.values
             layer.colormap = colormap
             layer.features = table
         else:
             layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
         layer.metadata["field_index"] = picture.field_index
         self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
+
+    def field_objects(self, field_index: int, count: int) -> np.ndarray:
+        """The store object numbers of a field's ``count`` objects (its rows of the table)."""
+        start = int(self.starts[int(field_index)]) if self.starts is not None else 0
+        return np.arange(start, start + count)
+
+    def previewed(self, table, objects: np.ndarray):
+        """Predicted rows (of store objects ``objects``) with the dock's edits not yet re-predicted shown on them
+        (clusters renumbered, hand-set clusters and outliers: ``plate.curate``), and a note saying so."""
+        from ..plate.curate import cluster_map, pin_columns, plate_pins, relabel_columns
+
+        result, predicted = self.result, self.predicted
+        if result is None or predicted is None or result is predicted:
+            return table, ""
+        mapping = cluster_map(predicted, result)
+        if mapping is None:
+            return table, "; the edited result differs from them: Refine and Re-predict to paint it"
+        columns = {c: table[c].to_numpy() for c in ("cluster", "runner_up", "runner_up_score")}
+        columns = pin_columns(relabel_columns(columns, mapping), objects, plate_pins(result))
+        table = table.copy()
+        for name, values in columns.items():
+            table[name] = values
+        return table, ", with the edits not yet re-predicted"
 
     # ---- the gallery ------------------------------------------------------------------------------
     def _draw_gallery(self, gallery: Gallery | None) -> None:
@@ -512,10 +845,21 @@ class StorePanel(Container):
                 if names[key] in self.viewer.layers:
                     self.viewer.layers.remove(names[key])
             return
+        new = names["gallery"] not in self.viewer.layers
         L.set_image(self.viewer, names["gallery"], gallery.grid, metadata=gallery.metadata,
                     **({"rgb": True} if gallery.rgb else {"colormap": "gray"}))
         L.set_text_layer(self.viewer, names["gallery labels"], gallery.raster, gallery.factor, (0.0, 0.0))
         self._place_gallery()
+        if new:                 # the first gallery: the view takes it in, under the field
+            self.frame()
+
+    def frame(self) -> None:
+        """Frame the view on everything the dock shows (the field, the gallery, the inspected object, its
+        inspector and the prototypes); the objects layer active, so that napari's status bar reports the object
+        under the mouse."""
+        self.viewer.reset_view()
+        if self.names()["objects"] in self.viewer.layers:
+            self.viewer.layers.selection.active = self.viewer.layers[self.names()["objects"]]
 
     def _place_gallery(self) -> None:
         """Put the gallery (and its text, moved with it) under the field, left-aligned with it: a field is about
@@ -594,15 +938,23 @@ class StorePanel(Container):
 
     # ---- a result on the current field or on layers ----------------------------------------------
     def load_result(self, path):
-        """Load a result for Apply result, in a worker thread (the first result of a session imports torch:
-        seconds); one sentence when it cannot assign the open store's objects. Returns the worker."""
+        """Load a result for Apply result and the tabs (Predict, Curate, the inspector), in a worker thread (the first
+        result of a session imports torch: seconds); one sentence when it cannot assign the open store's objects.
+        When the store's predictions were made with this file's result, the dock knows them for its own. Returns
+        the worker."""
+        from ..plate.run import PREDICTIONS, part_digest, result_digest
+
         store, path = self.store, Path(path)
 
         def job():
             try:
-                return load_store_result(path, store), None
+                result = load_store_result(path, store)
+                ours = store is not None and part_digest(store.path / PREDICTIONS) == result_digest(path)
+                return (result, ours), None
             except InputError as exc:
-                return None, str(exc)
+                return (None, False), str(exc)
+            except Exception as exc:       # said in the dock, in one sentence
+                return (None, False), f"Loading {path.name} stopped with {type(exc).__name__}: {exc}"
 
         self.loader = start_worker(job, returned=lambda done: self._on_loaded(path, *done),
                                    finished=self._on_load_finished, alive=self.alive)
@@ -610,13 +962,18 @@ class StorePanel(Container):
         self.say(f"Loading {path.name}…")
         return self.loader
 
-    def _on_loaded(self, path: Path, result, problem: str | None) -> None:
+    def _on_loaded(self, path: Path, loaded, problem: str | None) -> None:
         if problem is not None:
             self.say(problem)
             return
-        self.result, self.result_path = result, path
-        self.say(f"Loaded {path.name} ({result.method}, K = {result.k}): Apply result assigns the objects chosen in "
-                 "apply to.")
+        result, ours = loaded
+        self.take_result(result, fitted=result.state is not None)
+        self.result_path = path
+        if ours:
+            self.predicted = result
+        made = " (the store's predictions were made with it)" if ours else ""
+        self.say(f"Loaded {path.name} ({result.method}, K = {result.k}){made}: Apply result assigns the objects chosen "
+                 "in apply to; Predict assigns every object of the store.")
 
     def _on_load_finished(self) -> None:
         self.loader = None
@@ -634,6 +991,9 @@ class StorePanel(Container):
             self.say("Load a result, and open a store or add an image layer and its labels layer, first.")
             return None
         result, name = self.result, self.result_path.name
+        if target == FIELD and self.gone():
+            self.say(self.gone())            # the store's crops may still be cached: refuse, as every other step does
+            return None
         if target == FIELD:
             field_index, store = int(self.field.value), self.store
             work, on_done = (lambda: assign_field(result, store, field_index)), self._on_applied
@@ -666,7 +1026,8 @@ class StorePanel(Container):
         self.apply_runner.cancel()
 
     def _on_failed(self, exc: Exception) -> None:
-        message = str(exc) if isinstance(exc, InputError) else f"Apply result stopped with {type(exc).__name__}: {exc}"
+        message = self.gone() or (str(exc) if isinstance(exc, InputError) else
+                                  f"Apply result stopped with {type(exc).__name__}: {exc}")
         show_error(message)
         self.say(f"Stopped: {message}")
 

@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from magicgui.widgets import (CheckBox, ComboBox, Container, Label, LineEdit, ProgressBar, PushButton, SpinBox,
-                              Table)
+from magicgui.widgets import CheckBox, ComboBox, Container, Label, ProgressBar, PushButton, SpinBox, Table
 from napari.layers import Image, Labels, Points
 from napari.utils.notifications import show_error, show_info
 from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
@@ -20,15 +19,15 @@ from ..errors import InputError
 from ..core.validation import channels_last
 from ..core.device import DEVICE_CHOICES
 from ..events import Done, Progress, Snapshot
-from ..methods import available_methods, get_method
-from ..methods.base import param_infos
+from ..methods import get_method
 from ..objects.route import objects_route
-from ..objects.crops import ROUTE_OPTIONS, labels_fit
+from ..objects.crops import labels_fit
 from ..plate.view import record_route
 from ..api import load_result
 from ..result import ClusteringResult
 from . import layers as L
 from .curation_panel import CurationPanel
+from .method_form import MethodForm, crop_options
 from .store_panel import STORE_PANEL
 from .workers import RunButton, start_worker
 
@@ -65,33 +64,17 @@ class TiclustWidget(Container):
         self._framed = None              # the result the view was last framed for
         self.objects = None              # (field layer, labels layer, table) of a run on a segmentation
 
-        methods = available_methods()
-        self.method = ComboBox(label="method", choices=methods, value="kmeans" if "kmeans" in methods else methods[0],
-                               tooltip="Clustering method")
+        self.extraction = crop_options()
+        self.extraction.visible = False
+        self.form = MethodForm(extras=[self.extraction])
+        self.method, self.k, self.params = self.form.method, self.form.k, self.form.params
+        self.show_advanced, self.advanced, self.advanced_area = self.form.show_advanced, self.form.advanced, self.form.area
         self.input = ComboBox(label="input layer", choices=self._input_choices,
                               tooltip="An image stack (N×H×W, N×H×W×C or N×C×H×W) or, for shape methods, a Points "
                                       "layer with a shape_id feature")
         self.labels = ComboBox(label="labels layer", choices=self._labels_choices,
                                tooltip="Optional segmentation of the input image (0 = background, one id per object): "
                                        "every object is cut out and clustered, then painted back by cluster")
-        self.k = SpinBox(label="K", min=1, max=100000, tooltip="Number of clusters")
-        self.params = Container(labels=True)
-        self.show_advanced = CheckBox(value=False, text="Advanced parameters",
-                                      tooltip="Show every parameter of the method, not only the essential ones")
-        self.advanced = Container(labels=True)
-        self.extraction = Container(labels=True, widgets=[
-            CheckBox(name="keep_border", value=False, text="keep border objects",
-                     tooltip="Also cluster objects that touch the field's edge (they are cut off by it)"),
-            SpinBox(name="size", label="crop size", value=0, min=0, max=1024,
-                    tooltip="Side of each object's crop in pixels; 0 = the smallest that holds every object"),
-            CheckBox(name="orient", value=ROUTE_OPTIONS["orient"], text="orient objects",
-                     tooltip="Turn each object so that its major axis points right (image methods)"),
-            CheckBox(name="normalize", value=ROUTE_OPTIONS["normalize"], text="normalize brightness",
-                     tooltip="Divide each object by its mean brightness, so kinds compare by shape (image methods)"),
-            CheckBox(name="rescale", value=False, text="rescale objects",
-                     tooltip="Zoom each object to fill its crop, whatever its size (image methods)"),
-        ])
-        self.extraction.visible = False
         self.device = ComboBox(label="device", choices=list(DEVICE_CHOICES), value="auto",
                                tooltip="auto uses a CUDA GPU when there is one, else the CPU")
         self.seed = SpinBox(label="seed", min=0, max=2**31 - 1, value=0, tooltip="The same seed gives the same result")
@@ -111,23 +94,14 @@ class TiclustWidget(Container):
         self.extend([self.method, self.input, self.labels, self.k, self.params, self.show_advanced, self.device,
                      self.seed, self.runs, self.run_button, self.progress, self.status, self.inspect, files, self.table])
         self.native.layout().addWidget(self.curation.native)     # the dock's full width, no label column
-        # Advanced parameters scroll in a box of their own (st-kmeans has 17), so that the dock fits a
+        # Advanced parameters scroll in a box of their own (the form's area), so that the dock fits a
         # 1000-pixel-high screen; the status line wraps, so nothing widens the dock past FORM_WIDTH
-        from qtpy.QtWidgets import QFrame, QScrollArea
-
-        self.advanced_area = QScrollArea()
-        self.advanced_area.setWidgetResizable(True)
-        self.advanced_area.setFrameShape(QFrame.Shape.NoFrame)
-        self.advanced_area.setWidget(Container(widgets=[self.advanced, self.extraction], labels=False).native)
-        self.advanced_area.setMaximumHeight(260)
-        self.advanced_area.setVisible(False)
         self.native.layout().insertWidget(self.index(self.show_advanced) + 1, self.advanced_area)
         self.native.setMinimumWidth(FORM_WIDTH)
 
         self.method.changed.connect(self._on_method)
         self.input.changed.connect(self._on_input)
         self.labels.changed.connect(lambda _=None: setattr(self.extraction, "visible", self.labels_layer() is not None))
-        self.show_advanced.changed.connect(lambda on: self.advanced_area.setVisible(bool(on)))
         self.runner = RunButton(self.run_button, self.start, lambda text: setattr(self.status, "value", text))
         self.save_button.changed.connect(self._ask_save)
         self.load_button.changed.connect(self._ask_load)
@@ -165,16 +139,8 @@ class TiclustWidget(Container):
         return L.is_ticlust_layer(layer.name)
 
     def _on_method(self, _=None) -> None:
-        """Build the method's form from its config: essentials first, the rest under Advanced; K from the config.
-        The picker's tooltip names the method and, where measured, when another one serves better."""
-        self.method.tooltip = " ".join(filter(None, [f"{self.spec.title}.", self.spec.caution,
-                                                     "Its parameters appear below."]))
-        self.params.clear()
-        self.advanced.clear()
-        for info in param_infos(self.spec.config):
-            if info.gui:
-                (self.params if info.essential else self.advanced).append(_param_widget(info))
-        self.k.value = self.spec.config().k     # every config field has a default (docs/architecture.md)
+        """Another method: the form has rebuilt its parameters (MethodForm.rebuild, connected first); the input
+        layers it takes are offered."""
         self.input.reset_choices()
         self._on_input()
 
@@ -190,30 +156,24 @@ class TiclustWidget(Container):
                                  f"compares with them (the accuracy is shown after Run).")
 
     def param_widgets(self) -> list:
-        return [*self.params, *self.advanced]
+        return self.form.widgets()
 
     def param(self, name: str):
         """The form widget of a method parameter (essential or advanced)."""
-        return next(w for w in self.param_widgets() if w.name == name)
+        return self.form.param(name)
 
     def param_values(self) -> dict:
         """The method parameters as set in the form (strings are converted by the method's config)."""
-        return {w.name: w.value for w in self.param_widgets()}
+        return self.form.values()
 
     def set_form(self, config: dict) -> None:
         """Show a result's settings in the form: method, K, seed, runs and every parameter it used."""
-        if config.get("method") in self.method.choices:
-            self.method.value = config["method"]
-        if "k" in config:
-            self.k.value = int(config["k"])
+        self.form.set(config)
         for name in SETTINGS:
             if name in config:
                 getattr(self, name).value = int(config[name])
         if config.get("device") in DEVICE_CHOICES:
             self.device.value = config["device"]
-        for widget in self.param_widgets():
-            if widget.name in config:
-                widget.value = _form_value(widget, config[widget.name])
 
     def input_layer(self):
         name = self.input.value
@@ -648,29 +608,3 @@ def _item_count(layer) -> int:
         return len(set(np.asarray(layer.features["shape_id"]).tolist())) if "shape_id" in layer.features else 0
     return int(layer.data.shape[0])
 
-
-def _form_value(widget, value):
-    """A saved parameter value as its form widget holds it."""
-    if isinstance(widget, LineEdit):
-        if value is None:
-            return "none"
-        if isinstance(value, (list, tuple)):
-            return ", ".join(map(str, value))
-        return str(value)
-    return value
-
-
-def _param_widget(info):
-    """A form widget for one config parameter, with its doc as tooltip."""
-    options = dict(name=info.name, label=info.name.replace("_", " "), tooltip=info.doc)
-    if info.choices is not None and not isinstance(info.default, tuple):
-        return ComboBox(choices=list(info.choices), value=info.default, **options)
-    if isinstance(info.default, bool):
-        return CheckBox(value=info.default, **options)
-    if isinstance(info.default, int):
-        low = int(info.low) if info.low is not None else -(2**31)
-        high = int(info.high) if info.high is not None else 2**31 - 1
-        return SpinBox(value=info.default, min=low, max=high, **options)
-    if isinstance(info.default, tuple):
-        return LineEdit(value=", ".join(map(str, info.default)), **options)
-    return LineEdit(value="none" if info.default is None else str(info.default), **options)

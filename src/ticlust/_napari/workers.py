@@ -3,11 +3,31 @@
 A dock starts every job it runs in a napari thread worker through :func:`start_worker`, whose slots run in the
 GUI thread; a job that a button starts and may cancel (the ticlust widget's Run, the plate panel's Apply result)
 goes through a :class:`RunButton`, which swaps the button's text to Cancel while the job runs and quits the
-worker (at its next ``yield``) when the button is pressed again.
+worker (at its next ``yield``) when the button is pressed again. A library call that reports to a progress sink
+(``extract``, ``fit_store``, ``predict_store``: ``progress=`` a callable) runs through :meth:`RunButton.call`: its
+events reach the dock in the GUI thread, and Cancel makes the sink raise :class:`Cancelled` at the call's next
+event, so the call stops through its own clean-up (locks let go, nothing half-committed) before the button reads
+its idle text again.
 """
+import threading
+import time
+
 from napari.qt.threading import create_worker
+from qtpy.QtCore import QObject, Signal
 
 CANCEL = "Cancel"
+#: The shortest time between two Progress events relayed from a library call to the dock (the last one always is).
+RELAY_EVERY_S = 0.05
+
+
+class Cancelled(Exception):
+    """Raised by a progress sink inside a library call once Cancel was pressed: the call stops at that event."""
+
+
+class _Relay(QObject):
+    """Carries events from a worker thread to the GUI thread (a queued Qt signal)."""
+
+    event = Signal(object)
 
 
 def start_worker(job, *, yielded=None, returned=None, finished=None, alive=None):
@@ -38,6 +58,7 @@ class RunButton:
         self.button, self.idle = button, button.text
         self.start, self.say, self.alive = start, say, alive
         self.worker = None
+        self._stop = self._relay = None     # a library call's Cancel flag and event relay (:meth:`call`)
         button.changed.connect(self._clicked)
 
     @property
@@ -80,14 +101,66 @@ class RunButton:
         self.worker = start_worker(job, yielded=event, returned=returned, finished=done, alive=self.alive)
         return self.worker
 
+    def call(self, call, *, failed, event=None, returned=None, finished=None):
+        """Run ``call(sink)`` — a library call that reports to the progress sink it is given — in a worker with
+        Cancel on the button: ``event`` gets the sink's events in the GUI thread (Progress at most every
+        RELAY_EVERY_S, each step's last one and every other event always), ``returned`` the call's return value,
+        ``failed`` the exception it raised, ``finished(cancelled)`` is called once the call has stopped (after a
+        Cancel: once it has let go of what it held) and the button reads ``idle`` again. Returns the worker."""
+        stop, relay, last = threading.Event(), _Relay(), [0.0]
+        if event is not None:
+            relay.event.connect(event if self.alive is None else _while(self.alive, event))
+
+        def sink(item):
+            if stop.is_set():
+                raise Cancelled
+            now = time.perf_counter()
+            step, total = getattr(item, "step", None), getattr(item, "total", None)
+            if step is not None and step < total and now - last[0] < RELAY_EVERY_S:
+                return
+            last[0] = now
+            relay.event.emit(item)
+
+        def job():
+            try:
+                return "done", call(sink)
+            except Cancelled:
+                return "cancelled", None
+            except Exception as exc:   # handed to ``failed`` in the GUI thread, never a traceback only
+                return "failed", exc
+
+        outcome = ["cancelled", None]
+
+        def ended(value):
+            outcome[:] = value
+            if value[0] == "failed":
+                failed(value[1])
+            elif value[0] == "done" and returned is not None:
+                returned(value[1])
+
+        def done():
+            self.worker, self._stop, self._relay = None, None, None
+            self.button.text = self.idle
+            if finished is not None:
+                finished(outcome[0] == "cancelled")
+
+        self.button.text = CANCEL
+        self._stop, self._relay = stop, relay
+        self.worker = start_worker(job, returned=ended, finished=done, alive=self.alive)
+        return self.worker
+
     def cancel(self) -> None:
         """Stop the running job at its next step (nothing when none runs)."""
         if self.worker is not None:
             self.say("Cancelling…")
+            if self._stop is not None:
+                self._stop.set()
             self.worker.quit()
 
     def drop(self) -> None:
         """Stop the running job at its next step and forget it, without a word: the dock was closed."""
         if self.worker is not None:
+            if self._stop is not None:
+                self._stop.set()
             self.worker.quit()
             self.worker = None

@@ -257,16 +257,75 @@ def backend_for(workers: int | None = None, scheduler: str | None = None, client
 
 def connect(address: str):
     """A Client on the running scheduler at ``address``; InputError in one sentence when it cannot be
-    reached within CONNECT_TIMEOUT seconds."""
-    from distributed import Client
+    reached within CONNECT_TIMEOUT seconds: nothing listens there, the host is unknown, or what answers
+    is not a dask scheduler (a silent port, another protocol). The whole handshake is bounded, not only
+    the TCP connect (dask's own handshake read has no time limit), and a client that failed to start is
+    let go at once (dask would otherwise spend 20 s closing it, with a traceback, when it is collected)."""
+    address = _scheduler_address(address)
+    try:
+        return _bounded_client()(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
+    except Exception as exc:           # OSError, TimeoutError, ValueError; a MemoryError when another protocol answers
+        raise InputError(f"Cannot reach the dask scheduler at {address} within {CONNECT_TIMEOUT:g} s ({_why(exc)}): "
+                         "start it (dask scheduler) or give its address as tcp://HOST:PORT; nothing was written.") from None
+
+
+def _scheduler_address(address) -> str:
+    """``address`` stripped, or an InputError when it is no scheduler address (no host, no port, a port out of
+    range, an unknown scheme)."""
+    from distributed.comm.addressing import parse_address, parse_host_port
 
     address = str(address).strip()
     try:
-        return Client(address, timeout=CONNECT_TIMEOUT, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        why = str(exc).split("\n")[0].strip() or type(exc).__name__
-        raise InputError(f"Cannot reach the dask scheduler at {address} within {CONNECT_TIMEOUT:g} s ({why}): start "
-                         "it (dask scheduler) or give its address as tcp://HOST:PORT; nothing was written.") from None
+        scheme, location = parse_address(address)
+        if scheme in ("tcp", "tls", "ws", "wss"):
+            host, port = parse_host_port(location)
+            if not host or not 0 < int(port) < 65536:
+                raise ValueError(location)
+        elif scheme not in ("inproc", "ucx"):
+            raise ValueError(scheme)
+    except (ValueError, TypeError):
+        raise InputError(f"{address!r} is not a dask scheduler address: give it as tcp://HOST:PORT (e.g. "
+                         "tcp://127.0.0.1:8786).") from None
+    return address
+
+
+def _why(exc: Exception) -> str:
+    """Why connecting failed, in a few words (dask's own message where it has a clear one)."""
+    from distributed.comm import CommClosedError
+
+    if isinstance(exc, TimeoutError) and not str(exc).startswith("Timed out trying to connect"):
+        return "no dask scheduler answered"
+    if isinstance(exc, CommClosedError):
+        return "the connection was closed before a dask handshake"
+    if isinstance(exc, (MemoryError, UnicodeError)) or (isinstance(exc, ValueError) and "tcp" not in str(exc).lower()):
+        return "what answers there does not speak dask's protocol"
+    return str(exc).split("\n")[0].strip() or type(exc).__name__
+
+
+def _bounded_client():
+    """``distributed.Client`` whose start (connect and handshake) ends within CONNECT_TIMEOUT seconds (and one more:
+    dask's own connect timeout, which says more, comes first where it applies), and which,
+    when its start fails, is marked closed and its event loop stopped, so that nothing lingers or waits."""
+    from distributed import Client
+
+    class BoundedClient(Client):
+        def __init__(self, *args, **kwargs):
+            try:
+                super().__init__(*args, **kwargs)
+            except BaseException:
+                self.let_go()
+                raise
+
+        def start(self, **kwargs):
+            return super().start(callback_timeout=CONNECT_TIMEOUT + 1, **kwargs)
+
+        def let_go(self):
+            self.status = "closed"
+            runner = getattr(self, "_loop_runner", None)
+            if runner is not None:
+                runner.stop()
+
+    return BoundedClient
 
 
 def stderr_notice(line: str) -> None:

@@ -58,7 +58,9 @@ class Job:
     label: str = "run"
     finish: Callable[[Any, list], Any] | None = None
     losses: bool = True          # record every run's final loss in ``run_losses`` (not for a prediction)
-    backend: Backend = LOCAL
+    #: A last step on the kept result, on the job's device with deterministic kernels (a fit's object map).
+    after: Callable[[Any, torch.device], Any] | None = None
+    stamp: bool = True           # stamp a result with device, versions and time (not a step on a finished one)
 
 
 def execute(job: Job, sink: Sink | None = None):
@@ -81,7 +83,9 @@ def stream(job: Job) -> Iterator[Event]:
     candidates = [lambda r=r: job.work(device, seed + r) for r in range(int(job.runs))]
     with reproducible(device):
         best, results = yield from with_eta(best_of(candidates, lambda i, n: f"{job.label} {i + 1}/{n}"))
-    if hasattr(best, "timing"):      # a ClusteringResult: stamped with where, how long and with what
+        if job.after is not None:
+            best = job.after(best, device)
+    if job.stamp and hasattr(best, "timing"):      # a ClusteringResult: stamped with where, how long and with what
         if job.losses:
             best.run_losses = [r.final_loss for r in results]
         best.timing = {**best.timing, "total_s": time.perf_counter() - start}

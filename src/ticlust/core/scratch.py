@@ -97,6 +97,15 @@ class RowScratch:
             pass
 
 
+def host_index(idx):
+    """A slice as it is, item numbers (a tensor on any device) as a NumPy array: how a RowScratch is indexed."""
+    if isinstance(idx, slice):
+        return idx
+    if hasattr(idx, "cpu"):   # a torch tensor, on whichever device
+        idx = idx.cpu().numpy()
+    return np.asarray(idx).reshape(-1)
+
+
 def _runs(index, n: int) -> list[tuple[int, int]]:
     """The rows of ``index`` as (start, stop) runs of consecutive item numbers, in the index's order."""
     if isinstance(index, slice):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import os
 import warnings
 
 import numpy as np
@@ -10,6 +11,7 @@ from ..errors import InputError, whole_number
 from .stack import SCAN_BATCH, Stack
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)       # landmark spreads below this are refused as too small
 
 
 def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict: bool = False) -> Stack:
@@ -19,6 +21,7 @@ def as_stack(data, allow_vectors: bool = False, name: str = "input", to_predict:
     """
     if isinstance(data, Stack):
         return data
+    refuse_path(data, name)
     data = from_torch(data, name)
     if isinstance(data, (list, tuple)):
         try:
@@ -150,11 +153,29 @@ def check_seed(seed) -> int:
     return seed
 
 
-def check_same_items(stack: Stack, fitted_shape: tuple[int, ...]) -> None:
-    """New items must have the shape of the items a result was fitted on (not only as many values)."""
-    if tuple(stack.item_shape) != tuple(fitted_shape):
-        raise InputError(f"The new items are {'×'.join(map(str, stack.item_shape))} but the result was fitted on "
-                         f"{'×'.join(map(str, fitted_shape))}: give items of the same shape.")
+def check_images(stack: Stack, method: str, min_side: int = 0) -> None:
+    """A method that warps or compares images takes an image stack (grey or multichannel), not vectors, and images
+    of at least ``min_side`` pixels a side where its warps or filters need that many."""
+    if not stack.is_image:
+        raise InputError(f"{method} warps or compares images: give an image stack shaped N×H×W or N×H×W×C, not vectors.")
+    h, w = stack.item_shape[:2]
+    if min(h, w) < min_side:
+        raise InputError(f"{method} needs images of at least {min_side}×{min_side} pixels; these are {h}×{w}.")
+
+
+def check_same_items(items, fitted_shape: tuple[int, ...], what: str = "new items",
+                     fix: str = "give items of the same shape") -> None:
+    """Items (a Stack, or a validated landmark array) must have the shape of the items a result was fitted
+    on (not only as many values); ``what`` names them and ``fix`` says what to give instead."""
+    shape = tuple(int(s) for s in (items.item_shape if isinstance(items, Stack) else items.shape[1:]))
+    fitted_shape = tuple(int(s) for s in fitted_shape)
+    if shape == fitted_shape:
+        return
+    if not isinstance(items, Stack) and len(shape) == len(fitted_shape) == 2 and shape[1] == fitted_shape[1] == 2:
+        raise InputError(f"The {what} have {shape[0]} landmarks each but the result was fitted on shapes of "
+                         f"{fitted_shape[0]}: {fix}.")
+    raise InputError(f"The {what} are {'×'.join(map(str, shape))} but the result was fitted on "
+                     f"{'×'.join(map(str, fitted_shape))}: {fix}.")
 
 
 def check_same_size(stack: Stack, fitted_dim: int) -> None:
@@ -177,6 +198,7 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
 
     ``to_predict`` accepts a single shape (it can be assigned, not clustered).
     """
+    refuse_path(data, name)
     if isinstance(data, (list, tuple)):
         data = [from_torch(d, name) for d in data]
         counts = {np.shape(d)[0] if np.ndim(d) == 2 else -1 for d in data}
@@ -199,7 +221,24 @@ def as_landmarks(data, name: str = "landmarks", to_predict: bool = False) -> np.
         raise InputError(f"The {name} contain NaN or infinite coordinates (first in shape {bad}): fix or drop those shapes.")
     if np.abs(arr).max() > FLOAT32_MAX / 2:
         raise InputError(f"The {name} hold coordinates up to {np.abs(arr).max():.3g}, too large to compute with: rescale them (e.g. to millimetres or pixels) first.")
+    spread = np.abs(arr - arr.mean(1, keepdims=True)).max(axis=(1, 2))
+    tiny = (spread > 0) & (spread < FLOAT32_TINY)       # squared sizes would underflow: not one point, too small
+    if tiny.any():
+        bad = int(np.argmax(tiny))
+        raise InputError(f"The {name}' coordinates are too small to align (shape {bad}'s landmarks lie within "
+                         f"{spread[bad]:.3g} of its centre): rescale them (e.g. to micrometres or pixels) first.")
     return arr
+
+
+def refuse_path(data, name: str = "input") -> None:
+    """A file path (text or ``Path``) given where an array belongs is refused, saying whether it exists."""
+    if not isinstance(data, (str, os.PathLike)):
+        return
+    text = os.fspath(data)
+    if not os.path.exists(text):
+        raise InputError(f"{text!r}, given as the {name}, is not an array and no file or folder exists at that path: "
+                         "check the path (ticlust.read_input reads a file into an array).")
+    raise InputError(f"{text!r}, given as the {name}, is a path, not an array: read it with ticlust.read_input first.")
 
 
 def from_torch(data, name: str = "input"):

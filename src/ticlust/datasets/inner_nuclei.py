@@ -20,7 +20,7 @@ import numpy as np
 from scipy import ndimage
 
 from ..errors import InputError
-from .nuclei import NucleiField, _count, _place, _shape, paint
+from .nuclei import NucleiField, _count, _place, _shape, blank_field, paint, window
 from ..objects.crops import objects_from_labels
 
 INNER_KINDS = ("uniform", "rim", "foci", "pole")
@@ -48,14 +48,10 @@ def inner_nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed
     reach = 1.2 * r * (1 + np.abs(harmonics).sum(1)) + 1
     centres = _place(reach, (h, w), spacing, rng)
     ids = rng.permutation(n) + 1
-    labels = np.zeros((h, w), np.int32)
-    signal = np.zeros((h, w), np.float32)
-    table = np.full(n + 1, -1, np.int64)
+    labels, signal, table = blank_field(h, w, n)
     for i in range(n):
         cy, cx = centres[i]
-        half = int(np.ceil(reach[i])) + 2
-        y0, x0 = int(np.floor(cy)) - half, int(np.floor(cx)) - half
-        yy, xx = np.mgrid[y0:y0 + 2 * half + 1, x0:x0 + 2 * half + 1].astype(np.float64)
+        yy, xx, y0, x0 = window(cy, cx, reach[i])
         v, u = (yy - cy) / r[i], (xx - cx) / r[i]
         c, s = np.cos(angle[i]), np.sin(angle[i])
         a, b = c * u + s * v, -s * u + c * v                         # along / across the long axis

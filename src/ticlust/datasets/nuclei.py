@@ -85,14 +85,10 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
     reach = 1.45 * r * (1 + np.abs(harmonics).sum(1)) + 1              # bounding radius of each nucleus
     centres = _place(reach, (h, w), spacing, rng)
     ids = rng.permutation(n) + 1
-    labels = np.zeros((h, w), np.int32)
-    signal = np.zeros((h, w), np.float32)
-    table = np.full(n + 1, -1, np.int64)
+    labels, signal, table = blank_field(h, w, n)
     for i in range(n):
         cy, cx = centres[i]
-        half = int(np.ceil(reach[i])) + 2
-        y0, x0 = int(np.floor(cy)) - half, int(np.floor(cx)) - half
-        yy, xx = np.mgrid[y0:y0 + 2 * half + 1, x0:x0 + 2 * half + 1].astype(np.float64)
+        yy, xx, y0, x0 = window(cy, cx, reach[i])
         inside = _inside(kinds[i], (yy - cy) / r[i], (xx - cx) / r[i], angle[i], harmonics[i], phases[i])
         tex = ndimage.gaussian_filter(rng.normal(0, 1, inside.shape), 1.5)
         tex *= texture / max(tex.std(), 1e-9)
@@ -103,6 +99,20 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
     counts = rng.poisson(photons).astype(np.float64) * gain + rng.normal(0, read_noise, (h, w))
     image = np.clip(np.rint(counts), 0, 65535).astype(np.uint16)
     return NucleiField(image=image, labels=labels, kinds=table)
+
+
+def blank_field(h: int, w: int, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An empty field's label image, signal, and the kind of each of ``n`` labels (-1 until painted)."""
+    return np.zeros((h, w), np.int32), np.zeros((h, w), np.float32), np.full(n + 1, -1, np.int64)
+
+
+def window(cy: float, cx: float, reach: float) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """The pixel grid (yy, xx, float64) of the square window that holds a nucleus centred at (cy, cx) and
+    reaching ``reach`` pixels, with its top-left corner (y0, x0): what :func:`paint` takes."""
+    half = int(np.ceil(reach)) + 2
+    y0, x0 = int(np.floor(cy)) - half, int(np.floor(cx)) - half
+    yy, xx = np.mgrid[y0:y0 + 2 * half + 1, x0:x0 + 2 * half + 1].astype(np.float64)
+    return yy, xx, y0, x0
 
 
 def paint(labels: np.ndarray, signal: np.ndarray, label: int, inside: np.ndarray, values: np.ndarray, y0: int, x0: int) -> None:

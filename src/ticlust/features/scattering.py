@@ -168,7 +168,8 @@ def fast_scattering(shape: tuple[int, int], j_max: int = 3, n_angles: int = 8, o
 
 def kymatio_scattering(shape: tuple[int, int], j_max: int = 3, n_angles: int = 8, order: int = 2,
                        device: torch.device | str = "cpu"):
-    """kymatio's own torch scattering module, imported past the SciPy >= 1.17 trap (GUIDE §6)."""
+    """kymatio's own torch scattering module, imported from its torch frontend directly: kymatio 0.3.0's package
+    import reaches a name SciPy 1.17 removed."""
     from kymatio.scattering2d.frontend.torch_frontend import ScatteringTorch2D
 
     return ScatteringTorch2D(J=j_max, shape=tuple(shape), L=n_angles, max_order=order).to(device)

@@ -1,4 +1,4 @@
-"""Pictures a lab keeps (issue 18): per-cluster galleries and the prototype montage, as PNG files.
+"""Pictures a lab keeps: per-cluster galleries and the prototype montage, as PNG files.
 
 A cluster's gallery shows its members sorted by score (closest first), each beside its alignment with
 the prototype where the method aligns (the result's ``aligned``); the montage shows every prototype.
@@ -94,9 +94,9 @@ def export_gallery(result: ClusteringResult, images, folder: str | Path, max_ite
     except OSError as exc:
         raise InputError(f"Cannot make the gallery folder {folder} ({exc.strerror}): give a folder you can write in.") from None
     paths = gallery_files(result, folder)
-    _write_png(paths[0], tile(list(np.asarray(result.prototypes)), min(10, result.k)))
+    write_png(paths[0], tile(list(np.asarray(result.prototypes)), min(10, result.k)))
     for path, c in zip(paths[1:], np.flatnonzero(result.cluster_sizes())):
-        _write_png(path, cluster_gallery(result, stack, int(c), max_items))
+        write_png(path, cluster_gallery(result, stack, int(c), max_items))
     stale = sorted(set(folder.glob("cluster_*.png")) - set(paths))
     if stale:
         warnings.warn(f"{folder} also holds {', '.join(p.name for p in stale)} from an earlier export, for clusters "
@@ -104,7 +104,7 @@ def export_gallery(result: ClusteringResult, images, folder: str | Path, max_ite
     return paths
 
 
-def _write_png(path: Path, picture: np.ndarray) -> None:
+def write_png(path: Path, picture: np.ndarray) -> None:
     """One PNG written whole or not at all; a folder that cannot be written is one sentence."""
     from PIL import Image
 

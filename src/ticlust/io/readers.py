@@ -14,7 +14,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".gif")
 def read_input(path: str | Path, key: str | None = None, labels_key: str | None = None):
     """Read a stack (or landmark set) and optional labels from a file or folder.
 
-    Supports .npz (array by ``key``, default the first), .npy (memory-mapped), .tif/.tiff stacks,
+    Supports .npz (array by ``key``, default the first, which must then be a stack: a 1-D first array,
+    labels say, is refused naming the arrays), .npy (memory-mapped), .tif/.tiff stacks,
     folders of images, and landmark files (.csv with shape_id, landmark, x, y columns; tpsDig .tps).
     Returns ``(array, labels or None)``; the array may be lazy.
     """
@@ -32,13 +33,15 @@ def read_input(path: str | Path, key: str | None = None, labels_key: str | None 
             names = list(npz.files)
             if not names:
                 raise InputError(f"{path.name} holds no arrays: save the image stack into it with numpy.savez.")
-            if key is None:
-                key = names[0]
-            if key not in names:
+            if key is not None and key not in names:
                 raise InputError(f"{path.name} has no array {key!r}: choose the array name (key) from {', '.join(names)}.")
-            array = npz[key]
+            array = npz[names[0] if key is None else key]
             if np.ndim(array) == 0:
-                raise InputError(f"{path.name}'s array {key!r} is a single number, not a stack: choose the array of images.")
+                raise InputError(f"{path.name}'s array {key or names[0]!r} is a single number, not a stack: choose the array of images.")
+            if key is None and np.ndim(array) == 1:     # labels saved first, say: never clustered as one vector
+                raise InputError(f"{path.name}'s first array {names[0]!r} holds {len(array)} single values, not a "
+                                 f"stack: choose the stack among its arrays ({', '.join(names)}) with key= (--key on "
+                                 "the command line).")
             if labels_key is not None:
                 if labels_key not in names:
                     raise InputError(f"{path.name} has no array {labels_key!r}: choose the labels' array name from {', '.join(names)}.")
@@ -66,7 +69,7 @@ def read_image(path: str | Path):
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        return np.load(path, mmap_mode="r", allow_pickle=False)
+        return _read_npy(path)
     if suffix in (".tif", ".tiff"):
         import tifffile
 
@@ -78,6 +81,23 @@ def read_image(path: str | Path):
 
     with Image.open(path) as im:
         return np.asarray(im)
+
+
+def _read_npy(path: Path) -> np.ndarray:
+    """An .npy file, memory-mapped; a file without NumPy's header (random bytes, text) or holding Python
+    objects is refused as such, not with NumPy's hint to load it unsafely."""
+    with open(path, "rb") as fh:
+        magic = fh.read(6)
+    if magic != b"\x93NUMPY":
+        raise InputError(f"{path.name} could not be read as a NumPy file (it does not start with the .npy header): "
+                         "save the stack with numpy.save, or give it the suffix of its real format.")
+    try:
+        return np.load(path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+            raise InputError(f"{path.name} holds Python objects, not numbers: save a numeric stack with numpy.save.") from None
+        raise InputError(f"{path.name} could not be read as a NumPy file (its header or data is damaged or cut "
+                         "short): save the stack again with numpy.save.") from None
 
 
 def folder_images(folder: str | Path) -> list[Path]:

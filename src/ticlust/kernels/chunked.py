@@ -1,5 +1,5 @@
-"""Lloyd's k-means (and gmm's EM) over an object store's crops, one E-step task per chunk of objects
-(docs/cluster.md).
+"""Lloyd's k-means (and gmm's EM, and ST/AI's aligned E-step) over a sample of objects kept on disk, one
+E-step task per chunk of objects (docs/cluster.md).
 
 The E-step is :func:`ticlust.kernels.kmeans.lloyd_e_step` (or ``methods.gmm.em_e_step``), a pure function of a
 chunk of rows and the current parameters, run by :func:`chunk_task`. Here
@@ -11,27 +11,37 @@ shipped. The M-step (:func:`ticlust.kernels.kmeans.lloyd`) reduces the chunks' s
 distributed Lloyd iteration is the in-process one: the same labels, centres equal to float tolerance.
 
 :class:`StoreSample` is how a fit reaches it: a Stack of a store's objects that knows where they live and
-the backend its chunks run on. ``ticlust.fit_store(..., workers=, scheduler=, client=)`` fits on one.
+the backend its chunks run on, and the function that reads a chunk's crops (``read(path, index)``: the store
+room hands in its reader, so this room imports nothing above it). ``ticlust.fit_store(..., workers=,
+scheduler=, client=)`` fits on one.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Callable
 
 import numpy as np
 
-from ..core.backends import LOCAL, Backend
+from ..core.backends import Backend
 from ..core.stack import Stack
 
 
 class StoreSample(Stack):
     """Objects ``index`` of the store at ``path`` as a Stack (``stack``: their crops, validated; held in this
     process for the k-means++ start and the final assignment) whose per-chunk kernels (the Lloyd E-step,
-    gmm's EM E-step: ``kernels.Rows.map_chunks``) run on ``backend``: one task per chunk, the worker
-    reading the chunk's crops from the store by path. A part of it (``blocks``, ``subset``) is a plain Stack."""
+    gmm's EM E-step, st-kmeans' alignment E-step) run on ``backend``: one task per chunk, the worker reading
+    the chunk's crops from the store by path. The fits know it by its type (``kernels.Rows``, st-kmeans'
+    E-steps): a stack of any other type is worked through in this process. A part of it (``blocks``,
+    ``subset``) is a plain Stack."""
 
-    def __init__(self, stack: Stack, path, index, backend: Backend):
+    path: str                 # the store, as the workers see it
+    index: np.ndarray         # (n,) the sample's objects: rows of the store's table
+    backend: Backend          # where the chunks' tasks run
+    read: Callable            # read(path, index) -> the objects' crops (a picklable module-level function)
+
+    def __init__(self, stack: Stack, path, index, backend: Backend, read: Callable):
         super().__init__(stack.source, stack.lo, stack.hi, stack.pictures)
-        self.path, self.index, self.backend = str(path), np.asarray(index, np.int64), backend
+        self.path, self.index, self.backend, self.read = str(path), np.asarray(index, np.int64), backend, read
 
     def like(self, source) -> Stack:
         return Stack(source, self.lo, self.hi, self.pictures)
@@ -56,22 +66,20 @@ class StoreSample(Stack):
         task carries the store's path and the chunk's object numbers, not its crops; ``kwargs[i]`` carries
         what is the chunk's own (its pinned items, ai/st-kmeans' warm-start alignments)."""
         args = _on(args, "cpu")
-        tasks = [(fn, self.path, self.index[s:s + chunk], self.lo, self.hi, args, _on(kw, "cpu"))
+        tasks = [(fn, self.read, self.path, self.index[s:s + chunk], self.lo, self.hi, args, _on(kw, "cpu"))
                  for s, kw in zip(range(0, self.n, chunk), kwargs)]
         for i, value in self.backend.imap(chunk_task, tasks):
             yield i, _on(value, device)
 
 
 def chunk_task(task: tuple):
-    """Task (kernel, store path, object numbers (n,), lo, hi, arguments, keyword arguments): the kernel on
-    the chunk's flat rows, its crops read from the store and scaled as ``Stack(crops, lo, hi)`` scales them
-    (so the rows are those of the fit's stack, bit for bit)."""
+    """Task (kernel, reader, store path, object numbers (n,), lo, hi, arguments, keyword arguments): the kernel
+    on the chunk's flat rows, its crops read by ``reader(path, numbers)`` and scaled as ``Stack(crops, lo, hi)``
+    scales them (so the rows are those of the fit's stack, bit for bit)."""
     import torch
 
-    from ..plate.store import open_objects
-
-    fn, path, index, lo, hi, args, kwargs = task
-    rows = Stack(open_objects(path).crops[np.asarray(index)], lo, hi).batch(0, len(index))
+    fn, read, path, index, lo, hi, args, kwargs = task
+    rows = Stack(read(path, np.asarray(index)), lo, hi).batch(0, len(index))
     x = torch.from_numpy(np.ascontiguousarray(rows.reshape(len(index), -1)))
     return fn(x, *args, **kwargs)
 
@@ -93,21 +101,4 @@ def _on(value, device):
     return value
 
 
-def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300, tol: float = 1e-4,
-                chunk: int = 8192):
-    """:func:`ticlust.kernels.kmeans.lloyd` on every crop of the store at ``path`` (flat rows, unscaled), its
-    E-step one ``backend`` task per chunk of ``chunk`` objects; yields (iteration, inertia, centres,
-    labels) after each update, as numpy arrays."""
-    import torch
-
-    from .kmeans import Rows, lloyd
-    from ..plate.store import open_objects
-
-    crops = np.asarray(open_objects(path).crops)
-    sample = StoreSample(Stack(crops, 0.0, 1.0), path, np.arange(len(crops)), backend)
-    rows = Rows(sample, "cpu", chunk)
-    for it, inertia, c, labels in lloyd(rows, torch.from_numpy(np.asarray(centers, np.float32)), max_iter, tol):
-        yield it, inertia, c.numpy(), labels.numpy()
-
-
-__all__ = ["StoreSample", "chunk_task", "lloyd_store"]
+__all__ = ["StoreSample", "chunk_task"]

@@ -19,6 +19,7 @@ import torch
 
 from ..events import Progress, Snapshot, drain
 from ..core.stack import Stack
+from .chunked import StoreSample
 
 IN_MEMORY_BYTES = 256 * 2**20   # a stack whose float32 rows fit in this is loaded whole; a larger one streams
 
@@ -32,8 +33,8 @@ class Rows:
 
     def __init__(self, source, device: torch.device | str = "cpu", batch_size: int = 8192,
                  in_memory_bytes: int = IN_MEMORY_BYTES):
-        # a stack whose chunk steps run elsewhere (chunk_lloyd.StoreSample) says so with its own map_chunks
-        self.remote = source if callable(getattr(source, "map_chunks", None)) else None
+        # a store's fit sample runs its chunk steps on its own backend (here or on a cluster's workers)
+        self.remote = source if isinstance(source, StoreSample) else None
         if isinstance(source, Stack) and source.n * source.dim * 4 <= in_memory_bytes:
             source = source.tensor(device, flat=True)
         self.source, self.device, self.batch_size = source, torch.device(device), int(batch_size)
@@ -78,9 +79,9 @@ class Rows:
     def map_chunks(self, fn, args: tuple = (), pinned: torch.Tensor | None = None) -> list:
         """``fn(rows, *args, pinned=…, start=…)`` for every chunk of rows (its pinned items, its first item
         number), the values in chunk order. ``fn`` is a pure kernel (:func:`lloyd_e_step`, gmm's E-step), so
-        where it runs changes nothing: here by default; a stack that knows where its items live and a
-        backend to run on (a store's fit sample on a dask cluster, ``ticlust.kernels.chunked.StoreSample``)
-        sends each chunk there as one task instead."""
+        where it runs changes nothing: here by default; a store's fit sample
+        (``ticlust.kernels.chunked.StoreSample``, which carries its backend) sends each chunk there as one task
+        instead."""
         if self.remote is not None:
             return self.remote.map_chunks(fn, args, pinned, self.batch_size)
         return [fn(x, *args, pinned=None if pinned is None else pinned[s:s + len(x)], start=s) for s, x in self.chunks()]

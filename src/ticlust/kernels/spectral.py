@@ -1,12 +1,13 @@
-"""U-SPEC's spectral step, shared by PSSC and rigid-spectral: Gaussian affinities on a sparse item x
-representative graph, the transfer cut, the extension of the embedding to new items, and k-means restarts
-on the embedding."""
+"""U-SPEC's spectral step, shared by PSSC and rigid-spectral: the nearest representatives of every item (exact or
+HNSW), Gaussian affinities on a sparse item x representative graph, the transfer cut, the extension of the
+embedding to new items, and k-means restarts on the embedding."""
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from .kmeans import kmeans_plus_plus, lloyd
+from ..events import Progress, drain
+from .kmeans import kmeans_plus_plus, lloyd, squared_distances
 
 
 def affinities(dist: torch.Tensor, sigma: float) -> torch.Tensor:
@@ -57,3 +58,39 @@ def kmeans_restarts(x: torch.Tensor, k: int, restarts: int, max_iter: int, rng: 
             best = (centers, labels, history)
         yield r + 1, best
     return best
+
+
+def nearest_exact_steps(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192):
+    """Generator (yields Progress per chunk): exact k nearest representatives, Euclidean distances (N, k)
+    ascending and indices (N, k)."""
+    dist, idx, steps = [], [], -(-z.shape[0] // chunk)
+    for i, s in enumerate(range(0, z.shape[0], chunk)):
+        d2, j = torch.topk(squared_distances(z[s:s + chunk], reps), k, dim=1, largest=False)
+        dist.append(d2.sqrt())
+        idx.append(j)
+        yield Progress(i + 1, steps, stage="nearest representatives")
+    return torch.cat(dist), torch.cat(idx)
+
+
+def nearest_exact(z: torch.Tensor, reps: torch.Tensor, k: int, chunk: int = 8192) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact k nearest representatives: Euclidean distances (N, k) ascending and indices (N, k)."""
+    return drain(nearest_exact_steps(z, reps, k, chunk))
+
+
+def nearest_hnsw(z: torch.Tensor, reps: torch.Tensor, k: int, seed: int, ef: int = 64,
+                 threads: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Approximate k nearest representatives with an HNSW graph (batched, multi-threaded queries).
+
+    hnswlib's "l2" space returns squared distances: the square root is taken here.
+    """
+    import hnswlib
+
+    threads = threads or torch.get_num_threads()
+    r = reps.cpu().numpy()
+    index = hnswlib.Index(space="l2", dim=r.shape[1])
+    index.init_index(max_elements=r.shape[0], ef_construction=200, M=16, random_seed=seed)
+    index.add_items(r, np.arange(r.shape[0]), num_threads=threads)
+    index.set_ef(max(ef, k))
+    labels, d2 = index.knn_query(z.cpu().numpy(), k=k, num_threads=threads)
+    dev = z.device
+    return (torch.from_numpy(np.sqrt(np.maximum(d2, 0))).to(dev), torch.from_numpy(labels.astype(np.int64)).to(dev))

@@ -1,4 +1,5 @@
-"""What every method shares: config parameters, the Method base class and the method registry (GUIDE §2).
+"""What every method shares: the Method base class, the method registry and config parameters (``param``,
+declared in ``core.params`` so that a config two methods share can live below them).
 
 A method is a :class:`Method` subclass: a config dataclass, a fitted-state dataclass, a ``train``
 generator that yields :class:`Progress` and :class:`Snapshot` events and returns its result, and a
@@ -10,10 +11,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import math
 import random
-import typing
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -23,109 +21,7 @@ from ..errors import InputError
 from ..events import Done, Event
 from ..core.execute import best_of  # noqa: F401  (the minLoss loop lives in the execution seam)
 from ..result import STATE_TYPES, ClusteringResult, FittedState
-
-
-# ---- parameters ----------------------------------------------------------------------------------
-def param(default, doc: str, *, choices: tuple | None = None, low: float | None = None,
-          high: float | None = None, gui: bool = True, essential: bool = False):
-    """A config field with a one-line doc (shown as tooltip and in ``ticlust methods``) and limits.
-
-    ``essential``: shown at the top of the widget's form; the others wait under "Advanced"."""
-    meta = {"doc": doc, "choices": choices, "low": low, "high": high, "gui": gui, "essential": essential}
-    if isinstance(default, (list, dict, np.ndarray)):
-        return field(default_factory=lambda: default, metadata=meta)
-    return field(default=default, metadata=meta)
-
-
-@dataclass
-class ParamInfo:
-    name: str
-    type: type
-    default: Any
-    doc: str
-    choices: tuple | None
-    low: float | None
-    high: float | None
-    gui: bool
-    essential: bool = False
-
-
-def param_infos(config_cls) -> list[ParamInfo]:
-    """The parameters of a config class, except ``k`` (asked for separately everywhere)."""
-    hints = typing.get_type_hints(config_cls)
-    infos = []
-    for f in dataclasses.fields(config_cls):
-        if f.name == "k":
-            continue
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-        meta = dict(f.metadata)
-        infos.append(ParamInfo(f.name, hints[f.name], default, meta.get("doc", ""), meta.get("choices"),
-                               meta.get("low"), meta.get("high"), meta.get("gui", True),
-                               meta.get("essential", False)))
-    return infos
-
-
-def coerce(info: ParamInfo, value):
-    """Turn ``value`` (possibly a string from the command line, or a NumPy scalar) into the parameter's
-    type, checking limits. Whole numbers must be whole and finite numbers finite: nothing is rounded."""
-    kind = typing.get_origin(info.type) or info.type
-    if kind is typing.Union:  # Optional[...]: None or "none" means None
-        if value is None or (isinstance(value, str) and value.strip().lower() == "none"):
-            return None
-        kind = [a for a in typing.get_args(info.type) if a is not type(None)][0]
-    if isinstance(value, np.generic):
-        value = value.item()
-    try:
-        value = _converted(kind, value)
-    except (TypeError, ValueError, OverflowError):
-        raise InputError(f"Parameter {info.name} = {value!r} is not a valid {_kind_word(kind)}.") from None
-    if info.choices is not None:
-        items = value if isinstance(value, tuple) else (value,)
-        bad = [v for v in items if v not in info.choices]
-        if bad:
-            raise InputError(f"Parameter {info.name} = {bad[0]!r} is not allowed: choose from {', '.join(map(str, info.choices))}.")
-    if info.low is not None and value < info.low:
-        raise InputError(f"Parameter {info.name} = {value} is too small: it must be at least {info.low}.")
-    if info.high is not None and value > info.high:
-        raise InputError(f"Parameter {info.name} = {value} is too large: it must be at most {info.high}.")
-    return value
-
-
-def _kind_word(kind) -> str:
-    return {int: "whole number", float: "finite number", bool: "true/false value", tuple: "comma-separated list",
-            str: "text"}.get(kind, getattr(kind, "__name__", str(kind)))
-
-
-def _converted(kind, value):
-    """``value`` as ``kind``, or ValueError/TypeError; strings are parsed, other types must already fit."""
-    if kind is bool:
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
-                raise ValueError(text)
-            return text in ("1", "true", "yes", "on")
-        if not isinstance(value, bool):
-            raise TypeError(value)
-        return value
-    if kind is int:
-        number = float(value.strip()) if isinstance(value, str) else value
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number) or number != int(number):
-            raise ValueError(value)
-        return int(number)
-    if kind is float:
-        number = float(value.strip()) if isinstance(value, str) else value
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
-            raise ValueError(value)
-        return float(number)
-    if kind is tuple:
-        if isinstance(value, str):
-            return tuple(t.strip() for t in value.split(",") if t.strip())
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(value)
-        return tuple(value)
-    if kind is str and not isinstance(value, str):
-        raise TypeError(value)
-    return value
+from ..core.params import ParamInfo, coerce, param, param_infos  # noqa: F401  (every method's config fields)
 
 
 # ---- the fitted-method contract ------------------------------------------------------------------
@@ -150,6 +46,12 @@ class Method(abc.ABC):
     # align(result, one-item Stack, device, index=None) -> (every prototype aligned onto the item (K, ...),
     # its scores (K,)); ``index``: the item's place in the fitted stack, when it is one of those
     align: Callable[..., Any] | None = None
+    #: What the object map embeds of an item (:meth:`embed`): "scores" (its scores to the K prototypes, the generic
+    #: fallback), "pixels" (the item itself), "aligned" (the item carried onto its own prototype by its
+    #: ``params/affine`` and, with a thin-plate spline, ``params/displacements``), "spectral" (its spectral
+    #: coordinates, ``extras["embedding"]``), "landmarks" (its shape aligned onto the prototypes' frame, ``aligned``),
+    #: "representation" (``params/representation``). Where a result lacks what its family reads, its scores.
+    embeds: str = "scores"
 
     # ---- config ----------------------------------------------------------------------------------
     @property
@@ -193,6 +95,70 @@ class Method(abc.ABC):
     @abc.abstractmethod
     def predict(self, result: ClusteringResult, items, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """New items assigned with the fitted prototypes (and transforms); ``batch_size`` None: the config's."""
+
+    # ---- the object map ----------------------------------------------------------------------------
+    def embed(self, result: ClusteringResult, items, rows, device: torch.device) -> np.ndarray:
+        """The invariant features (B, F) float32 of ``items``, which are rows ``rows`` (a slice or item numbers) of
+        ``result`` (a fit, or the prediction of these items): what ``embeds`` names, read from the result's rows
+        and the items. A method whose family needs another reading overrides this."""
+        from ..kernels.embedding import aligned_pixels, pixels
+
+        params, extras = result.params, result.extras
+        if self.embeds == "pixels" and hasattr(items, "batch"):
+            return pixels(items.batch(0, items.n))
+        if self.embeds == "aligned" and "affine" in params and hasattr(items, "batch"):
+            nu = params.get("displacements")
+            return aligned_pixels(items.batch(0, items.n), params["affine"][rows],
+                                  None if nu is None else nu[rows], device)
+        if self.embeds == "spectral" and "embedding" in extras:
+            return pixels(extras["embedding"][rows])
+        if self.embeds == "landmarks" and result.aligned is not None:
+            return pixels(result.aligned[rows])
+        if self.embeds == "representation" and "representation" in params:
+            return pixels(params["representation"][rows])
+        return pixels(result.scores[rows])
+
+    def with_map(self, result: ClusteringResult, items, device: torch.device, seed: int) -> ClusteringResult:
+        """The fit's object map, learned on ``items`` (the fitted stack or landmarks) and put into ``result``: the PCA
+        of a seeded sample's features (``kernels.embedding``), every item's embedding (block by block), the t-SNE
+        layout of a sample of those and every item's place; the model (small arrays) goes to the extras, the
+        embedding and the places to the per-item fields. Returns ``result``."""
+        from ..kernels import embedding as emb
+
+        rng = np.random.default_rng(seed)
+        n = _count(items)
+        learn = np.sort(rng.choice(n, emb.PCA_SAMPLE, replace=False)) if n > emb.PCA_SAMPLE else np.arange(n)
+        feats = np.concatenate([self.embed(result, _rows(items, part), part, device)     # read MAP_BLOCK at a time
+                                for part in np.split(learn, range(MAP_BLOCK, len(learn), MAP_BLOCK))])
+        mean, basis = emb.learn_pca(feats, emb.EMBED_DIMS, device, rng)
+        model = emb.MapModel(mean, basis, np.zeros((0, basis.shape[1]), np.float32), np.zeros((0, 2), np.float32))
+        if n == len(learn):
+            embedded = model.embed(feats, device).cpu().numpy()
+        else:
+            embedded = np.concatenate([model.embed(self.embed(result, block, slice(s, s + _count(block)), device),
+                                                   device).cpu().numpy() for s, block in _blocks(items)])
+        model.anchors, model.coords = emb.learn_layout(embedded, rng)
+        result.extras = {**result.extras, **model.to_extras()}
+        result.embedding = embedded
+        result.map = model.place(torch.from_numpy(embedded).to(device)).cpu().numpy()
+        return result
+
+    def extend_map(self, fitted: ClusteringResult, out: ClusteringResult, items, device: torch.device) -> ClusteringResult:
+        """``out``, the prediction of ``items`` with ``fitted``, given their embedding and map places through the fit's
+        model, block by block (the same for every block size: each item's place depends on it alone); unchanged when
+        ``fitted`` has no map (a result saved before maps were made: ``ticlust.plate.maps.compute_map`` adds one)."""
+        from ..kernels.embedding import MapModel
+
+        model = MapModel.from_extras(fitted.extras)
+        if model is None or out.n == 0:
+            return out
+        embedded, places = [], []
+        for s, block in _blocks(items):
+            z = model.embed(self.embed(out, block, slice(s, s + _count(block)), device), device)
+            embedded.append(z.cpu().numpy())
+            places.append(model.place(z).cpu().numpy())
+        out.embedding, out.map = np.concatenate(embedded), np.concatenate(places)
+        return out
 
     @abc.abstractmethod
     def refine(self, items, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
@@ -238,3 +204,25 @@ def seed_everything(seed: int) -> np.random.Generator:
 
 def config_dict(cfg) -> dict:
     return dataclasses.asdict(cfg)
+
+
+#: Items whose map features are computed at once (``Method.with_map``, ``Method.extend_map``).
+MAP_BLOCK = 4096
+
+
+def _count(items) -> int:
+    return int(items.n if hasattr(items, "n") else len(items))
+
+
+def _rows(items, index: np.ndarray):
+    """The items at ``index`` of a stack (read now) or of a landmark array."""
+    return items.subset(index) if hasattr(items, "subset") else items[index]
+
+
+def _blocks(items):
+    """(start, block) of MAP_BLOCK items at a time, in order, of a stack or a landmark array."""
+    if hasattr(items, "blocks"):
+        yield from items.blocks(MAP_BLOCK)
+        return
+    for s in range(0, len(items), MAP_BLOCK):
+        yield s, items[s:s + MAP_BLOCK]

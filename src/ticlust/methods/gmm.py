@@ -118,6 +118,7 @@ class GMMState(FittedState):
 class GMM(Method):
     name, title, paper = "gmm", "Gaussian mixture (diagonal, pixels)", "baseline"
     config, state, inputs = GMMConfig, GMMState, ("images", "vectors")
+    embeds = "pixels"   # the object map: the PCA of the items themselves
     #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): Rows.map_chunks per chunk.
     cluster_steps = "the K-means start's Lloyd E-step and EM's E-step, one task per chunk of batch_size items"
 

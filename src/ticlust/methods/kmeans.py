@@ -35,6 +35,7 @@ class KMeansState(FittedState):
 class KMeans(Method):
     name, title, paper = "kmeans", "K-means (pixels)", "baseline"
     config, state, inputs = KMeansConfig, KMeansState, ("images", "vectors")
+    embeds = "pixels"   # the object map: the PCA of the items themselves
     #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): Rows.map_chunks per chunk.
     cluster_steps = "the Lloyd E-step, one task per chunk of batch_size items"
 

@@ -720,6 +720,7 @@ def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.ran
     """
     if cfg.c_s < 1:
         raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
+    # the whole stack, unavoidably: NT's alternating updates of A and the clusters revisit every item at each step
     x = standardise(stack.tensor(device, flat=True))                     # (n, N)
     n_dim = x.shape[1]
     m_dim = n_dim if cfg.transform == "identity" else (cfg.m or default_m(n_dim))
@@ -811,10 +812,12 @@ def fit_to_partition(q, labels, tau, nu, cfg):
 
 
 def cluster_means(stack: Stack, labels: torch.Tensor, k: int) -> np.ndarray:
-    """Per-cluster mean of the input images (K, *item_shape), for display; empty clusters are zero."""
-    x = stack.tensor(labels.device, flat=True)
-    sums = torch.zeros(k, x.shape[1], device=x.device, dtype=x.dtype).index_add_(0, labels, x)
-    counts = torch.bincount(labels, minlength=k).clamp_min(1).to(x.dtype)
+    """Per-cluster mean of the input images (K, *item_shape), for display; empty clusters are zero. The stack is read
+    batch by batch, each batch's rows added in item order (the sums of one whole-stack ``index_add_``)."""
+    sums = torch.zeros(k, stack.dim, device=labels.device)
+    for s, b in stack.batches(SCAN_BATCH):
+        sums.index_add_(0, labels[s:s + len(b)], torch.from_numpy(b).to(labels.device).reshape(len(b), -1))
+    counts = torch.bincount(labels, minlength=k).clamp_min(1).to(sums.dtype)
     return (sums / counts[:, None]).reshape(k, *stack.item_shape).cpu().numpy()
 
 
@@ -841,6 +844,7 @@ class NTState(FittedState):
 class NT(Method):
     name, title = "nt", "Nonlinear-transform clustering (min-max assignment)"
     config, state, inputs = NTConfig, NTState, ("images", "vectors")
+    embeds = "representation"   # the object map: each item's NT representation
     paper = "Kostadinov et al., Clustering with Jointly Learned Nonlinear Transforms"
     caution = ("Below pixel K-means on every set measured (COIL-20 accuracy 0.50 against 0.68; the paper's 0.89 "
                "is not reproducible from its equations, docs/nt.md §7): use kmeans or pssc to find groups.")

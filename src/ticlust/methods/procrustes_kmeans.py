@@ -59,6 +59,7 @@ def _registered(landmarks: np.ndarray, cfg: ProcrustesKMeansConfig, device: torc
 class ProcrustesKMeans(Method):
     name, title, paper = "procrustes-kmeans", "Procrustes K-means (landmark baseline)", "baseline (GPA + K-means)"
     config, state, inputs = ProcrustesKMeansConfig, ProcrustesKMeansState, ("landmarks",)
+    embeds = "landmarks"   # the object map: each shape in the prototypes' frame
 
     def train(self, landmarks: np.ndarray, cfg: ProcrustesKMeansConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)

@@ -31,15 +31,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ..events import Progress, Snapshot
+from ..core.stack import Stack, StackImages, from_nchw, to_nchw
+from ..core.validation import check_images, check_same_size
+from ..events import Progress
+from ..kernels.aligned_lloyd import AlignedRun, aligned_lloyd, aligner_for
+from ..kernels.rigid_lloyd import aligned_stack, rigid_kmeans_steps, rigid_lloyd, rigid_match
 from ..result import ClusteringResult, FittedState
-from ..core.stack import Stack, from_nchw, to_nchw
-from ..core.validation import check_same_size
-from ..kernels import keep_pinned
 from ..transforms.align import Aligner, Alignments
-from ..transforms.rigid import (SHIFT_FRACTION, RigidMatch, aligned_items, angle_count, common_frame, rigid_search,
-                               shift_pixels)
-from .base import Method, param, register, seed_everything
+from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, common_frame, shift_pixels
+from .base import Method, get_method, param, register, seed_everything
 
 
 @dataclass
@@ -61,43 +61,6 @@ class RigidKMeansConfig:
 @dataclass
 class RigidState(FittedState):
     centers: np.ndarray   # (K, C, H, W) centroids
-
-
-def _window(cfg: RigidKMeansConfig, size) -> int:
-    return shift_pixels(cfg.max_shift, size)
-
-
-def _search(x: torch.Tensor, mu: torch.Tensor, cfg: RigidKMeansConfig) -> RigidMatch:
-    return rigid_search(x, mu, n_angles=cfg.angles or None, flip=cfg.flip, max_shift=_window(cfg, x.shape[-2:]),
-                        block=cfg.batch_size)
-
-
-def rigid_kmeans_plus_plus(x: torch.Tensor, cfg: RigidKMeansConfig, rng: np.random.Generator) -> torch.Tensor:
-    """k-means++ seeds under the rigid distance (each new seed drawn ∝ its distance to the nearest seed)."""
-    n = x.shape[0]
-    chosen = [int(rng.integers(n))]
-    d2 = _search(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double()
-    for _ in range(1, cfg.k):
-        p = d2.clamp_min(0).cpu().numpy()
-        p = p / p.sum() if p.sum() > 0 else np.full(n, 1.0 / n)
-        chosen.append(int(rng.choice(n, p=p)))
-        d2 = torch.minimum(d2, _search(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double())
-    return x[chosen].clone()
-
-
-def _centroids(x: torch.Tensor, mu: torch.Tensor, theta: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-    """Each centroid the mean of its members carried onto its frame; an emptied one restarts on the worst-fitted item."""
-    k = mu.shape[0]
-    sums = torch.zeros_like(mu)
-    for s in range(0, x.shape[0], 2048):
-        sums.index_add_(0, labels[s:s + 2048], aligned_items(x[s:s + 2048], theta[s:s + 2048]))
-    counts = torch.bincount(labels, minlength=k)
-    new = sums / counts.clamp_min(1).to(mu.dtype).view(-1, 1, 1, 1)
-    empty = torch.nonzero(counts == 0).flatten()
-    if len(empty):
-        worst = torch.argsort(scores, descending=True)[: len(empty)]
-        new[empty] = x[worst]
-    return new
 
 
 def ward_groups(d2: np.ndarray, sizes: np.ndarray, k: int) -> np.ndarray:
@@ -125,9 +88,9 @@ def ward_groups(d2: np.ndarray, sizes: np.ndarray, k: int) -> np.ndarray:
 def merged_prototypes(mu: torch.Tensor, sizes: torch.Tensor, cfg: RigidKMeansConfig) -> torch.Tensor:
     """K' prototypes (K', C, H, W) with their cluster sizes merged into cfg.k (:func:`ward_groups` on their rigid
     distances); each merged prototype is the size-weighted mean of its parts posed into one frame (its largest part's)."""
-    d2 = _search(mu, mu, cfg).score.double().cpu().numpy()
+    d2 = rigid_match(mu, mu, cfg).score.double().cpu().numpy()
     group = ward_groups(d2, sizes.cpu().numpy(), cfg.k)
-    window = _window(cfg, mu.shape[-2:])
+    window = shift_pixels(cfg.max_shift, tuple(mu.shape[-2:]))
     merged = []
     for g in range(cfg.k):
         parts = torch.from_numpy(np.flatnonzero(group == g)).to(mu.device)
@@ -141,6 +104,7 @@ def merged_prototypes(mu: torch.Tensor, sizes: torch.Tensor, cfg: RigidKMeansCon
 class RigidKMeans(Method):
     name, title = "rigid-kmeans", "Rigid-invariant K-means (exhaustive rotation × shift search)"
     config, state, inputs = RigidKMeansConfig, RigidState, ("images",)
+    embeds = "aligned"   # the object map: each item posed onto its own prototype
     paper = "exhaustive in-plane search as in cryo-EM 2D classification (RELION, cryoSPARC)"
     caution = "Only rotations, flips and shifts are undone: a stretched or bent member costs its full distance (refine: affine/deformable)"
 
@@ -148,82 +112,65 @@ class RigidKMeans(Method):
         return from_nchw(images, stack.channels > 1).cpu().numpy()
 
     def train(self, stack: Stack, cfg: RigidKMeansConfig, device: torch.device, seed: int):
-        from .st_kmeans import _check_images
-        _check_images(stack, self.name)
+        check_images(stack, self.name)
         start = time.perf_counter()
         rng = seed_everything(seed)
-        x = to_nchw(stack.tensor(device))
-        yield Progress(0, cfg.max_iter, stage="rigid k-means++ seeds")
+        x = StackImages(stack, device)   # read block by block on every pass, never whole
         first = dataclasses.replace(cfg, k=min(cfg.k * cfg.overcluster, stack.n))
-        mu = rigid_kmeans_plus_plus(x, first, rng)
-        result = yield from self._lloyd(stack, first, x, mu, device)
+        mu, match, labels, history, iters = yield from rigid_kmeans_steps(x, first, rng, stack.channels > 1)
         if cfg.overcluster > 1:
             yield Progress(0, 1, stage=f"merging {first.k} prototypes into {cfg.k}")
-            mu = merged_prototypes(torch.from_numpy(result.state.centers).to(device),
-                                   torch.bincount(torch.from_numpy(result.labels), minlength=first.k).to(device), cfg)
-            match = _search(x, mu, cfg)
+            mu = merged_prototypes(mu, torch.bincount(labels, minlength=first.k), cfg)
+            match = rigid_match(x, mu, cfg)
             labels = match.score.argmin(1)
             own = match.score.gather(1, labels[:, None])[:, 0]
-            result = self._result(stack, cfg, x, mu, match, labels, result.history + [float(own.sum()) / x.shape[0]],
-                                  result.timing["iterations"])
+            history = history + [float(own.sum()) / x.shape[0]]
+        result = self._result(stack, cfg if cfg.overcluster > 1 else first, x, mu, match, labels, history, iters)
         result.timing = {**result.timing, "fit_s": time.perf_counter() - start}
         if cfg.refine != "none":
-            result = yield from self._refined(stack, cfg, x, result, device, seed, start)
+            result = yield from self._refined(stack, cfg, result, device, seed, start)
         return result
 
     def refine(self, stack: Stack, cfg: RigidKMeansConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         t0 = time.perf_counter()
-        x = to_nchw(stack.tensor(device))
+        x = StackImages(stack, device)
         mu = to_nchw(torch.from_numpy(np.asarray(start.prototypes, np.float32)).to(device))
-        result = yield from self._lloyd(stack, cfg, x, mu, device, pinned.to(device))
+        mu, match, labels, history, iters = yield from rigid_lloyd(x, mu, cfg, stack.channels > 1, pinned.to(device))
+        result = self._result(stack, cfg, x, mu, match, labels, history, iters)
         result.timing = {**result.timing, "fit_s": time.perf_counter() - t0}
         return result
-
-    def _lloyd(self, stack, cfg, x, mu, device, pinned=None):
-        history, prev, it = [], None, 0
-        for it in range(1, cfg.max_iter + 1):
-            match = _search(x, mu, cfg)
-            labels = keep_pinned(match.score.argmin(1), pinned)
-            own = match.score.gather(1, labels[:, None])[:, 0]
-            history.append(float(own.sum()) / x.shape[0])
-            yield Progress(it, cfg.max_iter, history[-1], f"Lloyd iteration {it}")
-            if prev is not None and torch.equal(prev, labels):
-                break
-            mu = _centroids(x, mu, match.assigned(labels).theta, labels, own)
-            prev = labels
-            yield Snapshot(self._items(stack, mu))
-        return self._result(stack, cfg, x, mu, match, labels, history, it)
 
     def _result(self, stack, cfg, x, mu, match, labels, history, iterations) -> ClusteringResult:
         return self.result(cfg, RigidState(mu.cpu().numpy()), prototypes=self._items(stack, mu), history=history,
                            timing={"iterations": iterations}, **self._outputs(stack, x, match, labels))
 
-    def _outputs(self, stack: Stack, x: torch.Tensor, match: RigidMatch, labels: torch.Tensor) -> dict:
+    def _outputs(self, stack: Stack, x, match: RigidMatch, labels: torch.Tensor) -> dict:
         own = match.assigned(labels)
-        aligner = Aligner(tuple(x.shape[-2:]), None, x.device)
-        aligned = torch.cat([aligned_items(x[s:s + 2048], own.theta[s:s + 2048]) for s in range(0, x.shape[0], 2048)])
+        device = match.theta.device
+        aligner = Aligner(tuple(x.shape[-2:]), None, device)
         params = {"angle": own.angle.cpu().numpy(), "flip": own.flip.cpu().numpy(), "shift": own.shift.cpu().numpy(),
-                  "affine": (own.theta.reshape(-1, 2, 3) + torch.eye(2, 3, device=x.device)).cpu().numpy(),
+                  "affine": (own.theta.reshape(-1, 2, 3) + torch.eye(2, 3, device=device)).cpu().numpy(),
                   "pair_theta": match.theta.cpu().numpy()}
-        return dict(labels=labels.cpu().numpy(), scores=match.score.cpu().numpy(), aligned=self._items(stack, aligned),
+        return dict(labels=labels.cpu().numpy(), scores=match.score.cpu().numpy(), aligned=self._items(stack, aligned_stack(x, own.theta)),
                     aligned_kind="item-on-prototype", grids=aligner.display_grids(Alignments(own.theta)).cpu().numpy(),
                     params=params)
 
-    def _refined(self, stack, cfg, x, rigid: ClusteringResult, device, seed, start):
-        """AI or ST K-means Lloyd iterations from the rigid centroids, every pair's affine map starting at its rigid pose."""
-        from .st_kmeans import AI_KMEANS, ST_KMEANS, AIKMeansConfig, STKMeansConfig, STState
-
+    def _refined(self, stack, cfg, rigid: ClusteringResult, device, seed, start):
+        """AI or ST K-means Lloyd iterations (``kernels.aligned_lloyd``) from the rigid centroids, every pair's affine
+        map starting at its rigid pose; their config is ai/st-kmeans' own (the registry's) with these iterations."""
         pose = "rigid+flip" if cfg.flip else "rigid"   # every refinement iteration searches the rigid pose again
-        method, sub_cfg = ((AI_KMEANS, AIKMeansConfig(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter, start=pose))
-                           if cfg.refine == "affine" else
-                           (ST_KMEANS, STKMeansConfig(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False, start=pose)))
+        affine = cfg.refine == "affine"
+        sub_cfg = (get_method("ai-kmeans").config(k=cfg.k, invariances="affine", max_iter=cfg.refine_iter, start=pose)
+                   if affine else
+                   get_method("st-kmeans").config(k=cfg.k, max_iter=cfg.refine_iter, affine_first=False, start=pose))
         seed_everything(seed)
-        run = method._start(stack, sub_cfg, x, device)
+        aligner = aligner_for(sub_cfg, "affine" if affine else "deformable", None if affine else sub_cfg.landmarks,
+                              tuple(stack.item_shape[:2]), device)
+        run = AlignedRun.of(stack, sub_cfg, aligner)   # the images read from the stack chunk by chunk
         mu = torch.from_numpy(rigid.state.centers).to(device)
         pairs = run.aligner.zeros(stack.n, cfg.k)
         pairs.theta.copy_(torch.from_numpy(rigid.params["pair_theta"]).to(device))
-        from .st_kmeans import _lloyd
-        mu, pairs, labels, history, iters = yield from _lloyd(run, mu, None, pairs)
+        mu, pairs, labels, history, iters = yield from aligned_lloyd(run, mu, None, pairs)
         out = run.result_fields(pairs, labels)
         out["params"].update({k: rigid.params[k] for k in ("angle", "flip", "shift")})
         timing = {"fit_s": time.perf_counter() - start, "rigid_s": rigid.timing["fit_s"], "iterations": rigid.timing["iterations"] + iters}
@@ -238,8 +185,8 @@ class RigidKMeans(Method):
             cfg = dataclasses.replace(cfg, batch_size=int(batch_size))
         mu = torch.from_numpy(np.asarray(result.state.centers, np.float32)).to(device)
         check_same_size(stack, int(np.prod(mu.shape[1:])))
-        x = to_nchw(stack.tensor(device))
-        match = _search(x, mu, cfg)
+        x = StackImages(stack, device)
+        match = rigid_match(x, mu, cfg)
         out = self._outputs(stack, x, match, match.score.argmin(1))
         return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, **out)
 
@@ -247,8 +194,8 @@ class RigidKMeans(Method):
         """For the alignment inspector: the image carried onto every centroid at its best pose (flip included), and its scores."""
         cfg = self.config_of(result)
         mu = torch.from_numpy(np.asarray(result.state.centers, np.float32)).to(device)
-        x = to_nchw(stack.tensor(device))[:1]
-        match = _search(x, mu, cfg)
+        x = StackImages(stack, device)[0:1]
+        match = rigid_match(x, mu, cfg)
         warped = aligned_items(x.expand(mu.shape[0], -1, -1, -1), match.theta[0])
         return self._items(stack, warped), match.score[0].cpu().numpy()
 

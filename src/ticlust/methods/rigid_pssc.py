@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..core.stack import Stack, StackImages, from_nchw
+from ..core.validation import check_images
+from ..kernels.pssc import PSSCConfig, PSSCState, check_config, fit_steps, predict_fields, refine_steps
+from ..kernels.rigid_lloyd import RigidLloydConfig, aligned_stack, rigid_kmeans_steps, rigid_match
 from ..result import ClusteringResult
-from ..core.stack import Stack, from_nchw, to_nchw
-from ..transforms.rigid import aligned_items, common_frame, compose, rigid_search
-from .base import param, register, seed_everything
-from .pssc import PSSC, PSSCConfig, PSSCState
-from .rigid_kmeans import RIGID_KMEANS, RigidKMeansConfig, _window
+from ..transforms.rigid import common_frame, compose, shift_pixels
+from .base import Method, param, register, seed_everything
 
 
 @dataclass
@@ -43,70 +44,77 @@ class RigidPSSCState(PSSCState):
     rigid_frames: np.ndarray | None = None    # (K', 6) their poses into the shared frame
 
 
-def _rigid_cfg(cfg: RigidPSSCConfig) -> RigidKMeansConfig:
-    return RigidKMeansConfig(k=cfg.frames or cfg.k, flip=cfg.flip, angles=cfg.rigid_angles, max_shift=cfg.max_shift, max_iter=cfg.rigid_iter)
+#: Items the prediction's rigid search compares at once (``transforms.rigid.rigid_search``'s own block).
+PREDICT_SEARCH_BLOCK = 256
 
 
-def _posed(stack: Stack, x: torch.Tensor, theta: torch.Tensor) -> Stack:
+def _rigid_cfg(cfg: RigidPSSCConfig, n: int) -> RigidLloydConfig:
+    """The rigid stage: rigid k-means with ``frames`` (or K, at most N) prototypes."""
+    return RigidLloydConfig(k=min(cfg.frames or cfg.k, n), flip=cfg.flip, angles=cfg.rigid_angles, max_shift=cfg.max_shift,
+                            max_iter=cfg.rigid_iter)
+
+
+def _posed(stack: Stack, x, theta: torch.Tensor) -> Stack:
     """The items resampled at their poses, as a stack already in [0, 1]."""
-    out = torch.cat([aligned_items(x[s:s + 2048], theta[s:s + 2048]) for s in range(0, x.shape[0], 2048)])
+    out = aligned_stack(x, theta)
     return Stack(np.ascontiguousarray(from_nchw(out, stack.channels > 1).cpu().numpy()), 0.0, 1.0)
 
 
-class RigidPSSC(PSSC):
+class RigidPSSC(Method):
     name, title = "rigid-pssc", "PSSC on rigidly posed items (rotation/flip-invariant)"
-    config, state = RigidPSSCConfig, RigidPSSCState
+    config, state, inputs = RigidPSSCConfig, RigidPSSCState, ("images",)
+    embeds = "spectral"   # the object map: each item's spectral coordinates
     paper = "exhaustive in-plane pose search (cryo-EM 2D classification) + Villar-Corrales & Morgenshtern's PSSC"
     caution = "For items with no preferred orientation; where orientation is part of the kind, use pssc"
 
     def _frame(self, stack: Stack, cfg: RigidPSSCConfig, device: torch.device, seed: int):
-        """Generator: the rigid stage; returns (posed stack, rigid centres, frames)."""
-        from .st_kmeans import _check_images
-        _check_images(stack, self.name)
-        x = to_nchw(stack.tensor(device))
-        rcfg = _rigid_cfg(cfg)
-        rigid = yield from RIGID_KMEANS.train(stack, rcfg, device, seed)
-        mu = torch.from_numpy(rigid.state.centers).to(device)
-        frames = common_frame(mu, n_angles=rcfg.angles or None, flip=cfg.flip, max_shift=_window(rcfg, x.shape[-2:]))
-        labels = torch.from_numpy(rigid.labels).to(device)
-        own = torch.from_numpy(rigid.params["pair_theta"]).to(device)[torch.arange(stack.n, device=device), labels]
+        """Generator: the rigid stage (``kernels.rigid_lloyd``, the stack read block by block); returns (posed stack,
+        rigid centres, frames)."""
+        check_images(stack, self.name)
+        x = StackImages(stack, device)
+        rcfg = _rigid_cfg(cfg, stack.n)
+        mu, match, labels, _, _ = yield from rigid_kmeans_steps(x, rcfg, seed_everything(seed), stack.channels > 1)
+        frames = common_frame(mu, n_angles=rcfg.angles or None, flip=cfg.flip, max_shift=shift_pixels(rcfg.max_shift, x.shape[-2:]))
+        own = match.theta[torch.arange(stack.n, device=labels.device), labels]
         return _posed(stack, x, compose(own, frames[labels])), mu, frames
 
     def train(self, stack: Stack, cfg: RigidPSSCConfig, device: torch.device, seed: int):
         start = time.perf_counter()
         posed, mu, frames = yield from self._frame(stack, cfg, device, seed)
         rigid_s = time.perf_counter() - start
-        result = yield from super().train(posed, cfg, device, seed)
-        return self._with_frames(result, posed, mu, frames, rigid_s)
+        check_config(cfg, posed)
+        state, fields = yield from fit_steps(posed, cfg, device, seed, seed_everything(seed))
+        return self._with_frames(cfg, state, fields, posed, mu, frames, rigid_s)
 
     def refine(self, stack: Stack, cfg: RigidPSSCConfig, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         seed = int(start.config.get("seed", 0))
-        seed_everything(seed)
         t0 = time.perf_counter()
         posed, mu, frames = yield from self._frame(stack, cfg, device, seed)
-        result = yield from super().refine(posed, cfg, start, pinned, device)
-        return self._with_frames(result, posed, mu, frames, time.perf_counter() - t0)
+        check_config(cfg, posed)
+        state, fields = yield from refine_steps(posed, cfg, start.labels, pinned, device, seed, seed_everything(seed))
+        return self._with_frames(cfg, state, fields, posed, mu, frames, time.perf_counter() - t0)
 
-    def _with_frames(self, result: ClusteringResult, posed: Stack, mu, frames, rigid_s: float) -> ClusteringResult:
-        state = result.state
-        result.state = RigidPSSCState(**{f.name: getattr(state, f.name) for f in dataclasses.fields(PSSCState)},
-                                      rigid_centers=mu.cpu().numpy(), rigid_frames=frames.cpu().numpy())
-        result.aligned, result.aligned_kind = posed.numpy(), "item-on-prototype"
-        result.timing = {**result.timing, "rigid_s": rigid_s}
-        return result
+    def _with_frames(self, cfg, state: PSSCState, fields: dict, posed: Stack, mu, frames, rigid_s: float) -> ClusteringResult:
+        """The result of PSSC on the posed items, with the rigid stage's prototypes and frames in its state."""
+        state = RigidPSSCState(**{f.name: getattr(state, f.name) for f in dataclasses.fields(PSSCState)},
+                               rigid_centers=mu.cpu().numpy(), rigid_frames=frames.cpu().numpy())
+        fields["timing"] = {**fields["timing"], "rigid_s": rigid_s}
+        return self.result(cfg, state, aligned=posed.source, aligned_kind="item-on-prototype", **fields)
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
+        """New items posed onto the fitted rigid prototypes, then into the shared frame, then assigned by PSSC."""
         cfg, state = self.config_of(result), result.state
-        x = to_nchw(stack.tensor(device))
+        x = StackImages(stack, device)
         mu = torch.from_numpy(np.asarray(state.rigid_centers, np.float32)).to(device)
         frames = torch.from_numpy(np.asarray(state.rigid_frames, np.float32)).to(device)
-        rcfg = _rigid_cfg(cfg)
-        match = rigid_search(x, mu, n_angles=rcfg.angles or None, flip=cfg.flip, max_shift=_window(rcfg, x.shape[-2:]))
+        rcfg = dataclasses.replace(_rigid_cfg(cfg, stack.n), batch_size=PREDICT_SEARCH_BLOCK)
+        match = rigid_match(x, mu, rcfg)
         labels = match.score.argmin(1)
-        own = match.theta[torch.arange(stack.n, device=device), labels]
+        own = match.theta[torch.arange(stack.n, device=labels.device), labels]
         posed = _posed(stack, x, compose(own, frames[labels]))
-        out = super().predict(result, posed, device, batch_size)
-        out.aligned, out.aligned_kind = posed.numpy(), "item-on-prototype"
+        extras, fields = predict_fields(state, cfg, posed, device, batch_size)
+        out = self.predicted(result, extras=extras, **fields)
+        out.aligned, out.aligned_kind = posed.source, "item-on-prototype"
         return out
 
 

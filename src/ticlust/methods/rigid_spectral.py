@@ -43,7 +43,7 @@ from ..core.stack import Stack, from_nchw, to_nchw
 from ..transforms.align import Aligner, Alignments, gaussian_lowpass
 from ..transforms.polar import Turns, intensity_centres, nearest_turns, polar_spectra
 from ..transforms.rigid import SHIFT_FRACTION, aligned_items, angle_count, pose_theta, rigid_search, shift_pixels
-from ..core.validation import check_same_items
+from ..core.validation import check_images, check_same_items
 from .base import Method, param, register, seed_everything
 from .invariances import invariances_param
 
@@ -171,14 +171,12 @@ class Graph:
 class RigidSpectral(Method):
     name, title = "rigid-spectral", "Orientation-free spectral clustering (every angle searched, a warp fitted, a k-NN graph cut)"
     config, state, inputs = RigidSpectralConfig, RigidSpectralState, ("images",)
+    embeds = "spectral"   # the object map: each item's spectral coordinates
     paper = "exhaustive in-plane search (cryo-EM 2D classification) + U-SPEC spectral clustering (Huang et al., as in PSSC)"
     caution = "Indifferent to orientation by design: on upright data where orientation tells kinds apart (6 and 9), use another method"
 
     def _checked(self, stack: Stack) -> None:
-        if not stack.is_image:
-            raise InputError(f"{self.name} compares images at every angle: give an image stack shaped N×H×W or N×H×W×C, not vectors.")
-        if min(stack.item_shape[:2]) < 8:
-            raise InputError(f"{self.name} needs images of at least 8×8 pixels; these are {stack.item_shape[0]}×{stack.item_shape[1]}.")
+        check_images(stack, self.name, min_side=8)
         if stack.n < 3:
             raise InputError(f"{self.name} needs at least 3 images to build its graph; this stack has {stack.n}.")
 
@@ -320,19 +318,20 @@ class RigidSpectral(Method):
         self._checked_predict(stack, result)
         anchors, transfer, centers, frames = self._fitted(result, device)
         aligner = self.aligner(cfg, tuple(stack.item_shape[:2]), device)
-        out = Assignments(stack.n)
+        out, spectral = Assignments(stack.n), []
         for s, b in stack.batches(batch_size or cfg.batch_size):
             x = to_nchw(torch.from_numpy(b).to(device))
             z, dist, idx = self._embedded(cfg, x, anchors, transfer, float(result.state.sigma), aligner)
             scores = torch.cdist(z, centers)
             labels = scores.argmin(1)
+            spectral.append(z.cpu().numpy())
             out.write(s, {"labels": labels, "scores": scores, "params/anchor_distances": dist.float(),
                           **self._posed(stack, cfg, x, frames, labels)})
-        return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, **out.result_fields())
+        extras = {"embedding": np.concatenate(spectral)} if spectral else {}   # as the fit's: the object map reads it
+        return self.predicted(result, timing={"fit_s": time.perf_counter() - start}, extras=extras, **out.result_fields())
 
     def _checked_predict(self, stack: Stack, result: ClusteringResult) -> None:
-        if not stack.is_image:
-            raise InputError(f"{self.name} compares images: give an image stack, not vectors.")
+        check_images(stack, self.name)
         check_same_items(stack, tuple(int(s) for s in result.state.item_shape))
 
     def align(self, result: ClusteringResult, stack: Stack, device: torch.device, index: int | None = None):

@@ -334,6 +334,7 @@ class ShapeState(FittedState):
 class ShapeKMeans(Method):
     name, title = "shape-kmeans", "Shape K-means (Fisher–Rao / Wasserstein landmarks)"
     config, state, inputs, paper = ShapeKMeansConfig, ShapeState, ("landmarks",), "Gattone et al. 2018, Entropy 20(9):647"
+    embeds = "landmarks"   # the object map: each shape in the prototypes' frame
 
     def train(self, landmarks: np.ndarray, cfg: ShapeKMeansConfig, device: torch.device, seed: int):
         return (yield from fit_shapes(landmarks, cfg, device, seed))

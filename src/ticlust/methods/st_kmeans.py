@@ -14,14 +14,13 @@ keeps the best parameters it has seen under the current centroids (the old ones 
 distortion (Eq. 2) recorded per iteration never increases: alignment, assignment and the
 centroid mean each can only lower it.
 
-The alignment engine (``Aligner``, the per-pair Adam, the low-pass pyramid) is ``ticlust.transforms.align``;
-this file holds the method: its config, the Lloyd and mini-batch loops, the repair move and predict.
+The alignment engine (``Aligner``, the per-pair Adam, the low-pass pyramid) is ``ticlust.transforms.align``; the
+Lloyd iteration on it (E-step, M-step, the repair move, the loop) is ``ticlust.kernels.aligned_lloyd``, which
+rigid-kmeans' refinement runs too. This file holds the method: its config, the mini-batch loop and predict.
 """
 from __future__ import annotations
 
-import copy
 import dataclasses
-import math
 import time
 from dataclasses import dataclass
 
@@ -29,16 +28,14 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..core.stack import Stack, StackImages, from_nchw, to_nchw
-from ..core.validation import check_same_size
+from ..core.stack import Stack, to_nchw
+from ..core.validation import check_images, check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
-from ..core.scratch import RowScratch
-from ..transforms import affine_matrix
-from ..transforms.align import AdamState, Aligner, Alignments, Moments, Pyramid, Schedule, Ticker
-from ..transforms.fast_fit import align_pairs, fit_schedule
-from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
+from ..core.scratch import RowScratch, host_index
+from ..transforms.align import AdamState, Aligner, Alignments, Moments, Schedule, Ticker, lower
 from ..events import Progress, Snapshot, drain
-from ..kernels import BISECT_BLOCK, Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up
+from ..kernels import Rows, kmeans_plus_plus
+from ..kernels.aligned_lloyd import AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker, starting
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param, start_param
 
@@ -98,21 +95,6 @@ class STKMeansConfig(AIKMeansConfig):
                                     "identity (the exact, slow path)", low=0)
 
 
-# ---- shared pieces of the training loop ----------------------------------------------------------
-CPU_CHUNK = 512
-PAIR_BYTES = 48   # bytes per pixel of one (image, centroid) alignment in flight: grids, warps, their gradients
-
-
-def auto_chunk(stack: Stack, k: int, device: torch.device) -> int:
-    """Images aligned at once: 512 on the CPU; on a GPU, the K·N alignments of a Lloyd iteration in as few
-    launches as a quarter of the free memory allows (one, for MNIST-test on an 80 GB card)."""
-    if device.type != "cuda":
-        return CPU_CHUNK
-    free, _ = torch.cuda.mem_get_info(device)
-    per_image = k * int(np.prod(stack.item_shape)) * PAIR_BYTES
-    return int(max(CPU_CHUNK, min(stack.n, free // 4 // max(per_image, 1))))
-
-
 PREDICT_BLOCK = 4096   # images read from a (lazy) stack at once when assigning new images
 #: Predict's fast path (``_screened``): Levenberg-Marquardt iterations (``Aligner.gauss_newton``) of its stages,
 #: PREDICT_ITERATIONS[has a TPS stage] = (screen: every pair's affine map at low resolution, the candidates' affine map
@@ -124,77 +106,6 @@ PREDICT_ITERATIONS = {False: (2, 2, 0), True: (3, 0, 5)}
 #: The TPS stage's starting Levenberg-Marquardt damping: its least-squares optimum bends an image onto wrong centroids
 #: too (damping 0.01: ACC 0.83 vs 0.888 exact on MNIST), damped steps bend it about as far as the exact path's Adam.
 TPS_DAMPING = 1.0
-
-
-def _chunks(n: int, size: int):
-    return [slice(s, min(s + size, n)) for s in range(0, n, size)]
-
-
-class _WarmStart:
-    """The fit's per-pair warm start: every (item, centroid) warp the next Lloyd iteration starts from
-    (``theta`` N×K×6, ``nu`` N×K×ℓ×2) and their losses (N×K). The warps live in a :class:`RowScratch` (in memory
-    while small, else on disk: N×K×ℓ×2 floats is 1.3 GB at a million items and K = 10), the losses in memory
-    (they are the result's scores). It reads and writes by rows like :class:`Alignments` (``rows(s)``,
-    ``pairs[s] = part``), so an E-step holds one chunk's pairs; the repair move's column reads and copies and an
-    emptied cluster's reset go chunk by chunk. Made and closed by its run (``_Run.warm_start``, ``_Run.close``)."""
-
-    def __init__(self, aligner: Aligner, n: int, k: int, chunk: int):
-        fields = {"theta": (k, 6)}
-        if aligner.landmarks:
-            fields["nu"] = (k, aligner.n_landmarks, 2)
-        self.scratch = RowScratch(n, fields)
-        self.losses = torch.full((n, k), math.inf, device=aligner.device)
-        self.n, self.device, self.block = n, aligner.device, chunk * 8
-
-    def rows(self, idx) -> Alignments:
-        """The pairs of items ``idx`` (a slice or item numbers) as an Alignments on the device."""
-        at = _host_index(idx)
-        theta = torch.from_numpy(self.scratch.read("theta", at)).to(self.device)
-        nu = torch.from_numpy(self.scratch.read("nu", at)).to(self.device) if "nu" in self.scratch.shapes else None
-        return Alignments(theta, nu, self.losses[idx])
-
-    def __setitem__(self, idx, part: Alignments) -> None:
-        at = _host_index(idx)
-        self.scratch.write("theta", at, part.theta.detach().cpu().numpy())
-        if part.nu is not None:
-            self.scratch.write("nu", at, part.nu.detach().cpu().numpy())
-        self.losses[idx] = part.losses
-
-    def _gathered(self, pick) -> Alignments:
-        """``pick(rows)`` (an Alignments of one pair per item) of every block of items, joined: N rows."""
-        parts = [pick(self.rows(s), s) for s in _chunks(self.n, self.block)]
-        nu = None if parts[0].nu is None else torch.cat([p.nu for p in parts])
-        return Alignments(torch.cat([p.theta for p in parts]), nu)
-
-    def assigned(self, labels: torch.Tensor) -> Alignments:
-        """Each item's warp onto its assigned centroid (N, ...): per item, as the result keeps it."""
-        return self._gathered(lambda rows, s: rows.assigned(labels[s]))
-
-    def column(self, j: int) -> Alignments:
-        """Every item's warp onto centroid j (N, ...)."""
-        return self._gathered(lambda rows, s: rows.column(j))
-
-    def copy_column(self, to: int, source: int) -> None:
-        """Every item's warp and loss onto centroid ``source`` copied onto centroid ``to`` (the repair move)."""
-        for s in _chunks(self.n, self.block):
-            rows = self.rows(s)
-            rows.copy_column(to, source)
-            self[s] = rows
-
-    def reset(self, centroids) -> None:
-        """Identity warps onto the given centroids (their losses kept), as :meth:`Alignments.reset`."""
-        for s in _chunks(self.n, self.block):
-            rows = self.rows(s)
-            rows.reset(centroids)
-            self[s] = rows
-
-    def start_from(self, coarse: "_WarmStart") -> None:
-        """Every pair's affine map taken from an affine-only warm start (ST's first stage), TPS at identity."""
-        for s in _chunks(self.n, self.block):
-            self.scratch.write("theta", s, coarse.scratch.read("theta", s))
-
-    def close(self) -> None:
-        self.scratch.close()
 
 
 class _MomentScratch:
@@ -212,7 +123,7 @@ class _MomentScratch:
     def rows(self, idx) -> Moments:
         if self.scratch is None:
             return Moments()
-        at = _host_index(idx)
+        at = host_index(idx)
 
         def read(name):
             return torch.from_numpy(self.scratch.read(name, at)).to(self.device)
@@ -234,7 +145,7 @@ class _MomentScratch:
                 for i, m in enumerate(st.m):
                     fields[f"{stage}.m{i}"] = fields[f"{stage}.v{i}"] = tuple(m.shape[1:])
             self.scratch = RowScratch(n, fields)
-        at = _host_index(idx)
+        at = host_index(idx)
         for stage, st in states.items():
             for i, (m, v) in enumerate(zip(st.m, st.v)):
                 self.scratch.write(f"{stage}.m{i}", at, m.detach().cpu().numpy())
@@ -244,146 +155,6 @@ class _MomentScratch:
     def close(self) -> None:
         if self.scratch is not None:
             self.scratch.close()
-
-
-def _host_index(idx):
-    """A slice as it is, item numbers (a tensor on any device) as a NumPy array: how a RowScratch is indexed."""
-    return idx if isinstance(idx, slice) else torch.as_tensor(idx).reshape(-1).cpu().numpy()
-
-
-def _warp_assigned(aligner: Aligner, x: torch.Tensor, own: Alignments, chunk: int) -> torch.Tensor:
-    """Every item warped by its own warp (N, ...) onto its assigned centroid, (N, C, H, W)."""
-    out = []
-    with torch.no_grad():
-        for s in _chunks(x.shape[0], chunk * 8):
-            out.append(aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0])
-    return torch.cat(out)
-
-
-def _centroid_update(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, pairs: _WarmStart, labels: torch.Tensor,
-                     chunk: int) -> torch.Tensor:
-    """Eq. 4: the mean of the warped members, summed chunk by chunk (the warped items are never held
-    all at once). An emptied cluster restarts on the worst-fitted item."""
-    own = pairs.assigned(labels)
-    sums = torch.zeros_like(mu)
-    with torch.no_grad():
-        for s in _chunks(x.shape[0], chunk * 8):
-            sums.index_add_(0, labels[s], aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0])
-    return _means(sums, torch.bincount(labels, minlength=mu.shape[0]), pairs, labels, x)
-
-
-def _means(sums: torch.Tensor, counts: torch.Tensor, pairs: _WarmStart, labels: torch.Tensor, x) -> torch.Tensor:
-    """Eq. 4 from the members' warped sums (K, C, H, W) and counts (K,); an emptied cluster restarts on the
-    worst-fitted item (its pairs' warps reset to identity)."""
-    new = sums / counts.clamp_min(1).to(sums.dtype).view(-1, 1, 1, 1)
-    empty = torch.nonzero(counts == 0).flatten()
-    if len(empty):
-        worst = torch.argsort(pairs.losses.gather(1, labels[:, None])[:, 0], descending=True)[: len(empty)]
-        new[empty] = x[worst]
-        pairs.reset(empty)
-    return new
-
-
-@dataclass
-class _ChunkStep:
-    """One chunk's Lloyd E-step: its alignments, labels, and its members' warped sums and counts per cluster."""
-
-    pairs: Alignments
-    labels: torch.Tensor      # (n,)
-    sums: torch.Tensor        # (K, C, H, W)
-    counts: torch.Tensor      # (K,)
-
-
-def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedule: Schedule,
-            pinned: torch.Tensor | None = None):
-    """Algo. 2's E-step on one chunk of items ``x`` (generator): every (item, centroid) alignment improved
-    from ``start``, each item assigned to its cheapest centroid (``pinned`` ≥ 0 kept), and the members'
-    warped images summed per cluster. A pure function of its arguments, run chunk by chunk over the stack
-    (``_lloyd``); the M-step adds the chunks' sums in chunk order. Returns a :class:`_ChunkStep`."""
-    pairs = yield from align_pairs(aligner, x, mu, start, schedule)
-    labels = keep_pinned(pairs.losses.argmin(1), pinned)
-    with torch.no_grad():
-        warped = aligner.warp_pairs(x.full, pairs.assigned(labels).as_pairs())[:, 0]
-    sums = torch.zeros_like(mu.full).index_add_(0, labels, warped)
-    return _ChunkStep(pairs, labels, sums, torch.bincount(labels, minlength=mu.full.shape[0]))
-
-
-def _starting(start: str, aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments) -> Alignments:
-    """The alignments a chunk of items ``x`` starts from against centroids ``mu``: ``previous`` (the identity
-    on a first pass, else the last iteration's), or with ``start`` rigid / rigid+flip, :func:`_rigid_start`."""
-    if start == "identity":
-        return previous
-    return _rigid_start(aligner, x, mu, previous, flip=start == "rigid+flip")
-
-
-@torch.no_grad()
-def _rigid_start(aligner: Aligner, x: Pyramid, mu: Pyramid, previous: Alignments, flip: bool) -> Alignments:
-    """Per (item, centroid) pair, the better at these centroids of its ``previous`` warp and its best global rigid
-    pose (every angle of ``transforms.rigid``'s grid [and the mirror] × every shift within SHIFT_FRACTION, no TPS
-    displacement): the gradient alignment then refines a pose instead of searching for it from the identity,
-    whose nearest local minimum misses a pattern turned 120°. With losses: never worse than ``previous``."""
-    match = rigid_search(x.full, mu.full, flip=flip, max_shift=shift_pixels(SHIFT_FRACTION, tuple(x.full.shape[-2:])))
-    pose = Alignments(match.theta, None if previous.nu is None else torch.zeros_like(previous.nu))
-    pose.losses = aligner.pair_losses(x.full, mu.full, pose)
-    before = Alignments(previous.theta, previous.nu, aligner.pair_losses(x.full, mu.full, previous))
-    return _lower(pose, before)
-
-
-def _chunk_e_step(rows: torch.Tensor, aligner: Aligner, mu: Pyramid, schedule: Schedule, shape: tuple,
-                  start_option: str, *, start: Alignments, pinned: torch.Tensor | None) -> _ChunkStep:
-    """:func:`_e_step` as one task on a chunk of a store's fit sample (``chunk_lloyd.StoreSample.imap_tasks``,
-    here or on a cluster's worker): the chunk's flat rows (n, D), read by the task, made the images
-    (n, C, H, W) the in-process loop reads; its warm-start alignments in and out, the config's ``start``
-    (:func:`_starting`) applied to them here, beside the images. The schedule has no ticker: the task emits no
-    events, the driver reports each finished chunk (``_e_steps``)."""
-    x = aligner.pyramid(to_nchw(rows.reshape(len(rows), *shape)))
-    return drain(_e_step(aligner, x, mu, _starting(start_option, aligner, x, mu, start), schedule, pinned))
-
-
-def _aligner_on(aligner: Aligner, device) -> Aligner:
-    """``aligner`` with its tensors on ``device`` (a cluster's workers compute on their CPU); itself if there."""
-    device = torch.device(device)
-    if torch.device(aligner.device) == device:
-        return aligner
-    moved = copy.copy(aligner)
-    for name, value in vars(aligner).items():
-        if isinstance(value, torch.Tensor):
-            setattr(moved, name, value.to(device))
-    moved.device, moved._maps = device, {}
-    return moved
-
-
-def _e_steps(run: _Run, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinned: torch.Tensor | None):
-    """:func:`_e_step` on every chunk of the run's items (generator), each chunk's alignments written back into
-    ``pairs`` as it is done; returns (labels (N,), warped sums (K, C, H, W) and counts (K,) per cluster, added
-    in chunk order: the M-step's reduce). Here chunk by chunk, a Progress per Adam step; or, when the stack is
-    a store's fit sample with a backend (``chunk_lloyd.StoreSample``: ``fit_store(..., workers=, scheduler=,
-    client=)``), one :func:`_chunk_e_step` task per chunk, its warm-start alignments shipped with it, a
-    Progress per finished task. Both give the same labels and sums."""
-    slices = _chunks(run.stack.n, run.cfg.chunk)
-    own = [None if pinned is None else pinned[s] for s in slices]
-    remote = getattr(run.stack, "imap_tasks", None)
-    steps = [None] * len(slices)
-    if remote is None:
-        for i, s in enumerate(slices):
-            x = run.x.rows(s)
-            start = _starting(run.cfg.start, run.aligner, x, mu, pairs.rows(s))
-            steps[i] = yield from _e_step(run.aligner, x, mu, start, schedule, own[i])
-            pairs[s], steps[i].pairs = steps[i].pairs, None
-    else:
-        ticker, ticks = schedule.ticker, (schedule.affine_steps if schedule.affine_steps > 0 else 0) + schedule.steps
-        args = (_aligner_on(run.aligner, "cpu"), mu, dataclasses.replace(schedule, ticker=None),
-                tuple(run.stack.item_shape), run.cfg.start)
-        tasks = [dict(start=pairs.rows(s), pinned=p) for s, p in zip(slices, own)]
-        for done, (i, step) in enumerate(remote(_chunk_e_step, run.cfg.chunk, args, tasks, run.aligner.device), 1):
-            loss = float(step.pairs.losses.min(1).values.mean())
-            pairs[slices[i]], step.pairs, steps[i] = step.pairs, None, step
-            ticker.step += ticks - 1
-            yield ticker.tick(f"alignment: {done}/{len(slices)} chunks", loss)
-    sums, counts = steps[0].sums, steps[0].counts
-    for step in steps[1:]:
-        sums, counts = sums + step.sums, counts + step.counts
-    return torch.cat([step.labels for step in steps]), sums, counts
 
 
 def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.Tensor, warped: torch.Tensor) -> None:
@@ -396,217 +167,7 @@ def _running_mean_update(mu: torch.Tensor, counts: torch.Tensor, labels: torch.T
     mu[hit] = mu[hit] + (sums[hit] - add[hit].view(-1, 1, 1, 1) * mu[hit]) / counts[hit].view(-1, 1, 1, 1)
 
 
-def _members_warped(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, c: int, chunk: int) -> RowScratch:
-    """The members of cluster c warped by their own warps, one flat row each (n_c, P), written into a scratch
-    (on disk when large) chunk by chunk: one cluster's, and never held whole."""
-    members = labels == c
-    warped, at = None, 0
-    with torch.no_grad():
-        for s in _chunks(x.shape[0], chunk * 8):
-            mine = members[s]
-            if bool(mine.any()):
-                rows = aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0][mine].flatten(1)
-                if warped is None:
-                    warped = RowScratch(int(members.sum()), {"warped": (rows.shape[1],)})
-                warped.write("warped", slice(at, at + len(rows)), rows.cpu().numpy())
-                at += len(rows)
-    return warped
-
-
-def _halves(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, k: int, chunk: int):
-    """Every cluster bisected on its warped members (n_c, P; one cluster at a time, read back block by block from
-    a scratch, so a large fit sample's cluster is never in memory whole): SSE₁ and the split gain
-    SSE₁ − SSE₂ (K,) each, and per cluster with two or more members its two half means (2, P) and the
-    members of the second half."""
-    sse1, gain, halves = torch.zeros(k, dtype=torch.float64), torch.zeros(k, dtype=torch.float64), {}
-    for c in range(k):
-        members = torch.nonzero(labels == c).flatten()
-        if len(members) >= 2:
-            with _members_warped(aligner, x, own, labels, c, chunk) as warped:
-                one, two, means, side = bisect(lambda: (torch.from_numpy(warped.read("warped", b)).to(labels.device)
-                                                        for b in _chunks(warped.n, BISECT_BLOCK)))
-            sse1[c], gain[c], halves[c] = one, one - two, (means, members[side])
-    return sse1, gain, halves
-
-
-def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments | _WarmStart, labels: torch.Tensor, j: int, means, chunk: int):
-    """Each item's cheapest place other than its own cluster while cluster j splits: another cluster (its
-    stored warp) or, on its warp onto j, one of j's half means. Returns costs (N,) and places (N,): a
-    cluster, j for the first half, -1 for the second."""
-    _, cost, place = own_and_runner_up(pairs.losses.index_fill(1, torch.tensor([j], device=labels.device), math.inf), labels)
-    if means is not None:
-        onto_j = pairs.column(j)
-        values, indices = [], []
-        with torch.no_grad():
-            for s in _chunks(x.shape[0], chunk * 8):   # chunk by chunk: the warped items are never held all at once
-                w = aligner.warp_pairs(x[s], onto_j.rows(s).as_pairs())[:, 0].flatten(1)
-                half = ((w[:, None] - means[None]) ** 2).sum(-1).min(1)
-                values.append(half.values)
-                indices.append(half.indices)
-        values, indices = torch.cat(values), torch.cat(indices)
-        better = values < cost
-        cost = torch.where(better, values, cost)
-        place = torch.where(better, torch.where(indices == 0, j, -1), place)
-    return cost, place
-
-
-def _reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments | _WarmStart, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
-    """Repair move for two centroids on one group and two groups under one (ours; the paper has none):
-    drop centroid a and split cluster j in two (2-means of its members warped onto it, ``_halves``), a
-    taking the second half with j's warps; a's members go to their cheapest other place (``_elsewhere``).
-    Priced on the warps in hand, the best (a, j) is made (labels and ``pairs`` in place) only when j's
-    split gain beats a's drop cost (Σ cheapest other place − SSE₁(a)); since SSE₁ ≤ the assigned costs,
-    the distortion after the centroid update is then below the current one (monotone). Returns (a, j) or None."""
-    k, losses = pairs.losses.shape[1], pairs.losses
-    if k < 2:
-        return None
-    sse1, gain, halves = _halves(aligner, x, pairs.assigned(labels), labels, k, chunk)
-    drop, places = torch.full((k, k), math.inf, dtype=torch.float64), {}
-    for j in range(k):
-        cost, places[j] = _elsewhere(aligner, x, pairs, labels, j, halves.get(j, (None,))[0], chunk)
-        cost = torch.where(labels == j, torch.zeros_like(cost), cost).double().cpu()
-        drop[:, j] = torch.zeros(k, dtype=torch.float64).index_add_(0, labels.cpu(), cost) - sse1
-    profit = gain[None, :] - drop
-    profit.fill_diagonal_(-math.inf)
-    a, j = divmod(int(profit.argmax()), k)
-    if not float(profit[a, j]) > 1e-6 * float(losses.gather(1, labels[:, None]).sum()):
-        return None
-    dropped = labels == a
-    labels[dropped] = torch.where(places[j] < 0, a, places[j])[dropped]
-    labels[halves[j][1]] = a
-    pairs.copy_column(a, j)
-    return a, j
-
-
-def _warp_options(cfg, family: str) -> dict:
-    """The Aligner options both variants take from their config and invariance family: low-pass, padding,
-    the affine maps' family and bounds."""
-    return dict(lowpass=cfg.lowpass, padding=cfg.padding, max_scale=cfg.max_scale, max_shift=cfg.max_shift,
-                linear="affine" if family == "deformable" else family)
-
-
-def _check_images(stack: Stack, name: str) -> None:
-    if not stack.is_image:
-        raise InputError(f"{name} warps images: give an image stack shaped N×H×W or N×H×W×3, not vectors.")
-
-
-@dataclass
-class _StackPyramid:
-    """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
-    Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit."""
-
-    full: StackImages
-    aligner: Aligner
-
-    def rows(self, idx) -> Pyramid:
-        return self.aligner.pyramid(self.full[idx])
-
-
-@dataclass
-class _Run:
-    """What one fit or prediction works with: its config, the stack, the aligner and the images (with low-pass):
-    a fit reads them from the stack batch by batch (``_StackPyramid``) and owns its warm starts' scratch
-    (``warm_start``), which ``close`` removes."""
-
-    cfg: AIKMeansConfig
-    stack: Stack
-    aligner: Aligner
-    x: Pyramid | _StackPyramid
-    repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
-    scratches: list = dataclasses.field(default_factory=list)   # shared with a stage's copy (dataclasses.replace)
-
-    def keep(self, scratch):
-        """``scratch`` (anything with ``close``: a warm start, mini-batch moments), closed with the run."""
-        self.scratches.append(scratch)
-        return scratch
-
-    def warm_start(self) -> _WarmStart:
-        """Identity warps of every item onto every centroid, losses unknown: the start of a fit's Lloyd loop."""
-        return self.keep(_WarmStart(self.aligner, self.stack.n, self.cfg.k, self.cfg.chunk))
-
-    def close(self) -> None:
-        """Remove every scratch of the run (the fit calls it in a ``finally``: on error and cancel too)."""
-        for scratch in self.scratches:
-            scratch.close()
-        self.scratches.clear()
-
-    def items(self, images: torch.Tensor) -> np.ndarray:
-        """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C)."""
-        return from_nchw(images, self.stack.channels > 1).cpu().numpy()
-
-    def align_all(self, mu: torch.Tensor, pairs: Alignments, schedule: Schedule):
-        """All N×K alignments against centroids mu, chunk by chunk, improved in ``pairs`` (generator)."""
-        mu = self.aligner.pyramid(mu)
-        for s in _chunks(self.stack.n, self.cfg.chunk):
-            x = self.x.rows(s)
-            pairs[s] = yield from self.aligner.align(x, mu, _starting(self.cfg.start, self.aligner, x, mu, pairs.rows(s)), schedule)
-
-    def outputs(self, pairs: Alignments, labels: torch.Tensor, pictures: bool, items: slice = slice(None)) -> dict:
-        """The per-item fields of these items (an ``Assignments.write``): labels, scores and each item's own
-        warp parameters; with ``pictures`` also the aligned items, display grids and every (item, centroid)
-        warp (``pair_theta``/``pair_nu``: the inspector replays them for fitted items). ``items``: which of the
-        run's images ``pairs`` and ``labels`` are (default all)."""
-        own = pairs.assigned(labels)
-        fields = {"labels": labels, "scores": pairs.losses, "params/affine": affine_matrix(own.theta)}
-        if own.nu is not None:
-            fields["params/displacements"] = own.nu
-            fields["params/landmarks"] = self.aligner.target_landmarks(own)
-        if pictures:
-            fields["aligned"] = self.items(_warp_assigned(self.aligner, self.x.full[items], own, self.cfg.chunk))
-            fields["grids"] = self.aligner.display_grids(own)
-            fields["params/pair_theta"] = pairs.theta
-            if own.nu is not None:
-                fields["params/pair_nu"] = pairs.nu
-        return fields
-
-    def result_fields(self, pairs: _WarmStart, labels: torch.Tensor) -> dict:
-        """The fit's per-item result fields (every item of the run's stack), written block by block: the per-pair
-        warps are read a block at a time and kept for every item only with the pictures."""
-        out, pictures = Assignments(self.stack.n), self.stack.wants_pictures()
-        for s in _chunks(self.stack.n, self.cfg.chunk * 8):
-            out.write(s.start, self.outputs(pairs.rows(s), labels[s], pictures, s))
-        return dict(aligned_kind="item-on-prototype", **out.result_fields())
-
-
-# ---- training ------------------------------------------------------------------------------------
-def _lloyd_ticker(run: _Run, stages: int = 1) -> Ticker:
-    """Counts the Adam steps of ``stages`` Lloyd runs of at most max_iter iterations each."""
-    cfg = run.cfg
-    return Ticker(stages * cfg.max_iter * len(_chunks(run.stack.n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
-
-
-def _lloyd(run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None, pairs: _WarmStart | None = None,
-           ticker: Ticker | None = None, done: int = 0):
-    """Algo. 2: the E-step (alignment of every pair, argmin assignment, warped sums per cluster: ``_e_step``)
-    chunk by chunk, then Eq. 4 centroids, until no label changes.
-    ``pinned`` (N,): clusters the user fixed (-1: free); with any, the repair move (``_reseed``) is off.
-    ``pairs``: the alignments to start from (default identity); ``done``: Lloyd iterations of an earlier stage
-    (progress and the repairs log count on from it). Returns (centroids, alignments, labels,
-    distortion history, iterations)."""
-    cfg, n = run.cfg, run.stack.n
-    ticker = _lloyd_ticker(run) if ticker is None else ticker
-    schedule = fit_schedule(cfg, ticker)
-    pairs = run.warm_start() if pairs is None else pairs
-    history, prev = [], None
-    for it in range(1, cfg.max_iter + 1):
-        labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, schedule, pinned)
-        history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
-        yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {done + it}")
-        if it == cfg.max_iter:
-            break
-        move = _reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk) if cfg.reseed and pinned is None else None
-        if move is not None:            # labels moved: the members' warped sums are taken again
-            run.repairs.append((done + it, *move))
-        if prev is not None and torch.equal(prev, labels) and move is None:
-            break
-        mu = _means(sums, counts, pairs, labels, run.x.full) if move is None else \
-            _centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
-        prev = labels
-        yield Snapshot(run.items(mu))
-    return mu, pairs, labels, history, it
-
-
-def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
+def _minibatch(run: AlignedRun, mu: torch.Tensor, rng: np.random.Generator):
     """Mini-batch variant: each batch's K alignments advance by a few Adam steps (moments kept per
     pair across epochs), then the assigned centroids move to the running mean of their warped
     members (per-centroid step 1/count, as in mini-batch K-means). Ends with a full assignment pass.
@@ -615,9 +176,9 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
     pairs, moments = run.warm_start(), run.keep(_MomentScratch(n, mu.device))
     counts = torch.zeros(cfg.k, device=mu.device)
     labels = torch.full((n,), -1, dtype=torch.long, device=mu.device)
-    batches = _chunks(n, cfg.batch_size)
+    batches = chunks(n, cfg.batch_size)
     ticker = Ticker(cfg.epochs * len(batches) * (cfg.minibatch_steps * (2 if cfg.affine_steps else 1))
-                    + len(_chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
+                    + len(chunks(n, cfg.chunk)) * (cfg.affine_steps + cfg.steps))
     schedule = Schedule.of(cfg, ticker, cfg.minibatch_steps)
     history, epoch = [], 0
     for epoch in range(1, cfg.epochs + 1):
@@ -627,7 +188,7 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
             idx = order[s]
             batch_moments = moments.rows(idx)
             x, targets = run.x.rows(idx), run.aligner.pyramid(mu)
-            aligned = yield from run.aligner.align(x, targets, _starting(cfg.start, run.aligner, x, targets, pairs.rows(idx)),
+            aligned = yield from run.aligner.align(x, targets, starting(cfg.start, run.aligner, x, targets, pairs.rows(idx)),
                                                    schedule, batch_moments)
             moments.store(idx, batch_moments, n)
             pairs[idx] = aligned
@@ -650,7 +211,7 @@ def _minibatch(run: _Run, mu: torch.Tensor, rng: np.random.Generator):
 
 
 # ---- prediction ----------------------------------------------------------------------------------
-def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
+def _screened(run: AlignedRun, mu: torch.Tensor) -> Alignments:
     """Predict's fast path: every (image, centroid) pair's affine map is fitted at low resolution by a few
     Gauss-Newton iterations from its start (the identity, or with ``start`` rigid each pair's rigid pose; rigid and
     similarity warps from their best turn, ``Aligner.turned``) and priced at full resolution (the screen); the
@@ -664,13 +225,13 @@ def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
     candidates = min(cfg.predict_candidates, mu.shape[0])
     mu = aligner.pyramid(mu)
     pairs = aligner.zeros(run.stack.n, mu.full.shape[0])
-    for s in _chunks(run.stack.n, cfg.chunk):
+    for s in chunks(run.stack.n, cfg.chunk):
         x = run.x.rows(s)
-        begin = _starting(cfg.start, aligner, x, mu, pairs.rows(s))   # the identity, or each pair's rigid pose
+        begin = starting(cfg.start, aligner, x, mu, pairs.rows(s))   # the identity, or each pair's rigid pose
         turned = Alignments(aligner.turned(x, mu, begin.theta), begin.nu)
         found = aligner.gauss_newton(x.low, mu.low, turned, screen, low=True)
         found.losses = aligner.pair_losses(x.full, mu.full, found)
-        found = _lower(found, begin)   # a rigid start's pose where it was better (the identity's loss is not known: inf)
+        found = lower(found, begin)   # a rigid start's pose where it was better (the identity's loss is not known: inf)
         pick = found.losses.topk(candidates, dim=1, largest=False).indices   # (B, m)
         full, targets = found.take(pick), mu.full[pick]
         if affine:
@@ -680,15 +241,6 @@ def _screened(run: _Run, mu: torch.Tensor) -> Alignments:
         found.put(pick, full)
         pairs[s] = found
     return pairs
-
-
-def _lower(a: Alignments, b: Alignments) -> Alignments:
-    """Per pair, whichever of two alignments of the same pairs has the lower loss."""
-    better = a.losses < b.losses
-
-    def pick(u, v):
-        return None if u is None else torch.where(better.view(*better.shape, *[1] * (u.ndim - 2)), u, v)
-    return Alignments(pick(a.theta, b.theta), pick(a.nu, b.nu), torch.minimum(a.losses, b.losses))
 
 
 # ---- the two methods -----------------------------------------------------------------------------
@@ -702,9 +254,11 @@ class AIKMeans(Method):
 
     name, title = "ai-kmeans", "Affine-invariant K-means"
     config, state, inputs = AIKMeansConfig, STState, ("images",)
+    embeds = "aligned"   # the object map: each item carried onto its own prototype
     paper = "Cosentino et al., Spatial Transformer K-Means"
     auto_invariances = "affine"   # what invariances = auto means here (image stacks)
-    #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): ``_e_steps`` per chunk.
+    #: What of a fit runs on a cluster (``fit_store(..., workers=N)``, docs/cluster.md): the aligned Lloyd's E-step per chunk
+    #: (``kernels.aligned_lloyd``).
     cluster_steps = "the Lloyd E-step (alignments, assignment, warped sums per cluster), one task per chunk of images"
 
     def family(self, cfg) -> str:
@@ -717,7 +271,7 @@ class AIKMeans(Method):
 
     def aligner(self, cfg, size, device, lean: bool = False) -> Aligner:
         """Affine warps of the run's family within the config's bounds (``lean``: see ``Aligner``)."""
-        return Aligner(size, None, device, lean=lean, **_warp_options(cfg, self.family(cfg)))
+        return aligner_for(cfg, self.family(cfg), None, size, device, lean)
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
         """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate (Adam's:
@@ -725,9 +279,7 @@ class AIKMeans(Method):
         return [(0, dataclasses.replace(cfg, lr=lr, select=False, fit_align="adam")) for lr in lrs]
 
     def validate(self, stack: Stack) -> None:
-        _check_images(stack, self.name)
-        if min(stack.item_shape[:2]) < 8:
-            raise InputError(f"{self.name} needs images of at least 8×8 pixels to warp; these are {stack.item_shape[0]}×{stack.item_shape[1]}.")
+        check_images(stack, self.name, min_side=8)
 
     def train(self, stack: Stack, cfg, device: torch.device, seed: int):
         self.validate(stack)
@@ -736,15 +288,10 @@ class AIKMeans(Method):
             return best
         return (yield from self._fit(stack, cfg, device, seed))
 
-    def _start(self, stack: Stack, cfg, x: torch.Tensor | None, device) -> _Run:
+    def _start(self, stack: Stack, cfg, x: torch.Tensor | None, device) -> AlignedRun:
         """The run on images ``x`` (N, C, H, W) in hand, or (None) on the stack's, read batch by batch."""
-        if not cfg.chunk:
-            cfg = dataclasses.replace(cfg, chunk=auto_chunk(stack, cfg.k, device))
-        if x is None:
-            aligner = self.aligner(cfg, tuple(stack.item_shape[:2]), device)
-            return _Run(cfg, stack, aligner, _StackPyramid(StackImages(stack, device), aligner))
-        aligner = self.aligner(cfg, tuple(x.shape[-2:]), device)
-        return _Run(cfg, stack, aligner, aligner.pyramid(x))
+        size = tuple(stack.item_shape[:2]) if x is None else tuple(x.shape[-2:])
+        return AlignedRun.of(stack, cfg, self.aligner(cfg, size, device), x)
 
     def _fit(self, stack: Stack, cfg, device: torch.device, seed: int):
         """One run from K-means++ centroids, Lloyd iterations or mini-batches (generator; returns the result)."""
@@ -766,9 +313,9 @@ class AIKMeans(Method):
         finally:
             run.close()
 
-    def _curriculum(self, run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
+    def _curriculum(self, run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None = None):
         """Lloyd iterations from centroids mu; AI K-means has one stage (see STKMeans)."""
-        return (yield from _lloyd(run, mu, pinned))
+        return (yield from aligned_lloyd(run, mu, pinned))
 
     def refine(self, stack: Stack, cfg, start: ClusteringResult, pinned: torch.Tensor, device: torch.device):
         """Lloyd iterations from an edited result's prototypes, the pinned items kept where the user put them."""
@@ -799,13 +346,13 @@ class AIKMeans(Method):
 
     def align_new(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None):
         """Optimise the alignments of new images onto the fixed centroids: (run, centroids, alignments)."""
-        _check_images(stack, self.name)
+        check_images(stack, self.name)
         cfg = self.config_of(result)
         if batch_size is not None:
             cfg = dataclasses.replace(cfg, chunk=int(batch_size))
         mu = torch.from_numpy(np.asarray(result.state.centers, dtype=np.float32)).to(device)
         check_same_size(stack, int(np.prod(mu.shape[1:])))
-        x = to_nchw(stack.tensor(device))
+        x = to_nchw(stack.tensor(device))   # a batch: predict's block of PREDICT_BLOCK items, or the inspector's one
         if tuple(x.shape[1:]) != tuple(mu.shape[1:]):
             raise InputError(f"The new images are {tuple(stack.item_shape)} but the centroids are {tuple(result.prototypes.shape[1:])}: give images of the same shape.")
         run = self._start(stack, cfg, x, device)
@@ -838,7 +385,7 @@ class AIKMeans(Method):
         """
         if index is not None and "pair_theta" in result.params:
             cfg = self.config_of(result)
-            x = to_nchw(stack.tensor(device))
+            x = to_nchw(stack.tensor(device))   # the inspector's one item
             run = self._start(stack, cfg, x, device)
             nu = result.params.get("pair_nu")
             pairs = Alignments(torch.from_numpy(np.asarray(result.params["pair_theta"][index:index + 1])).to(device),
@@ -862,22 +409,21 @@ class STKMeans(AIKMeans):
 
     def aligner(self, cfg, size, device, lean: bool = False) -> Aligner:
         """Affine (+ TPS on the config's landmark grid) warps of the run's family, within its bounds."""
-        return Aligner(size, self.landmarks(cfg), device, max_displacement=cfg.max_displacement,
-                       lean=lean, **_warp_options(cfg, self.family(cfg)))
+        return aligner_for(cfg, self.family(cfg), self.landmarks(cfg), size, device, lean)
 
-    def _curriculum(self, run: _Run, mu: torch.Tensor, pinned: torch.Tensor | None = None):
+    def _curriculum(self, run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None = None):
         """With ``affine_first`` and a TPS stage: Lloyd with affine warps alone until no label changes (or
         max_iter), then Lloyd with the TPS from those centroids, each pair starting from its affine map.
         History and iteration counts cover both stages."""
         if not (run.cfg.affine_first and run.aligner.landmarks):
-            return (yield from _lloyd(run, mu, pinned))
+            return (yield from aligned_lloyd(run, mu, pinned))
         affine = dataclasses.replace(run, aligner=super().aligner(run.cfg, run.aligner.size, run.aligner.device))
-        ticker = _lloyd_ticker(run, stages=2)
-        mu, coarse, _, history, iters = yield from _lloyd(affine, mu, pinned, ticker=ticker)
+        ticker = lloyd_ticker(run, stages=2)
+        mu, coarse, _, history, iters = yield from aligned_lloyd(affine, mu, pinned, ticker=ticker)
         pairs = run.warm_start()
         pairs.start_from(coarse)
         coarse.close()
-        mu, pairs, labels, fine, more = yield from _lloyd(run, mu, pinned, pairs, ticker, done=iters)
+        mu, pairs, labels, fine, more = yield from aligned_lloyd(run, mu, pinned, pairs, ticker, done=iters)
         return mu, pairs, labels, history + fine, iters + more
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:

@@ -360,13 +360,37 @@ def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normal
             raise InputError(f"The image holds NaN or infinite values in object {obj_id}"
                              f"{f' (frame {t})' if field.time else ''}: replace them before cutting objects out.")
         if normalize:
-            crop = crop.astype(np.float32)
-            level = crop[obj].mean(axis=0) if obj.any() else np.zeros(crop.shape[-1], np.float32)
-            crop /= np.where(level > 0, level, 1).astype(np.float32)
+            crop = _normalized(crop, obj, f"object {obj_id}{f' (frame {t})' if field.time else ''}")
         out[pos] = crop[..., 0] if field.squeeze else crop
         if with_masks:
             masks[pos] = obj
     return out, masks, table
+
+
+#: Crops whose largest magnitude lies outside [FLOAT32_SAFE[0], FLOAT32_SAFE[1]] are normalised in float64: in float32
+#: their values or their mean would overflow to inf (then NaN) or underflow to 0.
+FLOAT32_SAFE = (1e-30, 1e30)
+
+
+def _normalized(crop: np.ndarray, obj: np.ndarray, what: str) -> np.ndarray:
+    """``crop`` (h, w, C) divided by its object's mean brightness per channel (a channel whose mean is not positive
+    is left as it is), as float32. Values near float32's limits (1e300, 1e-300 in a float64 image) are scaled by
+    their peak and divided in float64 first, so the crop stays finite; a crop whose ratios still do not fit
+    float32 is refused."""
+    peak = float(np.max(np.abs(crop))) if crop.size else 0.0
+    if peak == 0 or FLOAT32_SAFE[0] <= peak <= FLOAT32_SAFE[1]:
+        crop = crop.astype(np.float32)
+        level = crop[obj].mean(axis=0) if obj.any() else np.zeros(crop.shape[-1], np.float32)
+        crop /= np.where(level > 0, level, 1).astype(np.float32)
+        return crop
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        wide = crop.astype(np.float64) / peak
+        level = wide[obj].mean(axis=0) if obj.any() else np.zeros(crop.shape[-1])
+        wide = np.where(level > 0, wide / np.where(level > 0, level, 1), wide * peak)
+    if not (np.abs(wide) <= np.finfo(np.float32).max).all():
+        raise InputError(f"The values of {what} span too wide a range to be normalised in float32: rescale the image "
+                         "(or cut objects with --no-normalize).")
+    return wide.astype(np.float32)
 
 
 def _round4(n: int | float) -> int:
@@ -446,6 +470,9 @@ def _resampled(field, lab, t, obj_id, cy, cx, scale, angle, side, keep_context, 
     seen = ndimage.map_coordinates(np.ones((y1 - y0, x1 - x0)), coords, order=1, mode="constant", cval=0.0) >= 0.5
     mask = (lab[y0:y1, x0:x1] == obj_id).astype(np.float64)
     obj = seen & (ndimage.map_coordinates(mask, coords, order=1, mode="constant", cval=0.0) >= 0.5)
+    if not obj.any():                  # an object of a pixel or two (or a field of one) falls between the samples:
+        cover = ndimage.map_coordinates(mask, coords, order=1, mode="grid-constant", cval=0.0)
+        obj = cover >= max(cover.max(), 1e-9) - 1e-9       # keep the samples it covers most: no crop without a mask
     keep = seen if keep_context else obj
     block = field.window(t, slice(y0, y1), slice(x0, x1))
     for ch in range(field.n_channels):

@@ -38,6 +38,12 @@ SIDE_ENDINGS = ("_seg", "_flows", "_outlines")
 FIELD_SUFFIXES = IMAGE_SUFFIXES + (".npy",)
 #: Columns every object row has besides the manifest's own (a manifest may not reuse these names).
 ROW_COLUMNS = ("field_index", "image", "labels") + TABLE_COLUMNS
+#: The assignment columns a prediction adds to every row (ticlust.plate.run).
+ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
+#: The object map's columns after them: each object's place (NaN for a result without a map: ticlust.plate.maps).
+MAP_COLUMNS = ("map_x", "map_y")
+#: Names a manifest's own columns may not take: the rows' own, a prediction's, and those of a store fit's CSV.
+RESERVED_COLUMNS = ROW_COLUMNS + ASSIGN_COLUMNS + MAP_COLUMNS + ("rejected", "object")
 
 
 @dataclass(frozen=True)
@@ -117,30 +123,71 @@ def _folder_listing(folder: Path):
 
 def _manifest_listing(csv: Path):
     """The rows of a CSV manifest: image and labels paths relative to the CSV, any other columns kept."""
-    import pandas as pd
-
-    try:
-        table = pd.read_csv(csv)
-    except Exception as exc:
-        raise InputError(f"Could not read the manifest {csv.name} ({type(exc).__name__}: {exc}): give a CSV file with "
-                         "columns image,labels.") from None
+    table = _read_manifest(csv)
     missing = [c for c in ("image", "labels") if c not in table.columns]
     if missing:
         raise InputError(f"The manifest {csv.name} has no column {' or '.join(repr(c) for c in missing)}: give columns "
                          "image,labels (paths relative to the CSV) and any others you want carried to every object.")
     if len(table) == 0:
         raise InputError(f"The manifest {csv.name} lists no fields: add one row per field image.")
-    clash = [c for c in table.columns if c in ROW_COLUMNS and c not in ("image", "labels")]
+    clash = [c for c in table.columns if c in RESERVED_COLUMNS and c not in ("image", "labels")]
     if clash:
         raise InputError(f"The manifest {csv.name} has column{'s' if len(clash) > 1 else ''} {', '.join(clash)}, which "
-                         "every object row has already: rename them (the rows' own columns are field_index, image, labels and those "
-                         "of docs/objects.md).")
+                         "every object row has already or a prediction adds: rename them (the rows' own columns are "
+                         "field_index, image, labels and those of docs/objects.md; a prediction adds "
+                         f"{', '.join(ASSIGN_COLUMNS)}).")
     base = csv.resolve().parent
     specs = [FieldSpec(i, _beside(base, image), _beside(base, labels))
              for i, (image, labels) in enumerate(zip(table["image"], table["labels"]))]
+    twice = _repeated(specs)
+    if twice:
+        raise InputError(f"The manifest {csv.name} lists the image {table['image'][twice[0]]} with the mask "
+                         f"{table['labels'][twice[0]]} {len(twice)} times (rows {', '.join(str(i + 2) for i in twice)}, "
+                         "the header being row 1): list each field once.")
     for c in ("image", "labels"):
         table[c] = [None if _blank(v) else str(v) for v in table[c]]
     return table.to_dict("records"), specs
+
+
+def _read_manifest(csv: Path):
+    """A manifest as a DataFrame, every cell in its own column: a row with more cells than the header is refused
+    (pandas would shift it under the header), a header cell left blank over blank cells (a trailing comma) dropped."""
+    import warnings
+
+    import pandas as pd
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", pd.errors.ParserWarning)
+            table = pd.read_csv(csv, index_col=False)
+    except pd.errors.ParserWarning:
+        raise InputError(f"The manifest {csv.name} has rows with more cells than its header: name every column in the "
+                         "header, and quote cells that hold a comma.") from None
+    except Exception as exc:
+        raise InputError(f"Could not read the manifest {csv.name} ({type(exc).__name__}: {_first_line(exc)}): give a CSV "
+                         "file with columns image,labels.") from None
+    blank = [c for c in table.columns if str(c).startswith("Unnamed: ")]
+    named = [c for c in blank if table[c].notna().any()]
+    if named:
+        raise InputError(f"The manifest {csv.name} has a column without a name in its header (column "
+                         f"{table.columns.get_loc(named[0]) + 1}): name it, or remove its cells.")
+    return table.drop(columns=blank)
+
+
+def _first_line(exc: Exception) -> str:
+    """An exception's message, first line only (a sentence of ours must stay one line)."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+def _repeated(specs) -> list[int]:
+    """The indices of the first field listed more than once (the same image with the same mask: its objects would
+    be cut and counted twice); [] when every field is listed once. One image with two masks (say, nuclei and
+    cells) is two fields."""
+    seen: dict[tuple, list[int]] = {}
+    for i, spec in enumerate(specs):
+        if spec.image is not None:
+            seen.setdefault((spec.image, spec.labels), []).append(i)
+    return next((rows for rows in seen.values() if len(rows) > 1), [])
 
 
 def _blank(value) -> bool:
@@ -155,8 +202,14 @@ def _beside(base: Path, value) -> str | None:
 
 # ---- OME-Zarr ------------------------------------------------------------------------------------
 def _is_zarr(path: Path) -> bool:
-    """A folder that is a Zarr group (v3 zarr.json, or v2 .zattrs/.zgroup): an OME-Zarr candidate."""
-    return (path / "zarr.json").is_file() or (path / ".zattrs").is_file() or (path / ".zgroup").is_file()
+    """A folder that zarr opens as a Zarr node (v3 or v2, a group or an array): an OME-Zarr candidate."""
+    import zarr
+
+    try:
+        zarr.open(path, mode="r")
+    except (OSError, ValueError):             # zarr's errors (no node there, damaged metadata) are ValueErrors
+        return False
+    return True
 
 
 @contextmanager
@@ -202,8 +255,8 @@ def _ome_listing(path: Path, name):
 
 
 def _attributes(path: Path) -> dict:
-    """A Zarr group's attributes as ome-zarr-py reads them (v2 .zattrs or v3 zarr.json; NGFF 0.5's ``ome`` key
-    opened up); {} when the group is not there."""
+    """A Zarr group's attributes as ome-zarr-py reads them (Zarr v2 or v3; NGFF 0.5's ``ome`` key opened up);
+    {} when the group is not there."""
     from ome_zarr.io import parse_url
 
     with _quiet_ome():
@@ -247,6 +300,11 @@ def _plate_listing(plate: Path, name):
     if not specs:
         raise InputError(f"The OME-Zarr plate {plate.name} has wells but no field images in them: there is nothing "
                          "to extract.")
+    twice = _repeated(specs)
+    if twice:
+        raise InputError(f"The OME-Zarr plate {plate.name} lists the field {Path(specs[twice[0]].image).name} "
+                         f"{len(twice)} times (wells {', '.join(rows[i]['well'] for i in twice)}): list each field once "
+                         "in the plate's metadata.")
     if name is None and all(s.labels is None for s in specs):
         raise InputError(f"No field of the OME-Zarr plate {plate.name} has a labels group: add each field's "
                          "segmentation as an NGFF label image (e.g. ome_zarr.writer.write_labels).")

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 import uuid
 import warnings
@@ -32,7 +33,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError, whole_number
-from .store import LazyStack, ObjectStore, _write_errors, part_name, progress_sink, read_attributes
+from ..core.backends import LOCAL, Backend
+from .fields import ASSIGN_COLUMNS, MAP_COLUMNS
+from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, busy, open_objects, part_name,
+                    part_objects, part_rows, read_attributes, read_crops, store_lock, store_problem)
 
 #: Name of the joined predictions table at the store's root, and of each part's predictions.
 PREDICTIONS = "predictions.parquet"
@@ -49,8 +53,8 @@ SAMPLE_RULE = (f"proportional to each field's objects, at most {SAMPLE_CAP:g}x t
 N_POINTS = 64
 #: Objects predicted at once on a stack or within a part when no --batch-size is given.
 CHUNK = 4096
-#: The assignment columns added to every row.
-ASSIGN_COLUMNS = ("cluster", "score", "runner_up", "runner_up_score")
+#: The columns of a part's predict.parquet that say which objects its rows are (checked before they are joined).
+ROW_KEYS = ("label", "frame")
 #: Options of the store that change the crops a result was fitted on (keep_border only selects objects).
 CROP_OPTIONS = ("orient", "normalize", "rescale", "channel")
 
@@ -104,12 +108,6 @@ def store_digest(store: ObjectStore) -> str:
     return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def _field_index(store: ObjectStore) -> np.ndarray:
-    import pyarrow.parquet as pq
-
-    return pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-
-
 def store_items(store: ObjectStore, index, landmarks: bool, n_points: int = N_POINTS) -> np.ndarray:
     """The items of objects ``index`` as a method takes them: crops, or the outer contours of their masks
     (``n_points`` landmarks, (x, y) crop pixels) for a shape method."""
@@ -129,12 +127,14 @@ def contours(masks: np.ndarray, n_points: int) -> np.ndarray:
 
 
 def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int | None = None, seed: int = 0,
-              device: str = "auto", runs: int = 1, progress: bool | None = None, workers: int | None = None,
+              device: str = "auto", runs: int = 1, progress=None, workers: int | None = None,
               scheduler: str | None = None, client=None, **params):
     """Fit ``method`` on a seeded sample of ``sample`` objects of an object store (all of them when None),
     spread over its fields (:func:`sample_objects`), with the objects route's parameters
     (``api.object_params``: similarity invariances for the aligning methods). Shape methods fit the
     contours of the objects' masks. Returns the result, its config holding ``fit_sample`` and ``store``.
+    ``progress``: as for ``extract`` and ``predict`` (True: a bar on standard error; a callable taking
+    Progress events); None: a bar when standard error is a terminal, as ``ticlust.fit`` shows one.
 
     Where it runs, as for ``extract`` and ``predict`` (docs/cluster.md): in this process by default;
     ``workers=N`` (a local dask cluster started for the fit), ``scheduler`` or ``client`` (a running one)
@@ -142,15 +142,20 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     E-steps; one task per chunk of the sample, read by the workers from the store) to the cluster, with
     the same labels and prototypes to float tolerance. The other methods fit in this process and say so
     in one line (a warning); no cluster is started for them."""
-    from ..api import fit, object_params, prepare
-    from ..kernels.chunked import StoreSample
+    from ..api import fit_job, object_params, prepare
     from ..core.backends import backend_for, stderr_notice
+    from ..core.execute import execute
+    from ..kernels.chunked import StoreSample
     from ..methods import get_method
 
+    from ..core.validation import check_seed
+
+    seed = check_seed(seed)
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     spec = get_method(method)
     landmarks = spec.inputs == ("landmarks",)
-    fields = _field_index(store)
+    fields = store.field_index
+    store.check_parts()
     if sample is None:
         index = np.arange(len(fields))
     else:
@@ -165,11 +170,12 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
     backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None) \
         if cluster and steps is not None else None
     items = store_items(store, index, landmarks, n_points)
+    report = Reporter(sys.stderr.isatty() if progress is None else progress)
     with backend or nullcontext():
         if backend is not None:
-            items = StoreSample(prepare(items, spec), store.path.resolve(), index, backend)
-        result = fit(items, method=method, k=k, device=device, seed=seed, runs=runs, progress=progress,
-                     **object_params(method, params))
+            items = StoreSample(prepare(items, spec), store.path.resolve(), index, backend, read_crops)
+        job = fit_job(items, method=method, k=k, device=device, seed=seed, runs=runs, **object_params(method, params))
+        result = execute(job, report.sink)
     result.config["store"] = {"path": str(store.path.resolve()), "digest": store_digest(store),
                               "options": store.options, "crop": store.attributes["crop"], "objects": len(store)}
     if landmarks:
@@ -251,8 +257,14 @@ def assignment_columns(labels, scores) -> dict:
             "runner_up": runner.astype(np.int32), "runner_up_score": runner_score.astype(np.float32)}
 
 
+def map_columns(result) -> dict:
+    """map_x, map_y per item of a result (a fit or a prediction): its object map places, NaN when it has none."""
+    places = np.full((result.n, 2), np.nan, np.float32) if result.map is None else np.asarray(result.map, np.float32)
+    return dict(zip(MAP_COLUMNS, places.T))
+
+
 def predict_items(result, items, device="auto", batch_size: int | None = None, aligned: bool = False):
-    """The assignment columns of a batch of items (api.predict: the seam, the fit's scaling); with
+    """The assignment and map columns of a batch of items (api.predict: the seam, the fit's scaling); with
     ``aligned``, ``(columns, the items aligned with their prototypes, their kind)``."""
     from ..api import predict
 
@@ -262,6 +274,7 @@ def predict_items(result, items, device="auto", batch_size: int | None = None, a
     cols = assignment_columns(out.labels, out.scores)
     if out.rejected is not None:
         cols["rejected"] = np.asarray(out.rejected, bool)
+    cols.update(map_columns(out))
     return (cols, out.aligned, out.aligned_kind) if aligned else cols
 
 
@@ -287,22 +300,27 @@ class PartReport:
     seconds: float
 
 
-def part_digest(path: Path) -> str | None:
-    """The result digest a part's predictions were made with (None: none, or unreadable)."""
+def part_digest(path: Path, field: int | None = None) -> str | None:
+    """The result digest a part's predictions (or the joined table) were made with; None when there are none, they
+    cannot be read, or (``field`` given) they are not field ``field``'s (another part's file copied over)."""
     import pyarrow.parquet as pq
 
     try:
         meta = pq.read_schema(path).metadata or {}
-        return meta.get(b"ticlust_result", b"").decode() or None
     except Exception:
         return None
+    if field is not None and meta.get(b"field") != str(field).encode():
+        return None
+    return meta.get(b"ticlust_result", b"").decode() or None
 
 
 def aligned_digest(part: Path) -> str | None:
     """The result digest a part's aligned images were made with (None: none yet)."""
+    import zarr
+
     try:
-        return json.loads((part / PART_ALIGNED / "zarr.json").read_text())["attributes"].get("ticlust_result")
-    except (OSError, ValueError, KeyError):
+        return zarr.open_array(part / PART_ALIGNED, mode="r", zarr_format=3).attrs.get("ticlust_result")
+    except (OSError, ValueError, KeyError):          # zarr's errors are ValueErrors
         return None
 
 
@@ -320,16 +338,14 @@ def predict_part(task: PartTask) -> PartReport:
     start = time.perf_counter()
     part = Path(task.store) / "fields" / part_name(task.field)
     out = part / PART_PREDICTIONS
-    n = int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
-    if out.exists() and part_digest(out) == task.digest and (not task.save_aligned
-                                                               or aligned_digest(part) == task.digest):
+    n = part_objects(part)
+    if part_digest(out, task.field) == task.digest and (not task.save_aligned or aligned_digest(part) == task.digest):
         return PartReport(task.field, n, True, 0.0)
     result = _loaded(task.result, task.digest)
     landmarks = get_method(result.method).inputs == ("landmarks",)
     array = part / ("masks" if landmarks else "crops")
-    meta = json.loads((array / "zarr.json").read_text())
-    source = LazyStack([array], [n], tuple(meta["shape"][1:]), np.dtype(meta["data_type"]))   # a damaged chunk: one sentence
-    chunk = int(meta["chunk_grid"]["configuration"]["chunk_shape"][0])
+    source, meta = LazyStack.one(array)          # a missing or damaged array or chunk: one sentence
+    chunk = int(meta.chunks[0])
     step = task.batch_size or CHUNK
     chunks, pictures = [], None
     tmp_aligned = part / f"{PART_ALIGNED}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
@@ -345,7 +361,7 @@ def predict_part(task: PartTask) -> PartReport:
                 chunks.append(cols)
                 if pictures is None:
                     pictures = zarr.create_array(tmp_aligned, shape=(n, *aligned.shape[1:]), dtype="float32",
-                                                 chunks=(chunk, *aligned.shape[1:]),
+                                                 chunks=(chunk, *aligned.shape[1:]), config=WHOLE_CHUNKS,
                                                  attributes={"ticlust_result": task.digest, "aligned_kind": kind})
                 pictures[s:s + len(aligned)] = np.asarray(aligned, np.float32)
             if pictures is not None:
@@ -354,8 +370,10 @@ def predict_part(task: PartTask) -> PartReport:
     finally:
         shutil.rmtree(tmp_aligned, ignore_errors=True)
     cols = {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]} if chunks else \
-        {c: np.zeros(0, np.float32 if "score" in c else np.int32) for c in ASSIGN_COLUMNS}
-    table = pa.table(cols).replace_schema_metadata({"ticlust_result": task.digest, "method": result.method})
+        {c: np.zeros(0, np.int32 if c in ("cluster", "runner_up") else np.float32) for c in ASSIGN_COLUMNS + MAP_COLUMNS}
+    rows = part_rows(Path(task.store), task.field, list(ROW_KEYS))
+    table = pa.table({**{c: rows.column(c) for c in ROW_KEYS}, **cols}).replace_schema_metadata(
+        {"ticlust_result": task.digest, "method": result.method, "field": str(task.field)})
     tmp = part / f"{PART_PREDICTIONS}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial"
     try:
         with _write_errors(Path(task.store), f"while predicting field {task.field}"):
@@ -393,25 +411,6 @@ class StorePrediction:
         return pd.read_parquet(self.path)
 
 
-@contextmanager
-def _predict_lock(root: Path):
-    """Hold the store's lock while predicting (an extraction or another prediction is refused)."""
-    handle = open(root / ".lock", "a")
-    try:
-        try:
-            import fcntl
-
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:
-            pass
-        except OSError:
-            raise InputError(f"Another run is writing to {root} now: let it finish (or stop it), then predict "
-                             "again.") from None
-        yield
-    finally:
-        handle.close()
-
-
 def _sweep_partials(store: ObjectStore) -> None:
     """Remove what killed predictions left half-written in the parts (``*.partial`` files and arrays): called
     with the store's lock held, when no other writer can be at work."""
@@ -436,160 +435,232 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
     address), or a callable taking Progress events. ``save_aligned``: also write every object aligned with its
     prototype into its part (``fields/NNNNN/aligned``, read back with :func:`aligned_images`), batch by batch,
     for the methods that align (ai-/st-kmeans, rigid-kmeans, dti-kmeans)."""
-    from ..api import load_result
     from ..core.backends import backend_for, stderr_notice
-    from ..methods import get_method
-    from ..result import ClusteringResult
     from ..core.validation import check_batch_size
 
     start = time.perf_counter()
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     if batch_size is not None:
         batch_size = check_batch_size(batch_size)
-    for flag, target in (("--csv", csv), ("--parquet", parquet)):
-        if target is not None and not Path(target).parent.is_dir():
-            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+    check_prediction_outputs(store, result, csv, parquet)
+    store.check_parts()
     if backend is not None and any(v is not None for v in (workers, scheduler, client)):
         raise InputError("Give backend or one of workers, scheduler and client, not both.")
     # a scheduler that cannot be reached fails here, before anything is written
     own = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
-                      tasks=len(np.unique(_field_index(store))) if workers is not None else None)
-    temp = None
-    if isinstance(result, ClusteringResult):
-        obj = result                                  # the per-part steps read a file: one in the store's tmp/
-        temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
-        temp.parent.mkdir(exist_ok=True)
-        path = obj.save(temp)
-    else:
-        path = Path(result)
-        obj = load_result(path)
+                      tasks=len(np.unique(store.field_index)) if workers is not None else None)
     try:
-        check_result_for_store(obj, store)
-        if save_aligned and get_method(obj.method).align is None:
-            raise InputError(f"{obj.method} aligns no object with its prototype: --save-aligned applies to the methods "
-                             "that align (ai-kmeans, st-kmeans, rigid-kmeans, dti-kmeans).")
-        digest = result_digest(path)
-        with _predict_lock(store.path):
-            _sweep_partials(store)
-            fields = _field_index(store)
-            ids, counts = np.unique(fields, return_counts=True)
-            tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size, device,
-                              bool(save_aligned)) for i in ids]
-            with own:                  # a local cluster ends before the joined table is written
-                reports = _run_parts(tasks, counts, backend or own, progress)
-            changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
+        with _result_file(result, store) as (obj, path):
+            _check_predictable(obj, store, save_aligned)
+            digest = result_digest(path)
+            with store_lock(store.path, busy(store.path, "predict again")):
+                _sweep_partials(store)
+                ids, counts = np.unique(store.field_index, return_counts=True)
+                tasks = [PartTask(str(Path(path).resolve()), digest, str(store.path.resolve()), int(i), batch_size,
+                                  device, bool(save_aligned)) for i in ids]
+                with own:              # a local cluster ends before the joined table is written
+                    reports = _run_parts(tasks, counts, backend or own, progress)
+                changed, size = _write_joined(store, obj, digest, ids, csv, parquet)
     finally:
         own.close()
-        if temp is not None and temp.exists():
-            temp.unlink()
     outputs = [store.path / PREDICTIONS] + [Path(p) for p in (csv, parquet) if p is not None]
     return StorePrediction(store.path / PREDICTIONS, int(counts.sum()), len(ids), sum(r.skipped for r in reports),
                            time.perf_counter() - start, obj.method, digest, size, changed, outputs)
+
+
+def check_prediction_outputs(store: ObjectStore, result, csv, parquet) -> None:
+    """Refuse, before anything is predicted, a ``csv`` / ``parquet`` target that would destroy a file: one inside
+    the store's folder (or the folder itself), the store's input (its manifest, a field's image or mask, or
+    anything inside an OME-Zarr input), the result file, an existing folder, or the other target; and one whose
+    folder does not exist."""
+    from ..core.atomic import check_outputs
+
+    outputs = {flag: Path(t) for flag, t in (("--csv", csv), ("--parquet", parquet)) if t is not None}
+    if not outputs:
+        return
+    source, files = store.input_files()
+    inputs = {"RESULT": None if not isinstance(result, (str, os.PathLike)) else result, "INPUT": source,
+              **{f"{f.name}, a field's image or mask": f for f in files}}
+    check_outputs(inputs, outputs)
+    inside = [(store.path.resolve(), "in the store")] + ([(source.resolve(), "in the OME-Zarr input")]
+                                                        if source.is_dir() and not files else [])
+    for flag, target in outputs.items():
+        where = target.resolve()
+        for folder, what in inside:
+            if where == folder or where.is_relative_to(folder):
+                raise InputError(f"{flag} {target} lies {what} {folder}: choose a file outside it, so that nothing "
+                                 "of it is overwritten.")
+        if target.is_dir():
+            raise InputError(f"{flag} {target} is a folder: give a file name for the table.")
+        if not target.parent.is_dir():
+            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+
+
+@contextmanager
+def _result_file(result, store: ObjectStore):
+    """``(result, its file)`` for a prediction's per-part steps, which read the result from a file: a
+    ClusteringResult is saved into the store's tmp/ for the run (and removed after it), a file is loaded."""
+    from ..api import load_result
+    from ..result import ClusteringResult
+
+    if not isinstance(result, ClusteringResult):
+        yield load_result(Path(result)), Path(result)
+        return
+    temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
+    temp.parent.mkdir(exist_ok=True)
+    try:
+        yield result, result.save(temp)
+    finally:
+        if temp.exists():
+            temp.unlink()
+
+
+def _check_predictable(result, store: ObjectStore, save_aligned: bool) -> None:
+    """Refuse, in one sentence, a result that cannot assign this store (or align its objects, ``save_aligned``)."""
+    from ..methods import get_method
+
+    check_result_for_store(result, store)
+    if save_aligned and get_method(result.method).align is None:
+        raise InputError(f"{result.method} aligns no object with its prototype: --save-aligned applies to the methods "
+                         "that align (ai-kmeans, st-kmeans, rigid-kmeans, dti-kmeans).")
 
 
 def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
     """The parts through ``backend.imap``, all handed out at once (a worker takes the next part as soon as it is
     free: no round waits for its slowest part), progress (objects done, ETA) moving as each part finishes.
     The reports in task order."""
-    from ..core.execute import StagePace
-    from ..events import Progress
-
-    sink, bar = progress_sink(progress)
+    report = Reporter(progress)
     total, done, fresh = int(np.sum(counts)), 0, 0
-    pace = StagePace()
     reports = [None] * len(tasks)
     with closing(backend.imap(predict_part, tasks)) as finished:
-        for i, report in finished:
-            reports[i] = report
-            done += report.objects
-            fresh += 0 if report.skipped else report.objects
-            if sink is not None:     # the pace of the objects predicted in this run (skipped parts cost nothing)
-                sink(Progress(step=done, total=total, stage="predicting objects",
-                              eta=pace.eta("predicting objects", fresh, total - done)))
-    if bar is not None:
-        bar.close()
+        for i, part in finished:
+            reports[i] = part
+            done += part.objects
+            fresh += 0 if part.skipped else part.objects
+            # the pace of the objects predicted in this run (skipped parts cost nothing)
+            report("predicting objects", done, total, paced=fresh)
+    report.close()
     return reports
 
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
-    by row group; every part checked to hold this result's predictions. Returns (sample objects whose
-    cluster differs from the fit's, sample size) when the result was fitted on a sample of this store."""
-    import pyarrow as pa
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
-
+    by row group (:func:`_joined`), the result's hand-set clusters applied (``pins.pinned_columns``). Returns (sample objects whose cluster differs from the fit's, sample size)
+    when the result was fitted on a sample of this store, else (None, None)."""
     from ..core.atomic import write_atomic
-    from .store import ROW_GROUP
+    from .pins import pinned_columns, plate_pins
 
+    pins = plate_pins(result)          # clusters set by hand (ticlust.plate.curate), applied over the predictions
     sample = result.config.get("fit_sample")
     same_store = sample is not None and result.config.get("store", {}).get("digest") == store_digest(store)
     index = np.asarray(sample["index"], np.int64) if same_store else None
-    fitted = np.asarray(result.labels)[:len(index)] if same_store else None
     picked = np.full(0 if index is None else len(index), -1, np.int64)
-
-    def parts():
-        for i in ids:
-            path = store.path / "fields" / part_name(int(i)) / PART_PREDICTIONS
-            if part_digest(path) != digest:
-                raise InputError(f"{path} holds predictions of another result (a second prediction ran at the same "
-                                 "time?): predict again.")
-            yield pq.read_table(path).select(list(ASSIGN_COLUMNS))
-
-    source = pq.ParquetFile(store.path / "table.parquet")
     meta = {b"ticlust_result": digest.encode(), b"method": result.method.encode()}
-    csv_tmp = parquet_tmp = None
+    partials = []                      # (--parquet / --csv file, its .partial) once begun
 
     def write(tmp):
-        nonlocal csv_tmp, parquet_tmp
-        it = parts()
-        pending, offset = None, 0
-        writers = []
-        for batch in source.iter_batches(batch_size=ROW_GROUP):
-            need, got = batch.num_rows, []
-            while need:
-                if pending is None or pending.num_rows == 0:
-                    pending = next(it)
-                    continue
-                take = pending.slice(0, need)
-                got.append(take)
-                pending = pending.slice(take.num_rows)
-                need -= take.num_rows
-            assign = pa.concat_tables(got).combine_chunks() if got else None
-            table = pa.Table.from_batches([batch])
-            for c in ASSIGN_COLUMNS:
-                table = table.append_column(c, assign.column(c))
+        writers, offset = [], 0
+        for table in _joined(store, ids, digest):
             if index is not None:
-                sel = (index >= offset) & (index < offset + batch.num_rows)
+                sel = (index >= offset) & (index < offset + table.num_rows)
                 picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
-            offset += batch.num_rows
+            table = pinned_columns(table, offset, pins)
+            offset += table.num_rows
             if not writers:
-                schema = table.schema.with_metadata(meta)
-                writers.append(pq.ParquetWriter(tmp, schema))
-                if parquet is not None:
-                    parquet_tmp = Path(f"{parquet}.partial")
-                    writers.append(pq.ParquetWriter(parquet_tmp, schema))
-                if csv is not None:
-                    csv_tmp = Path(f"{csv}.partial")
-                    writers.append(pcsv.CSVWriter(csv_tmp, table.schema))
-            table = table.replace_schema_metadata(meta)
-            for w in writers:
-                w.write_table(table) if isinstance(w, pq.ParquetWriter) else w.write_table(table.replace_schema_metadata(None))
-        for w in writers:
+                writers = _joined_writers(tmp, table.schema.with_metadata(meta), parquet, csv, partials)
+            for w, tagged in writers:
+                w.write_table(table.replace_schema_metadata(meta if tagged else None))
+        for w, _ in writers:
             w.close()
 
     try:
         write_atomic(store.path / PREDICTIONS, write)
-        for final, tmp in ((parquet, parquet_tmp), (csv, csv_tmp)):
-            if tmp is not None:
-                os.replace(tmp, final)
+        for final, tmp in partials:
+            os.replace(tmp, final)
     finally:
-        for tmp in (csv_tmp, parquet_tmp):
-            if tmp is not None and Path(tmp).exists():
-                Path(tmp).unlink()
+        for _, tmp in partials:
+            if tmp.exists():
+                tmp.unlink()
     if index is None:
         return None, None
-    return int((picked != fitted).sum()), int(len(index))
+    return int((picked != np.asarray(result.labels)[:len(index)]).sum()), int(len(index))
+
+
+def _joined(store: ObjectStore, ids, digest: str):
+    """The store's table with cluster, score, runner_up, runner_up_score joined on: one Arrow table per row
+    group of ROW_GROUP rows, in table order, each part's predict.parquet read in turn and checked to hold the
+    predictions of the result ``digest``."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from .store import ROW_GROUP
+
+    def parts():
+        for i in ids:
+            path = store.path / "fields" / part_name(int(i)) / PART_PREDICTIONS
+            if part_digest(path, int(i)) != digest:
+                raise InputError(f"{path} holds no predictions of this result for field {int(i)} (changed while this "
+                                 "prediction ran?): predict again.")
+            yield int(i), pq.read_table(path)
+
+    it, pending, field = parts(), None, None
+    for batch in pq.ParquetFile(store.path / "table.parquet").iter_batches(batch_size=ROW_GROUP):
+        need, got, start = batch.num_rows, [], 0
+        while need:
+            if pending is None or pending.num_rows == 0:
+                field, pending = next(it)
+                continue
+            take = pending.slice(0, need)
+            _same_rows(store, field, take, batch.slice(start, take.num_rows))
+            got.append(take)
+            pending = pending.slice(take.num_rows)
+            need -= take.num_rows
+            start += take.num_rows
+        assign = with_map_columns(pa.concat_tables(got).combine_chunks()) if got else None
+        table = pa.Table.from_batches([batch])
+        for c in ASSIGN_COLUMNS + MAP_COLUMNS:
+            table = table.append_column(c, assign.column(c))
+        yield table
+
+
+def _same_rows(store: ObjectStore, field: int, predicted, rows) -> None:
+    """Refuse to join a part's predictions onto table rows of other objects (field, label or frame differ): a
+    part's predict.parquet replaced by another's, or a table edited after the prediction."""
+    same = np.array_equal(rows.column("field_index").to_numpy(), np.full(rows.num_rows, field)) and all(
+        np.array_equal(predicted.column(c).to_numpy(), rows.column(c).to_numpy()) for c in ROW_KEYS)
+    if not same:
+        raise InputError(f"{store.path} is damaged: the predictions of field {field} are not of the objects its table "
+                         "lists there (their labels or frames differ: the table or the part was changed after "
+                         "extraction); extract the plate again into a new store.")
+
+
+def with_map_columns(part):
+    """A part's predictions as the joined table takes them: the assignment columns, then the map's (NaN when the
+    part was predicted before maps were made)."""
+    import pyarrow as pa
+
+    out = part.select(list(ASSIGN_COLUMNS))
+    for c in MAP_COLUMNS:
+        out = out.append_column(c, part.column(c) if c in part.column_names else
+                                pa.array(np.full(part.num_rows, np.nan, np.float32)))
+    return out
+
+
+def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
+    """(writer, whether its table carries the result's tags) for the joined table: predictions.parquet's temp
+    file ``tmp``, then ``parquet`` and ``csv`` (when given) each into its ``.partial`` file, recorded in
+    ``partials`` to be renamed when all is written."""
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    writers = [(pq.ParquetWriter(tmp, schema), True)]
+    if parquet is not None:
+        partials.append((parquet, Path(f"{parquet}.partial")))
+        writers.append((pq.ParquetWriter(partials[-1][1], schema), True))
+    if csv is not None:
+        partials.append((csv, Path(f"{csv}.partial")))
+        writers.append((pcsv.CSVWriter(partials[-1][1], schema.remove_metadata()), False))
+    return writers
 
 
 def aligned_images(store):
@@ -615,52 +686,44 @@ def aligned_images(store):
 def predict_stream(result, items, *, device: str = "auto", batch_size: int | None = None, progress=None) -> dict:
     """Assign a stack (or landmark set), a chunk of ``batch_size`` (default CHUNK) items at a time, with
     progress; the assignment columns for every item."""
-    from ..core.execute import StagePace
-    from ..events import Progress
-
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
                          "before assigning new items.")
-    sink, bar = progress_sink(progress)
+    report = Reporter(progress)
     n = int(items.shape[0])
     step = batch_size or CHUNK
-    pace = StagePace()
     chunks = []
     for s in range(0, n, step):
         chunks.append(predict_items(result, np.asarray(items[s:min(s + step, n)]), device, batch_size))
-        done = min(s + step, n)
-        if sink is not None:
-            sink(Progress(step=done, total=n, stage="predicting items", eta=pace.eta("predicting items", done, n - done)))
-    if bar is not None:
-        bar.close()
+        report("predicting items", min(s + step, n), n)
+    report.close()
     return {c: np.concatenate([ch[c] for ch in chunks]) for c in chunks[0]}
 
 
-def predict(result, data, device: str = "auto", batch_size: int | None = None, progress=None, *,
-            workers: int | None = None, scheduler: str | None = None, client=None, aligned: bool | None = None,
-            csv=None, parquet=None):
-    """``ticlust.predict``: an object store (its path or an ObjectStore) is assigned part by part into the store
-    (:func:`predict_store`, on a dask cluster with ``workers`` / ``scheduler`` / ``client``; returns a
-    :class:`StorePrediction`; ``csv`` / ``parquet``: the joined table there too); anything else goes to
-    :func:`ticlust.api.predict` (returns a ClusteringResult; ``aligned`` as there)."""
-    from ..api import predict as predict_items_of
-
-    if isinstance(data, ObjectStore) or (isinstance(data, (str, os.PathLike)) and is_store(data)):
-        if aligned:
-            raise InputError("aligned=True does not apply to an object store: its predictions hold cluster, score and "
-                             "runner-up; align the objects you look at with ticlust.api.align_one.")
-        return predict_store(result, data, device=device, batch_size=batch_size, progress=progress, workers=workers,
-                             scheduler=scheduler, client=client, csv=csv, parquet=parquet)
-    if any(v is not None for v in (workers, scheduler, client, csv, parquet)):
-        raise InputError("workers, scheduler, client, csv and parquet apply to an object store (ticlust.extract): a "
-                         "stack is assigned in this process and returned (its assignments_table writes a CSV).")
-    return predict_items_of(result, data, device=device, batch_size=batch_size, aligned=aligned)
-
-
 def is_store(path) -> bool:
-    """Whether ``path`` is an object store (written by ticlust extract)."""
-    return read_attributes(path) is not None
+    """Whether ``path`` is an object store (written by ticlust extract), or a damaged one (which ObjectStore then
+    refuses by what is damaged, instead of it being read as a folder of images)."""
+    return read_attributes(path) is not None or store_problem(path) is not None
 
 
-__all__ = ["predict", "fit_store", "predict_store", "predict_part", "predict_stream", "sample_objects", "sample_quotas",
-           "StorePrediction", "PartTask", "PartReport", "result_digest", "is_store", "PREDICTIONS"]
+def lloyd_store(path, centers, *, backend: Backend = LOCAL, max_iter: int = 300, tol: float = 1e-4,
+                chunk: int = 8192):
+    """:func:`ticlust.kernels.kmeans.lloyd` on every crop of the store at ``path`` (flat rows, unscaled), its
+    E-step one ``backend`` task per chunk of ``chunk`` objects; yields (iteration, inertia, centres,
+    labels) after each update, as numpy arrays."""
+    import torch
+
+    from ..core.stack import Stack
+    from ..kernels import Rows, lloyd
+    from ..kernels.chunked import StoreSample
+
+    crops = np.asarray(open_objects(path).crops)
+    sample = StoreSample(Stack(crops, 0.0, 1.0), path, np.arange(len(crops)), backend, read_crops)
+    rows = Rows(sample, "cpu", chunk)
+    for it, inertia, c, labels in lloyd(rows, torch.from_numpy(np.asarray(centers, np.float32)), max_iter, tol):
+        yield it, inertia, c.numpy(), labels.numpy()
+
+
+__all__ = ["fit_store", "predict_store", "predict_part", "predict_stream", "sample_objects", "sample_quotas",
+           "StorePrediction", "PartTask", "PartReport", "result_digest", "is_store", "lloyd_store", "PREDICTIONS"]
+

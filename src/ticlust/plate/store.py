@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import uuid
@@ -35,8 +36,9 @@ import numpy as np
 from ..core.atomic import write_atomic
 from ..core.backends import Backend, backend_for, stderr_notice
 from ..errors import InputError, whole_number
-from ..objects.crops import MAX_AUTO_SIZE, ROUTE_OPTIONS, auto_size, crop_channels, crop_needs, field_objects
-from .fields import FieldSpec, list_fields, open_field
+from ..objects.crops import (MAX_AUTO_SIZE, ROUTE_OPTIONS, TABLE_COLUMNS, auto_size, crop_channels, crop_needs,
+                             field_objects)
+from .fields import FieldSpec, _first_line, list_fields, open_field
 
 #: Version of the layout on disk (docs/store.md).
 FORMAT = 1
@@ -44,6 +46,12 @@ FORMAT = 1
 CHUNK_BYTES = 8 << 20
 #: Rows per row group of table.parquet.
 ROW_GROUP = 1 << 14
+#: Every chunk is written, even one that equals the fill value (zarr leaves those out by default), so that a
+#: chunk missing from disk is known to be lost (:class:`LazyStack` refuses it) rather than read as zeros.
+WHOLE_CHUNKS = {"write_empty_chunks": True}
+#: What a store's folder holds before its attributes are written (a run stopped early), and once it is complete.
+UNFINISHED_ENTRIES = (".lock", "fields.parquet", "fields", "tmp")
+STORE_ENTRIES = UNFINISHED_ENTRIES + ("zarr.json", "table.parquet", "failed.parquet")
 
 
 @dataclass(frozen=True)
@@ -62,14 +70,16 @@ class Plan:
 
 @dataclass(frozen=True)
 class Survey:
-    """One field seen before cutting: its image dtype, its crops' channels and the crop sides its objects
-    need (all of them with ``rescale``, else the largest), or why it cannot be read."""
+    """One field seen before cutting: its image dtype, its crops' channels, the crop sides its objects need (all
+    of them with ``rescale``, else the largest) and its diagonal (``reach``: no object of it needs a crop side
+    above twice that), or why it cannot be read."""
 
     field: int
     dtype: str | None = None
     channels: int | None = None
     needs: np.ndarray | None = None
     error: str | None = None
+    reach: int = 0
 
 
 @dataclass(frozen=True)
@@ -94,7 +104,8 @@ def survey_field(spec: FieldSpec, options: dict) -> Survey:
             needs = crop_needs(labels, keep_border=options["keep_border"], rescale=options["rescale"],
                                orient=options["orient"])
             needs = needs if options["rescale"] or needs.size == 0 else needs.max(keepdims=True)
-        return Survey(spec.index, str(np.dtype(image.dtype)), channels, needs)
+        reach = math.ceil(math.hypot(*[int(n) for n in np.shape(labels)[-2:]]))
+        return Survey(spec.index, str(np.dtype(image.dtype)), channels, needs, reach=reach)
     except Exception as exc:
         return Survey(spec.index, error=_reason(exc))
 
@@ -103,7 +114,7 @@ def extract_field(spec: FieldSpec, plan: Plan, store: str) -> FieldReport:
     """Cut one field's objects and commit them as the store's part ``fields/NNNNN``, whole or not at all."""
     final = Path(store) / "fields" / part_name(spec.index)
     if final.exists():
-        return FieldReport(spec.index, _part_objects(final))
+        return FieldReport(spec.index, part_objects(final))
     try:
         crops, masks, table = _cut(spec, plan)
     except Exception as exc:
@@ -154,7 +165,8 @@ def _commit(store: Path, index: int, crops, masks, table) -> None:
         group = zarr.open_group(tmp, mode="w", attributes={"field": index, "objects": len(crops)})
         for name, data in (("crops", crops), ("masks", masks)):
             chunk = max(1, min(len(data), CHUNK_BYTES // max(1, data[0:1].nbytes or data.itemsize)))
-            array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:], dtype=data.dtype)
+            array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:], dtype=data.dtype,
+                                       config=WHOLE_CHUNKS)
             if len(data):
                 array[...] = data
         pq.write_table(pa.table(table), tmp / "rows.parquet")
@@ -167,14 +179,24 @@ def _commit(store: Path, index: int, crops, masks, table) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _part_objects(part: Path) -> int:
+def part_objects(part: Path) -> int:
     """How many objects a committed part holds (its group's attributes; no array is opened)."""
-    return int(json.loads((part / "zarr.json").read_text())["attributes"]["objects"])
+    import zarr
+
+    return int(zarr.open_group(part, mode="r", zarr_format=3).attrs["objects"])
 
 
-def _first_line(exc: Exception) -> str:
-    """An exception's message, first line only (a sentence of ours must stay one line)."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+def part_rows(root: Path, index: int, columns=None):
+    """Field ``index``'s table rows as its part holds them (an Arrow table); a part whose rows cannot be read is
+    refused in one sentence naming the store, the field and how to cut it anew."""
+    import pyarrow.parquet as pq
+
+    part = Path(root) / "fields" / part_name(index)
+    try:
+        return pq.read_table(part / "rows.parquet", columns=columns)
+    except Exception as exc:           # pyarrow's errors (ArrowInvalid, OSError, ...) have no common base of ours
+        raise InputError(f"{root} is damaged: the rows of field {index} cannot be read ({_first_line(exc)}); delete "
+                         f"{part} and run the same ticlust extract command again to cut that field anew.") from None
 
 
 def _reason(exc: Exception) -> str:
@@ -214,21 +236,25 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
     options = _options(crop_size, keep_border, channel, orient, normalize, rescale)
     specs, listing = list_fields(input, labels)
     root = Path(store)
+    _not_the_input(root, input)
     # a scheduler that cannot be reached fails here, before the store is touched
     backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
                           tasks=len(specs))
-    report = _Reporter(progress)
+    report = Reporter(progress)
     steps = _Steps(backend, report)
     finished = False
     try:
-        with _locked(root):
+        with _locked(root) as lock:
             try:
-                attrs = _resume(root, options, listing) or _create(root, input, specs, listing, options, steps)
+                attrs = _resume(root, options, listing)
+                lock.created = attrs is None
+                attrs = attrs or _create(root, input, specs, listing, options, steps)
                 failed = _extract_fields(root, specs, _plan_of(attrs), steps)
             finally:
                 backend.close()        # a local cluster ends before the lock is let go
             _clear_tmp(root)           # what workers lost mid-commit left behind
-            if not read_attributes(root)["complete"]:
+            _something_cut(root, specs, listing, options, failed, lock)
+            if _repair(root, listing):
                 _finish(root, listing, failed)
         finished = True
     finally:
@@ -255,35 +281,111 @@ def _options(crop_size, keep_border, channel, orient, normalize, rescale) -> dic
 
 
 @contextmanager
-def _locked(root: Path):
-    """Hold the store's lock file for the run: a second extraction into the same store is refused.
-    A store folder this run made and did not get as far as creating is removed again."""
-    if root.exists() and not root.is_dir():
-        raise InputError(f"{root} is a file, not an object store: choose a new folder name for the store.")
-    made = not root.exists()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"Cannot make the store folder {root} ({exc.strerror}): choose a writable place.") from None
-    handle = open(root / ".lock", "a")
+def store_lock(root: Path, busy: str):
+    """Hold the store's lock file (``.lock``, an exclusive flock) while the block runs: every run that writes
+    into a store (an extraction, a prediction) takes it, so a second one is refused with ``busy``, one
+    sentence. A lock file this call made in a folder that is no store when it ends (a refused extraction) is
+    removed again: nothing is left in the user's folder. Where there is no fcntl (Windows) there is no lock."""
+    lock = Path(root) / ".lock"
+    made = not lock.exists()
+    handle = open(lock, "a")
     try:
         try:
             import fcntl
 
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:            # no fcntl (Windows): no lock
+        except ImportError:
             pass
         except OSError:
-            raise InputError(f"Another extraction is writing to {root} now: let it finish (or stop it), then run "
-                             "again.") from None
+            made = False               # another run's lock
+            raise InputError(busy) from None
         yield
-    except BaseException:
-        if made and not (root / "zarr.json").exists():
-            handle.close()
-            shutil.rmtree(root, ignore_errors=True)
-        raise
     finally:
         handle.close()
+        if made and read_attributes(root) is None:
+            lock.unlink(missing_ok=True)
+
+
+def busy(root, then: str) -> str:
+    """The sentence for a run refused because another holds the store's lock; ``then``: what to do after it."""
+    return (f"Another run (an extraction or a prediction) is writing to {root} now: let it finish (or stop it), then "
+            f"{then}.")
+
+
+@dataclass
+class _Lock:
+    """What an extraction tells :func:`_locked` about its store: whether this run created it, and whether the
+    refusal on its way out (a run that cut nothing) takes the store it created away again."""
+
+    created: bool = False
+    discard: bool = False
+
+
+@contextmanager
+def _locked(root: Path):
+    """Hold the store's lock for an extraction: a second run into the same store is refused. A folder that
+    is no store is refused before anything is written into it; a store folder this run made and did not get as
+    far as creating, or created and then found to hold nothing, is removed again (of a folder that was there,
+    only the store's own entries)."""
+    if root.exists() and not root.is_dir():
+        raise InputError(f"{root} is a file, not an object store: choose a new folder name for the store.")
+    if root.is_dir() and read_attributes(root) is None:
+        _refuse_foreign(root)
+    made = not root.exists()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"Cannot make the store folder {root} ({exc.strerror}): choose a writable place.") from None
+    lock = _Lock()
+    try:
+        with store_lock(root, busy(root, "run again")):
+            try:
+                yield lock
+            except BaseException:      # removed with the lock held: another run's store is never touched
+                if lock.discard or (made and read_attributes(root) is None):
+                    _remove_store(root, made)
+                raise
+    except InputError:
+        if made and root.is_dir() and not any(root.iterdir()):   # refused at the lock: an empty folder it made goes
+            root.rmdir()
+        raise
+
+
+def _remove_store(root: Path, made: bool) -> None:
+    """Remove what an extraction wrote: the whole folder when it made it, else only the store's own entries."""
+    if made:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    for name in STORE_ENTRIES:
+        path = root / name
+        shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+def _not_the_input(root: Path, input) -> None:
+    """Refuse a store path that is the input itself or lies inside an input folder's Zarr (an OME-Zarr)."""
+    try:
+        store, source = root.resolve(), Path(input).resolve()
+    except OSError:
+        return
+    if store == source:
+        raise InputError(f"The store {root} is the input {input}: choose a new folder for the store, so that the "
+                         "input is never written into.")
+    if source.is_dir() and (source / "zarr.json").exists() and store.is_relative_to(source):
+        raise InputError(f"The store {root} lies inside the OME-Zarr input {input}: choose a folder outside it.")
+
+
+def _refuse_foreign(root: Path) -> None:
+    """Refuse a folder that holds anything but an unfinished store's own entries: a damaged store by what is
+    damaged, any other folder by what it holds."""
+    problem = store_problem(root)
+    if problem is not None:
+        raise InputError(f"{root} is a damaged object store ({problem}): extract the plate into a new folder (or "
+                         "delete this one first).")
+    strange = sorted(p.name for p in root.iterdir() if p.name not in UNFINISHED_ENTRIES and
+                     not p.name.endswith(".partial"))
+    if strange:
+        raise InputError(f"{root} exists and is not an object store (it holds {', '.join(strange[:3])}): choose a "
+                         "new folder for the store.")
 
 
 def _digest(listing) -> str:
@@ -296,11 +398,7 @@ def _resume(root: Path, options: dict, listing) -> dict | None:
     Refuses a store made with other options or from another input, and a folder that is no store."""
     attrs = read_attributes(root)
     if attrs is None:
-        ours = {".lock", "fields.parquet", "fields", "tmp"}
-        strange = sorted(p.name for p in root.iterdir() if p.name not in ours and not p.name.endswith(".partial"))
-        if strange:
-            raise InputError(f"{root} exists and is not an object store (it holds {', '.join(strange[:3])}): choose a "
-                             "new folder for the store.")
+        _refuse_foreign(root)
         return None
     if attrs["options"] != options:
         theirs = ", ".join(f"{k}={attrs['options'].get(k)!r}" for k in options if attrs["options"].get(k) != options[k])
@@ -332,6 +430,8 @@ def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> 
     with _write_errors(root, "before any field was cut"):
         write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
         (root / "fields").mkdir(exist_ok=True)
+        # by hand, not zarr.open_group: zarr writes the same group with its keys in another order, and the
+        # stores made so far have these bytes (a resumed or re-run extraction ends byte for byte the same)
         _write_json(root / "fields" / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {}})
         shutil.rmtree(root / "tmp", ignore_errors=True)
         (root / "tmp").mkdir()
@@ -355,19 +455,93 @@ def _crop_of(surveys, options: dict, listing) -> dict:
     ok = [s for s in surveys if s.error is None]
     if not ok:
         first = surveys[0]
-        which = f"None of the {len(surveys)} fields can be cut; the first, " if len(surveys) > 1 else "The field "
-        raise InputError(f"{which}{listing['image'][first.field]}: {first.error}")
+        raise InputError(_cannot_cut(len(surveys), listing["image"][first.field], first.error))
     same = [s for s in ok if s.channels == ok[0].channels]
     dtype = "float32" if options["normalize"] else str(np.result_type(*[np.dtype(s.dtype) for s in same]))
     size = options["crop_size"]
+    largest = 2 * max(s.reach for s in ok) + 8
+    if size is not None and size > largest:
+        raise InputError(f"crop_size={size} is larger than any object of these fields can need (at most {largest} "
+                         "pixels, twice the largest field's diagonal): give a smaller crop size, or none to fit the "
+                         "objects.")
     if size is None:
         needs = np.concatenate([s.needs for s in same])
         if needs.size == 0:
-            raise InputError(f"The masks of the {len(surveys)} fields hold no objects"
-                             f"{' away from the border (keep_border=True keeps those)' if not options['keep_border'] else ''}: "
-                             "check that the masks are the segmentations of the images.")
+            raise InputError(_no_objects(len(surveys), options))
         size = auto_size(needs, options["rescale"], MAX_AUTO_SIZE)
     return {"size": int(size), "dtype": dtype, "channels": ok[0].channels}
+
+
+def _cannot_cut(fields: int, image, error: str) -> str:
+    """The sentence for a plate none of whose fields can be cut, naming the first and why."""
+    which = f"None of the {fields} fields can be cut; the first, " if fields > 1 else "The field "
+    return f"{which}{image}: {error}"
+
+
+def _no_objects(fields: int, options: dict) -> str:
+    """The sentence for a plate whose masks hold no object to cut."""
+    border = "" if options["keep_border"] else " away from the border (keep_border=True keeps those)"
+    return (f"The masks of the {fields} fields hold no objects{border}: check that the masks are the segmentations of "
+            "the images.")
+
+
+def _something_cut(root: Path, specs, listing, options: dict, failed: list[FieldReport], lock: _Lock) -> None:
+    """Refuse, as the first pass refuses a plate none of whose fields can be read, a run after which no field
+    has an object in the store (every field failed when cut, or their masks held nothing to keep): a store
+    this run created is then taken away again (``lock.discard``)."""
+    for spec in specs:
+        part = root / "fields" / part_name(spec.index)
+        if part.exists() and part_objects(part) > 0:
+            return
+    lock.discard = lock.created
+    if failed and len(failed) == len(specs):
+        raise InputError(_cannot_cut(len(specs), listing["image"][failed[0].field], failed[0].error))
+    raise InputError(_no_objects(len(specs), options))
+
+
+def _damaged_tables(root: Path, complete: bool, objects: int) -> list[str]:
+    """The store's Parquet files that cannot be read whole: fields.parquet, and of a complete store table.parquet
+    (also when it does not hold the store's ``objects`` rows in field order) and failed.parquet."""
+    import pyarrow.parquet as pq
+
+    bad = []
+    for name in ("fields.parquet",) + (("table.parquet", "failed.parquet") if complete else ()):
+        try:
+            table = pq.read_table(root / name)
+        except Exception:      # pyarrow's errors (ArrowInvalid, OSError, ...) have no common base of ours
+            bad.append(name)
+            continue
+        if name == "table.parquet" and _table_problem(table.column_names, table, objects) is not None:
+            bad.append(name)
+    return bad
+
+
+#: The columns every store's table has (besides the manifest's).
+TABLE_NEEDS = ("field_index", "image", "labels") + TABLE_COLUMNS
+
+
+def _table_problem(names, table, objects: int) -> str | None:
+    """What is wrong with a store's table (its column ``names``, and ``table``, which has at least the field_index
+    column): a column missing, another row count than the store's ``objects``, rows out of field order."""
+    missing = [c for c in TABLE_NEEDS if c not in names]
+    if missing:
+        return f"lacks the column{'s' if len(missing) > 1 else ''} {', '.join(missing)}"
+    if table.num_rows != objects:
+        return f"holds {table.num_rows} rows where the store has {objects} objects"
+    if np.any(np.diff(table.column("field_index").to_numpy()) < 0):
+        return "is not in field order"
+    return None
+
+
+def _repair(root: Path, listing) -> bool:
+    """Write fields.parquet again when it cannot be read; whether the last step (table, failed, the complete mark)
+    must be done (again): the store is not complete, or its table or failed list cannot be read whole."""
+    attrs = read_attributes(root)
+    damaged = _damaged_tables(root, attrs["complete"], attrs["objects"])
+    if "fields.parquet" in damaged:
+        with _write_errors(root, "with every field done"):
+            write_atomic(root / "fields.parquet", lambda tmp: listing.to_parquet(tmp, index=False))
+    return not attrs["complete"] or bool(set(damaged) - {"fields.parquet"})
 
 
 def _plan_of(attrs: dict) -> Plan:
@@ -416,7 +590,7 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
                 part = root / "fields" / part_name(i)
                 if not part.exists():
                     continue
-                rows = pq.read_table(part / "rows.parquet")
+                rows = part_rows(root, i)
                 n = rows.num_rows
                 columns = [pa.repeat(fields.column(c)[i], n) for c in fields.column_names] + rows.columns
                 buffer.append(pa.Table.from_arrays(columns, schema=schema))
@@ -455,39 +629,56 @@ class _Steps:
                 yield result
 
 
-def progress_sink(progress):
-    """(where Progress events go, the terminal bar to close or None) for ``progress``: True (a bar on
-    standard error), a callable taking Progress events, or None/False (nowhere, and no import)."""
-    if progress is True:
-        from ..api import TerminalProgress
-
-        bar = TerminalProgress()
-        return bar.update, bar
-    return (progress if callable(progress) else None), None
-
-
-class _Reporter:
-    """Progress events to a callable or a terminal bar; nothing (and no import) when ``progress`` is None or False."""
+class Reporter:
+    """Where the progress of a run over a store goes — extraction, prediction, the fit on a store — and the one
+    place that turns its steps into :class:`ticlust.events.Progress` events: ``progress`` True (a bar on
+    standard error, ``api.TerminalProgress``), a callable taking Progress events, or None/False (nowhere, and
+    nothing imported). A driver's steps get their ETA from their stage's pace (``core.execute.StagePace``); a
+    fit's events, whose ETA the execution seam fills in, come in through :meth:`sink`."""
 
     def __init__(self, progress):
-        self.sink, self.bar = progress_sink(progress)
+        self.bar = None
+        if progress is True:
+            from ..api import TerminalProgress
+
+            self.bar = TerminalProgress()
+        self.to = self.bar.update if self.bar is not None else (progress if callable(progress) else None)
         self.pace = None
         self.used = False
 
-    def __call__(self, stage: str, step: int, total: int) -> None:
-        if self.sink is None:
+    def __call__(self, stage: str, step: int, total: int, paced: int | None = None) -> None:
+        """``step`` of ``total`` done at ``stage``. ``paced``: the steps this run did itself (default ``step``),
+        what the ETA's pace counts: a part an earlier run did costs nothing."""
+        if self.to is None:
             return
-        from ..api import StagePace
+        from ..core.execute import StagePace
         from ..events import Progress
 
         self.pace = self.pace or StagePace()
         self.used = True
-        self.sink(Progress(step=step, total=total, stage=stage, eta=self.pace.eta(stage, step, total - step)))
+        eta = self.pace.eta(stage, step if paced is None else paced, total - step)
+        self.to(Progress(step=step, total=total, stage=stage, eta=eta))
 
-    def close(self, finished: bool) -> None:
+    def sink(self, event) -> None:
+        """The execution seam's sink (``core.execute.execute``): its Progress events as they are (their ETA
+        filled in by the seam), and its Snapshots to a callable ``progress`` (a dock's live prototypes); Done ends
+        the bar's line."""
+        from ..events import Done, Progress, Snapshot
+
+        if isinstance(event, Progress) and self.to is not None:
+            self.used = True
+            self.to(event)
+        elif isinstance(event, Snapshot) and self.bar is None and self.to is not None:
+            self.to(event)
+        elif isinstance(event, Done) and self.bar is not None:
+            self.used = True
+            self.close()
+
+    def close(self, finished: bool = True) -> None:
         """End the bar's line: "done" after a finished run, a bare line break after a failed one."""
         if self.bar is not None and self.used:
             self.bar.close() if finished else self.bar.stream.write("\n")
+        self.used = False
 
 
 # ---- files ---------------------------------------------------------------------------------------
@@ -497,24 +688,73 @@ def _write_json(path: Path, obj) -> None:
 
 
 def _write_attributes(root: Path, attrs: dict) -> None:
-    """The store's root zarr.json (a Zarr v3 group) with ``attrs`` under ``ticlust``."""
+    """The store's root zarr.json (a Zarr v3 group) with ``attrs`` under ``ticlust``. Written by hand, not
+    through zarr: it is the store's commit mark (``complete``), so it must be replaced atomically (temp file +
+    rename; zarr writes in place), and zarr would order its keys otherwise than the stores made so far."""
     _write_json(root / "zarr.json", {"zarr_format": 3, "node_type": "group", "attributes": {"ticlust": attrs}})
 
 
 def read_attributes(root) -> dict | None:
-    """The store's ``ticlust`` attributes (options, crop, input, state); None when ``root`` is no store."""
-    try:
-        meta = json.loads((Path(root) / "zarr.json").read_text())
-        attrs = meta["attributes"]["ticlust"]
-        return attrs if attrs.get("format") == FORMAT else None
-    except (OSError, ValueError, KeyError, TypeError):
+    """The store's ``ticlust`` attributes (options, crop, input, state); None when ``root`` is no store (or its
+    attributes are damaged: :func:`store_problem` says how)."""
+    attrs = _raw_attributes(root)
+    return attrs if isinstance(attrs, dict) and _attributes_problem(attrs) is None else None
+
+
+def _raw_attributes(root):
+    """The ``ticlust`` entry of ``root``'s zarr.json as zarr reads it; None when there is none, or the exception
+    that reading it raised."""
+    if not (Path(root) / "zarr.json").is_file():       # no Zarr v3 node: not a store, and zarr not imported
         return None
+    import zarr
+
+    try:
+        return zarr.open_group(root, mode="r", zarr_format=3).attrs.get("ticlust")
+    except Exception as exc:           # zarr's errors (ValueError, JSONDecodeError, OSError, ...) have no common base
+        return exc
+
+
+#: The attributes a store's zarr.json holds under ``ticlust``, and the type of each.
+ATTRIBUTE_TYPES = {"format": int, "options": dict, "crop": dict, "input": dict, "complete": bool, "objects": int,
+                   "failed": int}
+
+
+def _attributes_problem(attrs: dict) -> str | None:
+    """What is wrong with a store's attributes (a key missing or of another type, another format); None if nothing."""
+    if attrs.get("format") != FORMAT:
+        return f"it is of format {attrs.get('format')!r}, and this ticlust reads format {FORMAT}"
+    wrong = [k for k, kind in ATTRIBUTE_TYPES.items() if not isinstance(attrs.get(k), kind)]
+    crop = attrs.get("crop") if isinstance(attrs.get("crop"), dict) else {}
+    wrong += [f"crop.{k}" for k, kind in (("size", int), ("dtype", str)) if not isinstance(crop.get(k), kind)]
+    wrong += [f"input.{k}" for k in ("path", "fields", "digest") if not isinstance(attrs.get("input"), dict)
+              or k not in attrs["input"]]
+    return f"its attributes lack or mistype {', '.join(wrong)}" if wrong else None
+
+
+def store_problem(root) -> str | None:
+    """Why a folder laid out as an object store (a zarr.json beside fields.parquet or fields/) cannot be opened as
+    one, in a few words; None when it opens, or when it is no store at all."""
+    root = Path(root)
+    if not (root / "zarr.json").is_file() or not ((root / "fields.parquet").is_file() or (root / "fields").is_dir()):
+        return None
+    attrs = _raw_attributes(root)
+    if isinstance(attrs, Exception):
+        return "its zarr.json cannot be read as JSON"
+    if not isinstance(attrs, dict):
+        return "its zarr.json holds no ticlust attributes"
+    return _attributes_problem(attrs)
 
 
 # ---- reading a store -------------------------------------------------------------------------------
 def open_objects(path) -> ObjectStore:
     """Open an object store written by :func:`extract` (``ticlust extract``)."""
     return ObjectStore(path)
+
+
+def read_crops(path, index) -> np.ndarray:
+    """The crops of objects ``index`` (rows of the table) of the store at ``path``: what a chunk task on a worker
+    reads (``kernels.chunked.StoreSample``), by path, so crops never travel through a scheduler."""
+    return open_objects(path).crops[np.asarray(index)]
 
 
 class ObjectStore:
@@ -526,6 +766,10 @@ class ObjectStore:
         self.path = Path(path)
         attrs = read_attributes(self.path)
         if attrs is None:
+            problem = store_problem(self.path)
+            if problem is not None:
+                raise InputError(f"{self.path} is a damaged object store ({problem}): extract the plate again into a "
+                                 "new store.")
             raise InputError(f"{self.path} is not an object store: make one with ticlust extract INPUT -o STORE.")
         if not attrs["complete"]:
             raise InputError(f"{self.path} is not finished (an extraction stopped part-way): run the same "
@@ -559,11 +803,44 @@ class ObjectStore:
         return self._read_table("failed.parquet").to_pandas()
 
     @cached_property
+    def field_index(self) -> np.ndarray:
+        """The table's field_index column (objects in table order), checked to hold one row per object, in field
+        order: what the parts, a fit's sample and a field's rows are found by."""
+        import pyarrow.parquet as pq
+
+        table = self._read_table("table.parquet", columns=["field_index"])
+        why = _table_problem(pq.read_schema(self.path / "table.parquet").names, table, len(self))
+        if why is not None:
+            raise InputError(f"{self.path} is damaged: its table.parquet {why}; run the same ticlust extract command "
+                             "again to write it anew.")
+        return table.column("field_index").to_numpy()
+
+    @cached_property
     def _parts(self):
         """The parts that hold objects, in table order, and how many each holds (from the table's field_index)."""
-        field = self._read_table("table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-        ids, counts = np.unique(field, return_counts=True)
+        ids, counts = np.unique(self.field_index, return_counts=True)
         return [self.path / "fields" / part_name(int(i)) for i in ids], counts
+
+    def check_parts(self) -> None:
+        """Refuse, in one sentence, a store one of whose parts (a field with objects) is missing from its folder."""
+        paths, _ = self._parts
+        missing = [p for p in paths if not (p / "zarr.json").is_file()]
+        if missing:
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise InputError(f"{self.path} is damaged: the part of field {int(missing[0].name)} ({missing[0]}) is "
+                             f"missing{more}; run the same ticlust extract command again to cut it anew.")
+
+    def input_files(self) -> tuple[Path, list[Path]]:
+        """``(input, files)``: the input the store was extracted from (a folder, a manifest, an OME-Zarr) and every
+        field's image and mask file (none for an OME-Zarr, whose fields lie inside it), as absolute paths."""
+        from .fields import _beside, _is_zarr
+
+        source = Path(self.attributes["input"]["path"])
+        if source.is_dir() and _is_zarr(source):
+            return source, []
+        base = source if source.is_dir() else source.parent
+        files = [_beside(base, v) for c in ("image", "labels") for v in self.fields[c]]
+        return source, [Path(f) for f in files if f is not None]
 
     def _read_table(self, name: str, columns=None):
         """One of the store's Parquet files as an Arrow table; a missing or damaged one is refused by name."""
@@ -589,6 +866,17 @@ class ObjectStore:
         return LazyStack([p / "masks" for p in paths], counts, (self.size, self.size), np.dtype(bool))
 
 
+def _whole_array(path: Path):
+    """The Zarr array at ``path``, refused (ValueError) when chunks of it are missing from disk."""
+    import zarr
+
+    array = zarr.open_array(path, mode="r")
+    have, want = array.nchunks_initialized, array.nchunks
+    if have != want:
+        raise ValueError(f"{want - have} of its {want} chunks are missing")
+    return array
+
+
 class LazyStack:
     """Per-field Zarr arrays seen as one array along the object axis: indexing (an int, a slice, an
     index or boolean array, then the other axes) reads only the parts it touches. ``np.asarray`` reads
@@ -602,15 +890,31 @@ class LazyStack:
         self.ndim = len(self.shape)
         self._open: dict[int, object] = {}
 
+    @classmethod
+    def one(cls, path: Path):
+        """``(stack, array)``: a LazyStack over one Zarr array (a part's crops or masks), its length, item shape and
+        dtype read from the array, which is opened (and checked) as a read would."""
+        array = cls([path], [0], (), np.uint8)._part(0)
+        stack = cls([path], [array.shape[0]], array.shape[1:], array.dtype)
+        stack._open[0] = array
+        return stack, array
+
     def __len__(self) -> int:
         return self.shape[0]
 
     def _part(self, k: int):
-        """Part ``k``'s Zarr array, opened on first use."""
+        """Part ``k``'s Zarr array, opened on first use, with every chunk on disk (zarr reads a missing chunk as
+        zeros: a chunk deleted after extraction must not pass for objects) and of the shape the store's table and
+        attributes give it."""
         if k not in self._open:
-            import zarr
+            def opened():
+                array = _whole_array(self.paths[k])
+                want = (int(self.offsets[k + 1] - self.offsets[k]),) + self.shape[1:]
+                if self.shape[1:] and tuple(array.shape) != want:
+                    raise ValueError(f"it holds {tuple(array.shape)} where the store's table and attributes say {want}")
+                return array
 
-            self._open[k] = self._checked(k, lambda: zarr.open_array(self.paths[k], mode="r"))
+            self._open[k] = self._checked(k, opened)
         return self._open[k]
 
     def _read(self, k: int, key, orthogonal: bool = False) -> np.ndarray:
@@ -625,9 +929,10 @@ class LazyStack:
             return read()
         except Exception as exc:     # zarr and its codecs raise many kinds (RuntimeError, ValueError, OSError, ...)
             part = self.paths[k].parent
+            fix = f"delete {part} and run" if part.exists() else "run"
             raise InputError(f"{part.parent.parent} is damaged: the {self.paths[k].name} of field {int(part.name)} "
-                             f"cannot be read ({_first_line(exc)}); delete {part} and run the same ticlust extract "
-                             "command again to cut that field anew.") from None
+                             f"cannot be read ({_first_line(exc)}); {fix} the same ticlust extract command again to cut "
+                             "that field anew.") from None
 
     def __getitem__(self, key):
         key = key if isinstance(key, tuple) else (key,)
@@ -678,4 +983,4 @@ class LazyStack:
 
 
 __all__ = ["extract", "open_objects", "ObjectStore", "LazyStack", "extract_field", "survey_field", "Plan",
-           "FieldReport", "read_attributes", "part_name"]
+           "FieldReport", "read_attributes", "store_problem", "part_name", "part_objects", "part_rows", "store_lock", "Reporter"]

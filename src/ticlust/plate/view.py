@@ -75,12 +75,8 @@ def check_field(store: ObjectStore, field_index) -> int:
 
 def field_rows(store: ObjectStore, field_index: int) -> np.ndarray:
     """The object indices (rows of the table, crops) of one field: one block, the table being in field order."""
-    import pyarrow.parquet as pq
-
     field_index = check_field(store, field_index)
-
-    fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-    start, stop = np.searchsorted(fields, [field_index, field_index + 1])
+    start, stop = np.searchsorted(store.field_index, [field_index, field_index + 1])
     return np.arange(start, stop)
 
 

@@ -8,7 +8,7 @@ per-pair optimiser (its moments in :class:`AdamState`, kept across calls in :cla
 mini-batches), :class:`Alignments` the per-pair parameters and losses, :class:`Pyramid` images with their
 low-passed copies, :class:`Schedule` the steps and learning rates, :class:`Ticker` their progress events.
 
-ST and AI K-means (``methods/st_kmeans.py``) are built on it; it knows nothing of methods.
+ST and AI K-means (their Lloyd iteration: ``kernels/aligned_lloyd.py``) are built on it; it knows nothing of methods.
 """
 from __future__ import annotations
 
@@ -240,6 +240,15 @@ class Alignments:
         for t in (self.theta, self.nu, self.losses):
             if t is not None:
                 t[:, to] = t[:, source]
+
+
+def lower(a: Alignments, b: Alignments) -> Alignments:
+    """Per pair, whichever of two alignments of the same pairs has the lower loss (``b`` on a tie)."""
+    better = a.losses < b.losses
+
+    def pick(u, v):
+        return None if u is None else torch.where(better.view(*better.shape, *[1] * (u.ndim - 2)), u, v)
+    return Alignments(pick(a.theta, b.theta), pick(a.nu, b.nu), torch.minimum(a.losses, b.losses))
 
 
 def _index_like(pick: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -520,6 +529,31 @@ class Aligner:
         steps for. Per pair, a step that lowers the loss is kept
         (damping shrinks), one that does not is dropped (damping grows); the projections keep the warps feasible.
         Never worse than ``start`` per pair; returns the Alignments with their losses (at ``low``'s resolution)."""
+        evaluate, warps, as_params = self._least_squares(x, mu, start, low, tps)
+        project = self.project_tps if tps else self.project_affine
+        q = start.nu if tps else start.theta
+        loss, hess, grad = evaluate(q)
+        damping = torch.full_like(loss, damping)
+        for _ in range(iterations):
+            curvature = hess.diagonal(dim1=-2, dim2=-1)
+            floor = 1e-6 * curvature.mean(-1, keepdim=True) + 1e-12   # a flat pair (blank image) still solves
+            factor = torch.linalg.cholesky_ex(hess + torch.diag_embed(damping[..., None] * (curvature + floor)))[0]
+            step = torch.cholesky_solve(-grad[..., None], factor)[..., 0]   # symmetric positive definite: Cholesky
+            trial = project([q + as_params(step)])[0]
+            t_loss, t_hess, t_grad = evaluate(trial)
+            better = t_loss < loss
+            q = torch.where(better.view(*better.shape, *[1] * (q.ndim - 2)), trial, q)
+            hess = torch.where(better[..., None, None], t_hess, hess)
+            grad = torch.where(better[..., None], t_grad, grad)
+            loss = torch.where(better, t_loss, loss)
+            damping = torch.where(better, damping / LM_SHRINK, damping * LM_GROW)
+        out = warps(q)
+        out.losses = loss
+        return out
+
+    def _least_squares(self, x: torch.Tensor, mu: torch.Tensor, start: Alignments, low: bool, tps: bool):
+        """:meth:`gauss_newton`'s least squares: ``evaluate(q)`` → every pair's loss, JᵀJ and Jᵀr at parameters q,
+        ``warps(q)`` the Alignments q makes from ``start``, ``as_params(step)`` a solved step laid out as q."""
         # the grid's x and y are each linear in their own parameters through the same functions φ of the pixel (affine:
         # px, py, 1 for θ₀₋₂ and θ₃₋₅; TPS: the landmarks' basis for ν_x and ν_y), so the Gauss-Newton matrix JᵀJ is
         # four blocks Σ_p w(p) φ_i(p) φ_j(p) with w = gx², gx·gy, gy² of the sampled slopes: one product each
@@ -532,7 +566,6 @@ class Aligner:
         outer = phi[:, rows] * phi[:, cols]   # (CP, n(n+1)/2)
         slopes = image_slopes(x, self.padding)
         target = (mu if mu.ndim == x.ndim + 1 else mu[None]).flatten(-3)   # (B or 1, K, CP)
-        project = self.project_tps if tps else self.project_affine
 
         def warps(q):
             return Alignments(start.theta, q) if tps else Alignments(q, start.nu)
@@ -555,25 +588,7 @@ class Aligner:
         def as_params(step):   # x then y parameters as the warp lays them out: θ in that order, ν as (ℓ, 2)
             return step.unflatten(-1, (2, n)).transpose(-1, -2) if tps else step
 
-        q = start.nu if tps else start.theta
-        loss, hess, grad = evaluate(q)
-        damping = torch.full_like(loss, damping)
-        for _ in range(iterations):
-            curvature = hess.diagonal(dim1=-2, dim2=-1)
-            floor = 1e-6 * curvature.mean(-1, keepdim=True) + 1e-12   # a flat pair (blank image) still solves
-            factor = torch.linalg.cholesky_ex(hess + torch.diag_embed(damping[..., None] * (curvature + floor)))[0]
-            step = torch.cholesky_solve(-grad[..., None], factor)[..., 0]   # symmetric positive definite: Cholesky
-            trial = project([q + as_params(step)])[0]
-            t_loss, t_hess, t_grad = evaluate(trial)
-            better = t_loss < loss
-            q = torch.where(better.view(*better.shape, *[1] * (q.ndim - 2)), trial, q)
-            hess = torch.where(better[..., None, None], t_hess, hess)
-            grad = torch.where(better[..., None], t_grad, grad)
-            loss = torch.where(better, t_loss, loss)
-            damping = torch.where(better, damping / LM_SHRINK, damping * LM_GROW)
-        out = warps(q)
-        out.losses = loss
-        return out
+        return evaluate, warps, as_params
 
     def display_grids(self, warps: Alignments) -> torch.Tensor:
         """(N, gh, gw, 2) pixel (x, y) positions in each item of a regular lattice of the prototype frame."""

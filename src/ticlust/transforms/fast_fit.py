@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .align import LM_DAMPING, Aligner, Alignments, Pyramid, Schedule
+from .align import LM_DAMPING, Aligner, Alignments, Pyramid, Schedule, lower
 
 #: Levenberg-Marquardt iterations per Lloyd iteration, warm-started: (low-pass affine stage, full-resolution affine
 #: stage without a TPS, TPS stage); predict's counts. With them and FIT_CANDIDATES the fit's ACC on MNIST (2,000
@@ -82,7 +82,7 @@ def pre_aligned(aligner: Aligner, x: Pyramid, mu: Pyramid, best: Alignments, ite
     candidates = [best.nu] + ([torch.zeros_like(best.nu)] if best.nu is not None else [])
     for nu in candidates:
         trial = Alignments(theta, nu, aligner.pair_losses(x.full, mu.full, Alignments(theta, nu)))
-        best = _better(trial, best)
+        best = lower(trial, best)
     return best
 
 
@@ -104,15 +104,6 @@ def refined(aligner: Aligner, x: torch.Tensor, mu: torch.Tensor, best: Alignment
     out = Alignments(best.theta.clone(), None if best.nu is None else best.nu.clone(), best.losses.clone())
     out.put(pick, part)
     return out
-
-
-def _better(a: Alignments, b: Alignments) -> Alignments:
-    """Per pair, whichever of two alignments of the same pairs costs less (``b`` on a tie)."""
-    wins = a.losses < b.losses
-
-    def pick(u, v):
-        return None if u is None else torch.where(wins.view(*wins.shape, *[1] * (u.ndim - 2)), u, v)
-    return Alignments(pick(a.theta, b.theta), pick(a.nu, b.nu), torch.where(wins, a.losses, b.losses))
 
 
 def _ticks(schedule: Schedule, steps: int, stage: str, best: Alignments):

@@ -174,7 +174,9 @@ def rigid_search(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None,
     integer shift with |s| ≤ ``max_shift`` pixels per axis (None: every shift that keeps some overlap).
     ``engine``: ``fft`` (every shift at once, cost independent of the window), ``gemm`` (one matrix
     product with the shifted copies: faster for small windows) or ``auto`` (gemm up to 49 shifts).
-    Items are processed ``block`` at a time. Ties keep the first pose (angle 0 unflipped first).
+    Items are processed ``block`` at a time: ``x`` may be anything that slices like the tensor (``shape``,
+    ``device``, ``x[s:t]``), so a stack's images read block by block (``core.stack.StackImages``) are never held
+    whole. Ties keep the first pose (angle 0 unflipped first).
     """
     size = tuple(x.shape[-2:])
     n_angles = angle_count(size) if n_angles is None else int(n_angles)

@@ -22,10 +22,11 @@ import torch
 from torch import nn
 from ...errors import InputError
 from ...core.stack import Stack, StackImages, from_nchw, to_nchw
-from ...core.validation import check_same_size
+from ...core.validation import check_images, check_same_size
 from ...result import Assignments, ClusteringResult, FittedState
 from ...transforms import TransformSequence, lattice_pixels
-from ...transforms.core import affine_grid, affine_inverse, warp
+from ...transforms.core import (affine_grid, affine_inverse, affine_points, identity_points, projective_inverse,
+                               projective_points, tps_inverse_points, warp)
 from ...transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from ...events import Progress, Snapshot, drain
 from ...kernels import Rows, bisect, keep_pinned, kmeans_plus_plus, own_and_runner_up, random_init
@@ -341,15 +342,6 @@ def _batches(n, bs, gen):
     return [perm[i:i + bs] for i in range(0, n, bs)]
 
 
-def check_images(stack: Stack) -> None:
-    """DTI clustering takes images (grey or colour) of at least 8×8 pixels."""
-    if not stack.is_image:
-        raise InputError("DTI clustering needs images (N×H×W or N×H×W×3), not vectors.")
-    h, w = stack.item_shape[:2]
-    if min(h, w) < 8:
-        raise InputError(f"The images are {h}×{w} pixels: DTI clustering needs at least 8×8.")
-
-
 def _channels_last(stack: Stack) -> bool:
     """Whether the items are H×W×C colour images (the network reads C×H×W)."""
     return stack.channels > 1 and len(stack.item_shape) == 3
@@ -390,7 +382,7 @@ class DTIRun:
     reports (loss per epoch, timings, cluster moves, optionally every epoch's labels)."""
 
     def __init__(self, stack: Stack, cfg, device: torch.device, seed: int, gmm: bool, prototypes: torch.Tensor | None = None):
-        check_images(stack)
+        check_images(stack, "dti-gmm" if gmm else "dti-kmeans", min_side=8)
         size = stack.item_shape[:2]
         rng = seed_everything(seed)
         self.gen = torch.Generator().manual_seed(seed)   # batch order and re-seeding noise
@@ -674,6 +666,23 @@ def model_lattice(size, lattice, n, device):
     return lattice_pixels(size, lattice, device).expand(n, *lattice, 2)
 
 
+#: The spatial modules whose warps ``DTIKMeans.embed`` undoes, by the shape ``params/<module>`` keeps them in.
+SPATIAL_MODULES = ("affine", "similarity", "rigid", "projective", "tps")
+
+
+def inverse_points(name: str, shaped: torch.Tensor, pts: torch.Tensor) -> torch.Tensor:
+    """Normalised points (B, M, 2) mapped by the inverse of each item's warp, given as ``params/<name>`` keeps it: a
+    2×3 affine matrix (affine, similarity, rigid), a 3×3 homography (projective) or TPS displacements (g², 2)."""
+    shaped = shaped.to(pts.dtype)
+    if name == "projective":
+        flat = (shaped / shaped[..., 2:, 2:] - torch.eye(3, device=pts.device, dtype=pts.dtype)).reshape(len(pts), 9)
+        return projective_points(projective_inverse(flat[:, :8]), pts)
+    if name == "tps":
+        return tps_inverse_points(shaped, pts)
+    theta = (shaped - torch.eye(2, 3, device=pts.device, dtype=pts.dtype)).reshape(len(pts), 6)
+    return affine_points(affine_inverse(theta), pts)
+
+
 @dataclass
 class DTIState(FittedState):
     modules: np.ndarray   # the transformation modules, in order
@@ -756,6 +765,22 @@ class DTIKMeans(Method):
         Measured on MNIST (K = 10, 2,000 held back): ACC 0.6540 vs 0.6545, 2 labels changed (both near-ties),
         2.2x the rate. On CUDA the whole network already runs under autocast (``loss_setup``)."""
         return bool(cfg.mixed_precision and device.type == "cpu" and cpu_bfloat16())
+
+    def embed(self, result: ClusteringResult, items, rows, device: torch.device) -> np.ndarray:
+        """The object map's features: each image pulled back into its own prototype's frame through the inverse of its
+        spatial modules' warps (``params/<module>``; exact for affine and projective maps, iterative for the TPS), so
+        what is left is its appearance; the scores (``Method.embed``) when the result keeps no warps (a result
+        edited by hand) or the images are not a stack."""
+        names = () if result.state is None else tuple(str(m) for m in np.asarray(result.state.modules).reshape(-1))
+        if not hasattr(items, "batch") or any(n in SPATIAL_MODULES and n not in result.params for n in names):
+            return super().embed(result, items, rows, device)
+        x = to_nchw(torch.from_numpy(items.batch(0, items.n)).to(device))
+        pts = identity_points(tuple(x.shape[-2:]), device).reshape(1, -1, 2).expand(len(x), -1, -1)
+        for name in names:        # g⁻¹ = g_M⁻¹ ∘ … ∘ g_1⁻¹ (TransformSequence.display_points)
+            if name in SPATIAL_MODULES:
+                pts = inverse_points(name, torch.as_tensor(np.asarray(result.params[name][rows]), device=device), pts)
+        grid = pts.reshape(len(x), *x.shape[-2:], 2).to(x.dtype)
+        return warp(x, grid, padding_mode="zeros").reshape(len(x), -1).cpu().numpy()
 
     def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None) -> ClusteringResult:
         """Align every fitted prototype onto each new image and assign the closest (or most probable)."""

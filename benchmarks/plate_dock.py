@@ -1,0 +1,194 @@
+"""The plate dock: how long the inspector takes per object, and how long each step keeps napari's GUI thread busy.
+
+    python benchmarks/plate_dock.py inspector [--objects 20] [--threads 2]
+    xvfb-run -a python benchmarks/plate_dock.py freeze [--fields 400] [--plate-dir DIR]
+
+``inspector``: a generated plate extracted at 32×32 crops; each method (ai-kmeans, st-kmeans, dti-kmeans, pssc,
+rigid-spectral) fitted on 200 of its objects with short settings (the inspector's cost does not depend on how long
+the fit ran), then ``plate.explore.inspect_object`` — what the dock's worker runs when an object is clicked: the
+store's crop read, every prototype aligned onto it with its score and warp grid — timed on ``--objects`` objects
+outside the fit sample (the slower path: aligned from scratch) and on as many inside it, after one warm-up call.
+One JSON line per method: median and 90th percentile in ms, torch threads.
+
+``freeze``: a generated plate of ``--fields`` 1024×1024 fields of 250 nuclei (400: about 100,000 objects), written
+once into ``--plate-dir``; then in a real napari window the plate dock does every step as a user does — Extract the
+folder into a new store, Fit kmeans (K = 3) on a 2,000-object sample (``--sample``), Predict every object, click an object
+(the inspector), Move it, Re-predict (renumbered), Merge two clusters, Undo, Refine, Re-predict (predicted anew),
+Export the objects' CSV, the gallery and the shares — while a timer ticks every 5 ms in the GUI thread; the longest
+gap between two ticks during a step is the longest the window could not react. One JSON line: per step its wall
+time and longest freeze, the objects, the load average, and the longest gap while the window sat idle for a second
+(what the machine's load alone gives).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve()
+sys.path.insert(0, str(HERE.parents[1] / "src"))
+
+import numpy as np  # noqa: E402
+
+TICK_MS = 5
+#: Short fits: the inspector's cost is the alignment of one object, whatever the fit's length.
+FITS = {"ai-kmeans": {"steps": 10, "affine_steps": 10, "max_iter": 3},
+        "st-kmeans": {"steps": 10, "affine_steps": 10, "max_iter": 3},
+        "dti-kmeans": {"max_epochs": 5},
+        "pssc": {},
+        "rigid-spectral": {"anchors": 60}}
+
+
+def load() -> str:
+    return " ".join(f"{v:.2f}" for v in os.getloadavg())
+
+
+# ---- the inspector's latency ----------------------------------------------------------------------------
+def inspector(args) -> None:
+    import torch
+
+    import ticlust
+    from ticlust.datasets.nuclei import write_nuclei_plate
+    from ticlust.plate.explore import inspect_object
+    from ticlust.plate.run import fit_store
+
+    torch.set_num_threads(args.threads)
+    folder = Path(tempfile.mkdtemp(prefix="ticlust_inspector_"))
+    try:
+        manifest = write_nuclei_plate(folder / "plate", fields=4, n=120, shape=(512, 512), seed=0)
+        store = ticlust.extract(manifest, folder / "s.zarr", crop_size=32)
+        for method in args.methods:
+            start = time.perf_counter()
+            result, sample = fit_store(store, method, k=3, sample=200, seed=0, device="cpu", **FITS[method])
+            fit_s = time.perf_counter() - start
+            inside = set(sample.tolist())
+            outside = [o for o in range(len(store)) if o not in inside][:args.objects]
+            row = {"method": method, "crop": "32x32", "k": 3, "threads": args.threads, "fit_s": round(fit_s, 1)}
+            for name, objects in (("new", outside), ("fitted", sorted(inside)[:args.objects])):
+                inspect_object(store, result, objects[0], "cpu")                    # warm
+                times = []
+                for obj in objects:
+                    t = time.perf_counter()
+                    inspect_object(store, result, obj, "cpu")
+                    times.append(1000 * (time.perf_counter() - t))
+                row[f"{name}_median_ms"] = round(float(np.median(times)), 1)
+                row[f"{name}_p90_ms"] = round(float(np.percentile(times, 90)), 1)
+            row["load"] = load()
+            print(json.dumps(row), flush=True)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+# ---- the GUI thread's freezes ---------------------------------------------------------------------------
+def measure(action, done) -> dict:
+    """Run ``action`` and process events until ``done()``: its wall time and the longest gap between GUI ticks."""
+    from qtpy.QtCore import QTimer
+    from qtpy.QtWidgets import QApplication
+
+    ticks = [time.perf_counter()]
+    timer = QTimer()
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start(TICK_MS)
+    start = time.perf_counter()
+    action()
+    while not done():
+        QApplication.processEvents()
+        time.sleep(0.001)
+    for _ in range(5):                     # what the last step queued (a repaint) is part of the wait
+        QApplication.processEvents()
+    end = time.perf_counter()
+    timer.stop()
+    ticks.append(end)
+    return {"wall_s": round(end - start, 2), "freeze_s": round(float(np.max(np.diff(ticks))), 3)}
+
+
+def plate_folder(folder: Path, fields: int) -> Path:
+    from ticlust.datasets.nuclei import write_nuclei_plate
+
+    plate = folder / f"plate{fields}"
+    if not (plate / "plate.csv").exists():
+        write_nuclei_plate(plate, fields=fields, n=250, shape=(1024, 1024), seed=0)
+    return plate
+
+
+def freeze(args) -> None:
+    import napari
+    from qtpy.QtWidgets import QApplication
+
+    from ticlust._napari.store_panel import STORE_PANEL
+    from ticlust.plate import curate
+
+    plate = plate_folder(Path(args.plate_dir), args.fields)
+    target = Path(args.plate_dir) / f"dock{args.fields}.zarr"
+    shutil.rmtree(target, ignore_errors=True)
+    viewer = napari.Viewer(title="ticlust")
+    viewer.window.resize(1600, 1000)
+    for _ in range(20):
+        QApplication.processEvents()
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    idle = lambda: not panel.busy            # noqa: E731
+    measure(lambda: None, idle)              # the method registry's import, in its worker
+    row = {"fields": args.fields, "load_before": load()}
+    steps = {}
+
+    def step(name, action):
+        steps[name] = measure(action, idle)
+        steps[name]["said"] = panel.status.value[:160]
+        print(name, steps[name], file=sys.stderr, flush=True)
+
+    panel.extract.offer(plate)
+    panel.extract.target.value = str(target)
+    step("extract", lambda: panel.extract.extract_button.native.click())
+    row["objects"] = len(panel.store)
+    panel.fit.sample.value, panel.fit.form.k.value, panel.fit.device.value = args.sample, 3, "cpu"
+    step("fit", lambda: panel.fit.fit_button.native.click())
+    step("predict", lambda: panel.predict.predict_button.native.click())
+    field = panel.picture.field_index
+    sample = set(curate.fit_sample(panel.result).tolist())
+    obj = next(o for o in range(int(panel.starts[field]), int(panel.starts[field + 1])) if o not in sample)
+    ys, xs = np.nonzero(panel.picture.values == obj - int(panel.starts[field]) + 1)
+    step("inspect", lambda: panel.inspector.click_at((float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))))
+    panel.curate.to.value = (int(panel.picture.table["cluster"][obj - int(panel.starts[field])]) + 1) % 3
+    step("move", lambda: panel.curate.move_button.native.click())
+    step("re-predict (renumbered)", lambda: panel.curate.repredict_button.native.click())
+    panel.curate.a.value, panel.curate.b.value = 0, 1
+    step("merge", lambda: panel.curate.merge_button.native.click())
+    step("undo", lambda: panel.curate.undo_button.native.click())
+    step("refine", lambda: panel.curate.refine_button.native.click())
+    step("re-predict (anew)", lambda: panel.curate.repredict_button.native.click())
+    out = Path(tempfile.mkdtemp(prefix="ticlust_dock_export_"))
+    step("export objects", lambda: panel.export.export_objects(out / "objects.csv"))
+    step("export gallery", lambda: panel.export.export_gallery(out / "gallery"))
+    step("export shares", lambda: panel.export_shares(out / "shares.csv"))
+    step("switch field", lambda: panel.pick(7))
+    until = time.perf_counter() + 1.0
+    row["idle_freeze_s"] = measure(lambda: None, lambda: time.perf_counter() > until)["freeze_s"]
+    row["steps"] = steps
+    row["load_after"] = load()
+    viewer.close()
+    shutil.rmtree(out, ignore_errors=True)
+    print(json.dumps(row))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    one = sub.add_parser("inspector")
+    one.add_argument("--objects", type=int, default=20)
+    one.add_argument("--threads", type=int, default=2)
+    one.add_argument("--methods", nargs="+", default=list(FITS))
+    gui = sub.add_parser("freeze")
+    gui.add_argument("--fields", type=int, default=400)
+    gui.add_argument("--plate-dir", default="/tmp/ticlust_plate_dock")
+    gui.add_argument("--sample", type=int, default=2000, help="the fit sample's size")
+    args = parser.parse_args()
+    inspector(args) if args.what == "inspector" else freeze(args)
+
+
+if __name__ == "__main__":
+    main()

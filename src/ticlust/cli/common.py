@@ -1,0 +1,125 @@
+"""What the ``ticlust`` commands share: the options of cutting objects and of where steps run, the checks of
+output files, warnings shown as notes, and an error turned into one sentence and exit status 2."""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import warnings
+from pathlib import Path
+
+from ..core.atomic import check_outputs
+from ..errors import InputError
+
+#: What ``fit`` and ``predict`` say when a crop option comes without a label image.
+CROP_NEEDS_LABELS = ("--keep-border, --crop-size, --channel, --rescale, --(no-)orient and --(no-)normalize only "
+                     "apply with --labels MASK.")
+
+
+def guarded(command, args) -> int:
+    """``command(args)``'s exit status; a bad input is one ``ticlust: error:`` sentence and status 2, and any other
+    error one line too (its traceback with --debug), so that a user never reads a traceback they cannot act on."""
+    try:
+        return command(args)
+    except InputError as exc:
+        print(f"ticlust: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:            # `ticlust methods | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        print("ticlust: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:           # a bug or an environment fault: one line, the traceback on --debug
+        if args.debug:
+            raise
+        print(f"ticlust: error: {type(exc).__name__}: {exc}. This is unexpected: run again with --debug for the "
+              "traceback and report it.", file=sys.stderr)
+        return 2
+
+
+@contextlib.contextmanager
+def notes():
+    """Every warning raised inside, each time it is raised, as a ``ticlust: note: ...`` line on stderr (a terminal
+    user reads the library's warnings as notes, without Python's file and line)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *a, **k: print(f"ticlust: note: {message}", file=sys.stderr)
+        yield
+
+
+def crop_options(parser, note: str) -> None:
+    """The options of cutting objects out of a field, shared by ``fit --labels``, ``predict --labels`` and
+    ``extract``."""
+    parser.add_argument("--keep-border", action="store_true", help=f"{note}keep objects that touch the image border")
+    parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: fits the largest object)")
+    parser.add_argument("--channel", type=int, help=f"{note}keep this channel of a multi-channel field")
+    parser.add_argument("--rescale", action="store_true", help=f"{note}zoom every object to fill the crop")
+    parser.add_argument("--orient", action=argparse.BooleanOptionalAction,
+                        help=f"{note}turn every object's major axis along x (default: on)")
+    parser.add_argument("--normalize", action=argparse.BooleanOptionalAction,
+                        help=f"{note}divide every object by its mean brightness (default: on)")
+
+
+def cluster_options(parser, what: str) -> None:
+    """Where the per-field / per-chunk steps run (docs/cluster.md): this process, a local dask cluster, a running one."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=int, metavar="N", help=f"{what} on a local dask cluster of N worker processes "
+                       "started for this run (default: in this process)")
+    where.add_argument("--scheduler", metavar="ADDRESS", help=f"{what} on a running dask cluster, e.g. "
+                       "tcp://HOST:8786 (its workers must see the same paths)")
+
+
+def crop_given(args) -> bool:
+    """Whether any of :func:`crop_options` was given."""
+    return args.keep_border or args.rescale or args.orient is not None or args.normalize is not None \
+        or args.crop_size is not None or args.channel is not None
+
+
+def route_defaults(args) -> None:
+    """The objects route's defaults where no --(no-)orient / --(no-)normalize was given."""
+    from ..objects.crops import ROUTE_OPTIONS
+
+    for name, default in ROUTE_OPTIONS.items():
+        if getattr(args, name) is None:
+            setattr(args, name, default)
+
+
+def check_in_process(args, done: str) -> None:
+    """Refuse --workers / --scheduler for a stack or a field, which is ``done`` ("fitted", "assigned") here."""
+    if args.workers is not None or args.scheduler is not None:
+        raise InputError("--workers and --scheduler apply to an object store (ticlust extract): a stack or a field is "
+                         f"{done} in this process.")
+
+
+def at_least_one(text: str) -> int:
+    """An argparse type: a whole number of at least 1 (anything else is argparse's one-line error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be a whole number of at least 1")
+    return value
+
+
+def check_writable(flag: str, path: Path) -> None:
+    """Fail before a long fit, not after it, when an output file cannot be written."""
+    existed = path.exists()
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise InputError(f"{flag} {path}: cannot write there ({exc.strerror}): choose a file in a folder that exists and is writable.") from None
+    if not existed:
+        path.unlink()
+
+
+def check_files(inputs: dict, outputs: dict) -> None:
+    """Before any work: no output is an input or another output (``check_outputs``), and every output given
+    can be written (``inputs`` / ``outputs``: flag → path, None for not given)."""
+    check_outputs(inputs, outputs)
+    for flag, target in outputs.items():
+        if target is not None:
+            check_writable(flag, Path(target))

@@ -1,0 +1,132 @@
+"""``ticlust predict``: every object of a store, or the items of a stack or of a field (--labels), assigned with
+a saved result, chunk by chunk."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ..core.atomic import check_outputs
+from ..errors import InputError
+from ..io.readers import folder_images, read_input
+from .common import (CROP_NEEDS_LABELS, check_files, check_in_process, cluster_options, crop_given, crop_options,
+                     notes, route_defaults)
+
+
+def add_parser(sub, common) -> None:
+    predict = sub.add_parser("predict", parents=[common], help="assign every object of a store (or a stack, or a "
+                             "field with --labels) with a saved result, in chunks, resumable on a store")
+    predict.add_argument("result", help="a result file written by ticlust fit -o")
+    predict.add_argument("input", help="an object store (ticlust extract), a stack (.npz, .npy, .tif, a folder of "
+                         "images, landmarks), or a field image with --labels MASK")
+    predict.add_argument("--labels", help="label image of INPUT: assign its objects (cut as ticlust fit --labels does)")
+    predict.add_argument("--key", help="array name inside an .npz input (default: the first)")
+    predict.add_argument("--csv", help="write the table (one row per object or item, with cluster, score, runner_up) here")
+    predict.add_argument("--parquet", help="write the same table as Parquet here")
+    predict.add_argument("--batch-size", type=int, help=f"items assigned at once (default: {4096})")
+    predict.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    predict.add_argument("--quiet", action="store_true", help="no progress bar")
+    predict.add_argument("--save-aligned", action="store_true", help="INPUT an object store: also write every object "
+                         "aligned with its prototype into the store, part by part (methods that align)")
+    crop_options(predict, "with --labels: ")
+    cluster_options(predict, "assign the store's parts")
+
+
+def run(args) -> int:
+    """``ticlust predict RESULT INPUT``: a store (every object, into the store and --csv/--parquet), a stack
+    or a field with --labels (into --csv/--parquet), chunk by chunk with progress."""
+    from ..plate.run import is_store
+
+    if args.batch_size is not None:
+        from ..core.validation import check_batch_size
+
+        check_batch_size(args.batch_size)
+    return _predict_store(args) if is_store(args.input) else _predict_stack(args)
+
+
+def _predict_store(args) -> int:
+    """Every object of the store, resumable: into the store, and --csv/--parquet when given."""
+    from ..plate.run import predict_store
+
+    if args.labels is not None or crop_given(args) or args.key is not None:
+        raise InputError("--labels, --key and the crop options do not apply to an object store: its objects were "
+                         "cut by ticlust extract.")
+    check_outputs({"RESULT": args.result}, {"--csv": args.csv, "--parquet": args.parquet})
+    with notes():
+        done = predict_store(args.result, args.input, device=args.device, batch_size=args.batch_size,
+                             progress=not args.quiet, csv=args.csv, parquet=args.parquet, workers=args.workers,
+                             scheduler=args.scheduler, save_aligned=args.save_aligned)
+    kept = f" ({done.skipped} of {done.parts} parts were predicted by this result already)" if done.skipped else ""
+    print(f"{done.method}: {done.objects} objects of {done.parts} fields assigned in {done.seconds:.1f} s{kept}")
+    if done.sample_size is not None:
+        print(f"fit sample: {done.sample_size - done.sample_changed} of {done.sample_size} objects got the cluster "
+              f"they had in the fit ({done.sample_changed} differ)")
+    for path in done.outputs:
+        print(f"wrote {path}")
+    return 0
+
+
+def _predict_stack(args) -> int:
+    """The items of a stack, or the objects of a field with --labels, in this process: into --csv/--parquet."""
+    from ..plate.run import predict_stream
+    from ..api import load_result
+
+    check_in_process(args, "assigned")
+    if args.save_aligned:
+        raise InputError("--save-aligned writes into an object store (ticlust extract): for a stack or a field, use "
+                         "ticlust.predict(result, items, aligned=True) in Python.")
+    if args.csv is None and args.parquet is None:
+        raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
+                         "object store keeps them itself).")
+    check_files({"RESULT": args.result, "INPUT": args.input, "--labels": args.labels},
+                {"--csv": args.csv, "--parquet": args.parquet})
+    result = load_result(args.result)
+    data, columns = _items(args, result)
+    with notes():
+        assigned = predict_stream(result, data, device=args.device, batch_size=args.batch_size, progress=not args.quiet)
+    import pandas as pd
+
+    table = pd.DataFrame({**columns, **assigned})
+    for target, write in ((args.csv, lambda p: table.to_csv(p, index=False)),
+                          (args.parquet, lambda p: table.to_parquet(p, index=False))):
+        if target is not None:
+            write(target)
+            print(f"wrote {target}")
+    sizes = np.bincount(assigned["cluster"], minlength=int(np.shape(result.scores)[1]))
+    print(f"{result.method}: {len(table)} items assigned; cluster sizes: {', '.join(map(str, sizes))}")
+    return 0
+
+
+def _items(args, result):
+    """INPUT's items and their table columns: with --labels its objects (cut as the options given say, else as
+    the result's own objects were cut) and their object table, else the items named by file or numbered."""
+    from ..objects.route import objects_route
+
+    data, _ = read_input(args.input, key=args.key)
+    if args.labels is not None:
+        mask, _ = read_input(args.labels)
+        route = objects_route(data, mask, result.method, {}, **_cut_options(args, result))
+        return route.items, {c: np.asarray(v) for c, v in route.table.items()}
+    if crop_given(args):
+        raise InputError(CROP_NEEDS_LABELS)
+    names = [p.name for p in folder_images(args.input)] if Path(args.input).is_dir() else None
+    return data, {"item": np.asarray(names) if names is not None else np.arange(int(data.shape[0]))}
+
+
+def _cut_options(args, result) -> dict:
+    """How a field's objects are cut for ``result``: the crop options given with the route's defaults for the
+    rest, or, with none given, as the result's objects were cut (its store's or its fit's record)."""
+    from ..methods import get_method
+    from ..plate.view import route_options
+
+    if crop_given(args):
+        route_defaults(args)
+        shape = np.shape(result.prototypes)
+        size = args.crop_size if args.crop_size is not None else (
+            None if get_method(result.method).inputs == ("landmarks",) else int(shape[1]))
+        return dict(size=size, keep_border=args.keep_border, channel=args.channel, rescale=args.rescale,
+                    orient=args.orient, normalize=args.normalize)
+    options = route_options(result)
+    if get_method(result.method).inputs == ("landmarks",):
+        options["size"] = None
+    return options

@@ -1,0 +1,122 @@
+"""PCA from float32 rows held in memory, in float64 and chunk by chunk (generators yield a Progress per chunk): the
+covariance, or for more features than items the N×N Gram matrix (its dual), their leading eigenpairs (exact or
+randomized), and the projection; POC (projected orthogonal complement, PSSC's Eq. 4) drops the leading directions.
+PSSC's stage 2 (pssc, rigid-pssc).
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..events import Progress
+
+
+def covariance_steps(x: np.ndarray, device: torch.device, chunk: int = 2048):
+    """Generator (yields Progress per chunk): mean (F,) and covariance (F, F), both float64, from float32 rows."""
+    n, f = x.shape
+    mean = feature_mean(x, device, chunk)
+    mean32 = mean.float()
+    cov = torch.zeros((f, f), dtype=torch.float64, device=device)
+    steps = -(-n // chunk)
+    for i, s in enumerate(range(0, n, chunk)):
+        xc = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+        cov += (xc.T @ xc).double()
+        yield Progress(i + 1, steps, stage="PCA covariance")
+    return mean, cov / n
+
+
+DUAL_PCA_FEATURES = 8192   # above this many features (a 512 MiB float64 covariance), PCA goes through the N×N Gram matrix
+
+
+def feature_mean(x: np.ndarray, device: torch.device, chunk: int = 2048) -> torch.Tensor:
+    """Mean (F,) in float64 of float32 rows, in chunks."""
+    total = torch.zeros(x.shape[1], dtype=torch.float64, device=device)
+    for s in range(0, x.shape[0], chunk):
+        total += torch.as_tensor(x[s:s + chunk], device=device).sum(0, dtype=torch.float64)
+    return total / x.shape[0]
+
+
+def gram_steps(x: np.ndarray, device: torch.device, chunk: int = 1024):
+    """Generator (yields Progress per block row): mean (F,) and the centred Gram matrix Xc Xc^T / N (N, N),
+    float64 — the dual of the covariance: the same nonzero eigenvalues, for N < F."""
+    n = x.shape[0]
+    mean = feature_mean(x, device)
+    mean32 = mean.float()
+    gram = torch.zeros((n, n), dtype=torch.float64, device=device)
+    starts = list(range(0, n, chunk))
+    for i, s in enumerate(starts):
+        rows = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+        for t in starts[i:]:
+            block = (rows @ (torch.as_tensor(x[t:t + chunk], device=device) - mean32).T).double()
+            gram[s:s + len(rows), t:t + block.shape[1]] = block
+            gram[t:t + block.shape[1], s:s + len(rows)] = block.T
+        yield Progress(i + 1, len(starts), stage="PCA Gram matrix")
+    return mean, gram / n
+
+
+def dual_basis(x: np.ndarray, mean: torch.Tensor, vecs: torch.Tensor, vals: torch.Tensor, device: torch.device,
+               chunk: int = 1024):
+    """Generator: covariance eigenvectors (F, d) from Gram eigenpairs: w = Xc^T v / sqrt(N λ)."""
+    mean32 = mean.float()
+    out = torch.zeros((x.shape[1], vecs.shape[1]), dtype=torch.float64, device=device)
+    steps = -(-x.shape[0] // chunk)
+    for i, s in enumerate(range(0, x.shape[0], chunk)):
+        rows = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+        out += (rows.T @ vecs[s:s + len(rows)].float()).double()
+        yield Progress(i + 1, steps, stage="PCA basis")
+    return out / torch.sqrt(x.shape[0] * vals.clamp_min(1e-12))[None]
+
+
+def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Generator, power: int = 2) -> tuple[torch.Tensor, torch.Tensor]:
+    """The d leading eigenpairs (descending) of a symmetric PSD matrix.
+
+    ``eigh``: exact, all F eigenpairs (float64). ``randomized``: subspace iteration on a (d + 10)-
+    dimensional random start with ``power`` multiplications, then Rayleigh-Ritz (Halko et al. 2011).
+    """
+    f = cov.shape[0]
+    if solver == "eigh" or d + 10 >= f:
+        vals, vecs = torch.linalg.eigh(cov)
+        return vals.flip(0)[:d], vecs.flip(1)[:, :d]
+    c32 = cov.float()
+    g = torch.from_numpy(rng.standard_normal((f, d + 10)).astype(np.float32)).to(cov.device)
+    q = torch.linalg.qr(c32 @ g).Q
+    for _ in range(power):
+        q = torch.linalg.qr(c32 @ q).Q
+    small = (q.T @ c32 @ q).double()
+    vals, vecs = torch.linalg.eigh((small + small.T) / 2)
+    vecs = q.double() @ vecs
+    return vals.flip(0)[:d], vecs.flip(1)[:, :d]
+
+
+def project_steps(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096):
+    """Generator (yields Progress per chunk): (x - mean) @ basis, float32 on ``device``."""
+    m32, b32 = mean.float().to(device), basis.float().to(device)
+    out, steps = [], -(-x.shape[0] // chunk)
+    for i, s in enumerate(range(0, x.shape[0], chunk)):
+        out.append((torch.as_tensor(x[s:s + chunk], device=device) - m32) @ b32)
+        yield Progress(i + 1, steps, stage="PCA/POC projection")
+    return torch.cat(out)
+
+
+def pca_poc_steps(feats: np.ndarray, dim: int, poc: int, solver: str, device: torch.device, rng: np.random.Generator):
+    """Generator, stage 2: PCA to d = ``dim`` dimensions (capped by N-1 and the feature count) with the eigensolver
+    ``solver`` (:func:`top_eigenvectors`), then POC drops the ``poc`` leading ones (Eq. 4).
+
+    Returns the projected items z (N, d - poc), the feature mean (F,), the basis (F, d - poc) and the
+    d leading eigenvalues.
+    """
+    n, f = feats.shape
+    d = min(dim, f, n - 1)
+    n_poc = min(poc, d - 1)
+    if f > DUAL_PCA_FEATURES and n < f:        # large crops: the F×F covariance would not fit, N×N does
+        mean, gram = yield from gram_steps(feats, device)
+        yield Progress(2, 4, stage="PCA eigensolver")
+        eigvals, eigvecs = top_eigenvectors(gram, d, solver, rng)
+        eigvecs = yield from dual_basis(feats, mean, eigvecs, eigvals, device)
+    else:
+        mean, cov = yield from covariance_steps(feats, device)
+        yield Progress(2, 4, stage="PCA eigensolver")
+        eigvals, eigvecs = top_eigenvectors(cov, d, solver, rng)
+    basis = eigvecs[:, n_poc:]                                # POC: W' = [w_{n+1} .. w_d] (Eq. 4)
+    z = yield from project_steps(feats, mean, basis, device)
+    return z, mean, basis, eigvals

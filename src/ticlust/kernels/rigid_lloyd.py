@@ -1,0 +1,102 @@
+"""Lloyd's k-means under the rigid distance: d(x, μ) = min over angles, flips and integer shifts of
+||x − μ turned and shifted||², every pose searched exhaustively (``transforms.rigid.rigid_search``).
+
+rigid-kmeans fits with it (then may merge its prototypes or refine them with the aligned Lloyd), and rigid-pssc
+poses its items with it before PSSC. The images are read from the stack block by block (a
+:class:`~ticlust.core.stack.StackImages`, or a tensor in hand): the whole stack is never held at once. The config
+is rigid-kmeans' or a :class:`RigidLloydConfig`: what the search and the loop read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from ..core.stack import from_nchw
+from ..events import Progress, Snapshot
+from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, rigid_search, shift_pixels
+from .kmeans import keep_pinned
+
+#: Items carried onto their prototype's frame at once (centroid means, aligned outputs).
+WARP_BLOCK = 2048
+
+
+@dataclass
+class RigidLloydConfig:
+    """The rigid search and its Lloyd loop: K, the mirror, the angles (0: from the crop size), the largest shift as a
+    fraction of the half image side, the most iterations and the items searched at once (rigid-kmeans' defaults)."""
+
+    k: int
+    flip: bool = False
+    angles: int = 0
+    max_shift: float = SHIFT_FRACTION
+    max_iter: int = 20
+    batch_size: int = 512
+
+
+def rigid_match(x, mu: torch.Tensor, cfg: Any) -> RigidMatch:
+    """The best rigid pose of every item x (N, C, H, W; a tensor or a StackImages, read ``cfg.batch_size`` at a time)
+    against every prototype mu (K, C, H, W), on the config's angles, flip and shift window."""
+    return rigid_search(x, mu, n_angles=cfg.angles or None, flip=cfg.flip,
+                        max_shift=shift_pixels(cfg.max_shift, tuple(x.shape[-2:])), block=cfg.batch_size)
+
+
+def rigid_kmeans_plus_plus(x, cfg: Any, rng: np.random.Generator) -> torch.Tensor:
+    """k-means++ seeds under the rigid distance (each new seed drawn ∝ its distance to the nearest seed)."""
+    n = x.shape[0]
+    chosen = [int(rng.integers(n))]
+    d2 = rigid_match(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double()
+    for _ in range(1, cfg.k):
+        p = d2.clamp_min(0).cpu().numpy()
+        p = p / p.sum() if p.sum() > 0 else np.full(n, 1.0 / n)
+        chosen.append(int(rng.choice(n, p=p)))
+        d2 = torch.minimum(d2, rigid_match(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double())
+    return x[chosen].clone()
+
+
+def rigid_centroids(x, mu: torch.Tensor, theta: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+    """Each centroid the mean of its members carried onto its frame; an emptied one restarts on the worst-fitted item."""
+    k = mu.shape[0]
+    sums = torch.zeros_like(mu)
+    for s in range(0, x.shape[0], WARP_BLOCK):
+        sums.index_add_(0, labels[s:s + WARP_BLOCK], aligned_items(x[s:s + WARP_BLOCK], theta[s:s + WARP_BLOCK]))
+    counts = torch.bincount(labels, minlength=k)
+    new = sums / counts.clamp_min(1).to(mu.dtype).view(-1, 1, 1, 1)
+    empty = torch.nonzero(counts == 0).flatten()
+    if len(empty):
+        worst = torch.argsort(scores, descending=True)[: len(empty)]
+        new[empty] = x[worst]
+    return new
+
+
+def aligned_stack(x, theta: torch.Tensor) -> torch.Tensor:
+    """Every item carried onto its prototype's frame by its pose theta (N, 6), ``WARP_BLOCK`` items at a time."""
+    return torch.cat([aligned_items(x[s:s + WARP_BLOCK], theta[s:s + WARP_BLOCK]) for s in range(0, x.shape[0], WARP_BLOCK)])
+
+
+def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torch.Tensor | None = None):
+    """Lloyd iterations from centroids mu (generator: a Progress per iteration, a Snapshot of the centroids in the
+    stack's layout after each update) until no label changes or ``cfg.max_iter``; ``pinned`` ≥ 0 keeps those items
+    in that cluster. Returns (centroids, the last search's RigidMatch, labels, distortion history, iterations)."""
+    history, prev, it = [], None, 0
+    for it in range(1, cfg.max_iter + 1):
+        match = rigid_match(x, mu, cfg)
+        labels = keep_pinned(match.score.argmin(1), pinned)
+        own = match.score.gather(1, labels[:, None])[:, 0]
+        history.append(float(own.sum()) / x.shape[0])
+        yield Progress(it, cfg.max_iter, history[-1], f"Lloyd iteration {it}")
+        if prev is not None and torch.equal(prev, labels):
+            break
+        mu = rigid_centroids(x, mu, match.assigned(labels).theta, labels, own)
+        prev = labels
+        yield Snapshot(from_nchw(mu, channels_last).cpu().numpy())
+    return mu, match, labels, history, it
+
+
+def rigid_kmeans_steps(x, cfg: Any, rng: np.random.Generator, channels_last: bool):
+    """Rigid k-means from k-means++ seeds (generator, as :func:`rigid_lloyd`, which it returns the end of)."""
+    yield Progress(0, cfg.max_iter, stage="rigid k-means++ seeds")
+    mu = rigid_kmeans_plus_plus(x, cfg, rng)
+    return (yield from rigid_lloyd(x, mu, cfg, channels_last))
