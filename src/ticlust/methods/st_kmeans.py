@@ -35,7 +35,8 @@ from ..core.scratch import RowScratch, host_index
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Schedule, Ticker, lower
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, kmeans_plus_plus
-from ..kernels.aligned_lloyd import AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker, starting
+from ..kernels.aligned_lloyd import (AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker, relabelled,
+                                     starting)
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param, start_param
 
@@ -188,8 +189,9 @@ def _minibatch(run: AlignedRun, mu: torch.Tensor, rng: np.random.Generator):
             idx = order[s]
             batch_moments = moments.rows(idx)
             x, targets = run.x.rows(idx), run.aligner.pyramid(mu)
-            aligned = yield from run.aligner.align(x, targets, starting(cfg.start, run.aligner, x, targets, pairs.rows(idx)),
-                                                   schedule, batch_moments)
+            begin = starting(cfg.start, run.aligner, x, targets, pairs.rows(idx))
+            aligned = yield from relabelled(run.aligner.align(x, targets, begin, schedule, batch_moments),
+                                            f"mini-batch epoch {epoch}")
             moments.store(idx, batch_moments, n)
             pairs[idx] = aligned
             lab = aligned.losses.argmin(1)
@@ -200,11 +202,11 @@ def _minibatch(run: AlignedRun, mu: torch.Tensor, rng: np.random.Generator):
                 warped = run.aligner.warp_pairs(run.x.full[idx], aligned.assigned(lab).as_pairs())[:, 0]
                 _running_mean_update(mu, counts, lab, warped)
         history.append(total / n)
-        yield Progress(ticker.step, ticker.total, history[-1], f"epoch {epoch}")
+        yield Progress(ticker.step, ticker.total, history[-1], f"mini-batch epoch {epoch}")
         yield Snapshot(run.items(mu))
         if epoch > 1 and changed == 0:
             break
-    yield from run.align_all(mu, pairs, Schedule.of(cfg, ticker))
+    yield from relabelled(run.align_all(mu, pairs, Schedule.of(cfg, ticker)), "final assignment")
     labels = pairs.losses.argmin(1)
     history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
     return mu, pairs, labels, history, epoch
@@ -420,6 +422,7 @@ class STKMeans(AIKMeans):
         affine = dataclasses.replace(run, aligner=super().aligner(run.cfg, run.aligner.size, run.aligner.device))
         ticker = lloyd_ticker(run, stages=2)
         mu, coarse, _, history, iters = yield from aligned_lloyd(affine, mu, pinned, ticker=ticker)
+        ticker.step = max(ticker.step, ticker.total // 2)   # the affine stage's unused iterations are not still to come
         pairs = run.warm_start()
         pairs.start_from(coarse)
         coarse.close()

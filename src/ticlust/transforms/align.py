@@ -534,18 +534,21 @@ class Aligner:
         q = start.nu if tps else start.theta
         loss, hess, grad = evaluate(q)
         damping = torch.full_like(loss, damping)
-        for _ in range(iterations):
+        for it in range(iterations):
             curvature = hess.diagonal(dim1=-2, dim2=-1)
             floor = 1e-6 * curvature.mean(-1, keepdim=True) + 1e-12   # a flat pair (blank image) still solves
             factor = torch.linalg.cholesky_ex(hess + torch.diag_embed(damping[..., None] * (curvature + floor)))[0]
             step = torch.cholesky_solve(-grad[..., None], factor)[..., 0]   # symmetric positive definite: Cholesky
             trial = project([q + as_params(step)])[0]
-            t_loss, t_hess, t_grad = evaluate(trial)
+            last = it == iterations - 1   # the last trial's loss decides; its JᵀJ and Jᵀr would go unused
+            t_loss, t_hess, t_grad = evaluate(trial, slopes=not last)
             better = t_loss < loss
             q = torch.where(better.view(*better.shape, *[1] * (q.ndim - 2)), trial, q)
+            loss = torch.where(better, t_loss, loss)
+            if last:
+                break
             hess = torch.where(better[..., None, None], t_hess, hess)
             grad = torch.where(better[..., None], t_grad, grad)
-            loss = torch.where(better, t_loss, loss)
             damping = torch.where(better, damping / LM_SHRINK, damping * LM_GROW)
         out = warps(q)
         out.losses = loss
@@ -564,14 +567,17 @@ class Aligner:
         phi = phi.repeat(channels, 1)   # (CP, n): every channel's pixels in turn, as the images flatten
         rows, cols = torch.triu_indices(n, n, device=phi.device)   # JᵀJ is symmetric: each block's upper triangle
         outer = phi[:, rows] * phi[:, cols]   # (CP, n(n+1)/2)
-        slopes = image_slopes(x, self.padding)
+        slopes_of_x = image_slopes(x, self.padding)
         target = (mu if mu.ndim == x.ndim + 1 else mu[None]).flatten(-3)   # (B or 1, K, CP)
 
         def warps(q):
             return Alignments(start.theta, q) if tps else Alignments(q, start.nu)
 
-        def evaluate(q):
-            sampled = self.warp_pairs(slopes, warps(q), low).flatten(-2).unflatten(2, (3, channels)).flatten(-2)
+        def evaluate(q, slopes=True):
+            if not slopes:   # the loss alone: the items sampled without their slopes, summed as below
+                residual = self.warp_pairs(x, warps(q), low).flatten(-3) - target
+                return (residual * residual).sum(-1), None, None
+            sampled = self.warp_pairs(slopes_of_x, warps(q), low).flatten(-2).unflatten(2, (3, channels)).flatten(-2)
             value, gx, gy = sampled.unbind(2)   # (B, K, CP) each
             residual = value - target
             products = torch.empty(5, *gx.shape, device=gx.device, dtype=gx.dtype)   # written in place: no stacking copy
