@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from .device import describe, reproducible, resolve_device
-from ..events import Done, Event, Progress
+from ..events import Done, Event, Progress, each_progress
 
 Sink = Callable[[Event], None]
 
@@ -136,14 +136,10 @@ def best_of(candidates, label: Callable[[int, int], str]):
 def with_eta(events):
     """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace)."""
     pace = StagePace()
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(event, Progress):
-            event.eta = pace.eta(event.stage, event.step, event.total - event.step)
-        yield event
+
+    def fill(event):
+        event.eta = pace.eta(event.stage, event.step, event.total - event.step)
+    return (yield from each_progress(events, fill))
 
 
 class StagePace:

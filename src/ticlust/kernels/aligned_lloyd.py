@@ -21,7 +21,7 @@ import torch
 
 from ..core.scratch import RowScratch, host_index
 from ..core.stack import Stack, StackImages, from_nchw, to_nchw
-from ..events import Progress, Snapshot, drain
+from ..events import Progress, Snapshot, drain, each_progress
 from ..result import Assignments
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Pyramid, Schedule, Ticker, lower
@@ -222,14 +222,7 @@ def _aligner_on(aligner: Aligner, device) -> Aligner:
 def relabelled(events, stage: str):
     """``events`` passed through (generator; returns their return value), every Progress named ``stage``: the
     alignment engine's own names (its sub-stages) would make a front end's pace estimate start over at each."""
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(event, Progress):
-            event.stage = stage
-        yield event
+    return (yield from each_progress(events, lambda event: setattr(event, "stage", stage)))
 
 
 def lloyd_stage(run: AlignedRun, iteration: int, aligned: int) -> str:
