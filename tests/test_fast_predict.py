@@ -16,7 +16,9 @@ from ticlust.objects.route import objects_route
 from ticlust.datasets.samples import glyphs_sample
 from ticlust.transforms.align import Aligner, Alignments
 
-FIT = dict(steps=6, affine_steps=4, max_iter=3, predict_steps=10)
+#: Short fits to predict from: Adam's few steps (``fit_align="adam"``) leave the deformable fit on the nuclei's kinds
+#: apart, where a fit aligned in full (Gauss-Newton, or Adam's default steps) bends them onto each other (ACC 0.53).
+FIT = dict(steps=6, affine_steps=4, max_iter=3, predict_steps=10, fit_align="adam")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -54,6 +54,19 @@ def drain(events):
             done = event.result
 
 
+def each_progress(events, change):
+    """``events`` passed through (generator; returns their return value), ``change(event)`` applied to every
+    Progress before it goes on: how a front end's ETA and a kernel's stage names are put on a run's events."""
+    while True:
+        try:
+            event = next(events)
+        except StopIteration as stop:
+            return stop.value
+        if isinstance(event, Progress):
+            change(event)
+        yield event
+
+
 def format_eta(eta: float | None) -> str:
     """How front ends show an ETA: honest about being an estimate at the current stage's pace (here, beside the
     events, so that a front end shows one without importing torch)."""

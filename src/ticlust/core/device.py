@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import warnings
 from contextlib import contextmanager
@@ -66,7 +67,7 @@ def reproducible(device: torch.device):
         if _entered == 0:
             _before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
                        torch.utils.deterministic.fill_uninitialized_memory)
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            _deterministic(device, True, warn_only=True)
             torch.utils.deterministic.fill_uninitialized_memory = False
         _entered += 1
     try:
@@ -75,8 +76,22 @@ def reproducible(device: torch.device):
         with _lock:
             _entered -= 1
             if _entered == 0:
-                torch.use_deterministic_algorithms(_before[0], warn_only=_before[1])
+                _deterministic(device, _before[0], warn_only=_before[1])
                 torch.utils.deterministic.fill_uninitialized_memory = _before[2]
+
+
+def _deterministic(device: torch.device, mode: bool, warn_only: bool) -> None:
+    """``torch.use_deterministic_algorithms``, which also sets the compiler's (inductor's) flag and so imports
+    torch's compiler: 2-4 CPU seconds on a 2-core machine, every CLI fit's and the first dock run's. A CPU run sets
+    the kernels' flag alone and the compiler's only where it is already imported (nothing on the CPU compiles by
+    default); a CUDA run, where DTI may compile, goes through torch's own call."""
+    if device.type == "cuda":
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+        return
+    compiler = sys.modules.get("torch._inductor.config")
+    if compiler is not None:
+        compiler.deterministic = mode
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 def with_oom_retry(work: Callable[[int], T], batch_size: int, min_batch_size: int = 1) -> T:

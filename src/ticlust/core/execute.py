@@ -31,7 +31,7 @@ import torch
 
 from .cpus import cpu_threads
 from .device import describe, reproducible, resolve_device
-from ..events import Done, Event, Progress
+from ..events import Done, Event, Progress, each_progress
 
 Sink = Callable[[Event], None]
 
@@ -138,14 +138,10 @@ def best_of(candidates, label: Callable[[int, int], str]):
 def with_eta(events):
     """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace)."""
     pace = StagePace()
-    while True:
-        try:
-            event = next(events)
-        except StopIteration as stop:
-            return stop.value
-        if isinstance(event, Progress):
-            event.eta = pace.eta(event.stage, event.step, event.total - event.step)
-        yield event
+
+    def fill(event):
+        event.eta = pace.eta(event.stage, event.step, event.total - event.step)
+    return (yield from each_progress(events, fill))
 
 
 class StagePace:

@@ -21,15 +21,18 @@ import torch
 
 from ..core.scratch import RowScratch, host_index
 from ..core.stack import Stack, StackImages, from_nchw, to_nchw
-from ..events import Progress, Snapshot, drain
+from ..events import Progress, Snapshot, drain, each_progress
 from ..result import Assignments
 from ..transforms import affine_matrix
-from ..transforms.align import Aligner, Alignments, Pyramid, Schedule, Ticker
+from ..transforms.align import Aligner, Alignments, Pyramid, Schedule, Ticker, lower
+from ..transforms.fast_fit import align_pairs, fit_schedule
 from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from .chunked import StoreSample
 from .kmeans import BISECT_BLOCK, bisect, keep_pinned, own_and_runner_up
 
 CPU_CHUNK = 512
+#: Relative roundoff allowed the stored pair losses where the repair move bounds a split's profit by them (``_elsewhere``).
+BOUND_SLACK = 1e-3
 PAIR_BYTES = 48   # bytes per pixel of one (image, centroid) alignment in flight: grids, warps, their gradients
 
 
@@ -163,7 +166,7 @@ def _e_step(aligner: Aligner, x: Pyramid, mu: Pyramid, start: Alignments, schedu
     from ``start``, each item assigned to its cheapest centroid (``pinned`` ≥ 0 kept), and the members'
     warped images summed per cluster. A pure function of its arguments, run chunk by chunk over the stack
     (``aligned_lloyd``); the M-step adds the chunks' sums in chunk order. Returns a :class:`_ChunkStep`."""
-    pairs = yield from aligner.align(x, mu, start, schedule)
+    pairs = yield from align_pairs(aligner, x, mu, start, schedule)
     labels = keep_pinned(pairs.losses.argmin(1), pinned)
     with torch.no_grad():
         warped = aligner.warp_pairs(x.full, pairs.assigned(labels).as_pairs())[:, 0]
@@ -216,7 +219,24 @@ def _aligner_on(aligner: Aligner, device) -> Aligner:
     return moved
 
 
-def _e_steps(run: AlignedRun, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinned: torch.Tensor | None):
+def relabelled(events, stage: str):
+    """``events`` passed through (generator; returns their return value), every Progress named ``stage``: the
+    alignment engine's own names (its sub-stages) would make a front end's pace estimate start over at each."""
+    return (yield from each_progress(events, lambda event: setattr(event, "stage", stage)))
+
+
+def lloyd_stage(run: AlignedRun, iteration: int, aligned: int) -> str:
+    """The name of a Lloyd fit's progress: the iteration, the warps it aligns with and the chunks aligned so far.
+    One text up to its numbers for every event of a Lloyd run, so a front end's ETA (the pace of a stage whose
+    name changes only in numbers) runs from the run's first chunk; ST's TPS stage is another stage."""
+    aligner = run.aligner
+    kind = "affine + TPS" if aligner.landmarks else aligner.linear
+    return (f"Lloyd iteration {iteration} ({kind} warps, {run.cfg.fit_align}): "
+            f"{aligned}/{len(chunks(run.stack.n, run.cfg.chunk))} chunks aligned")
+
+
+def _e_steps(run: AlignedRun, mu: Pyramid, pairs: Alignments, schedule: Schedule, pinned: torch.Tensor | None,
+             iteration: int = 1):
     """:func:`_e_step` on every chunk of the run's items (generator), each chunk's alignments written back into
     ``pairs`` as it is done; returns (labels (N,), warped sums (K, C, H, W) and counts (K,) per cluster, added
     in chunk order: the M-step's reduce). Here chunk by chunk, a Progress per Adam step; or, when the stack is
@@ -230,7 +250,8 @@ def _e_steps(run: AlignedRun, mu: Pyramid, pairs: Alignments, schedule: Schedule
         for i, s in enumerate(slices):
             x = run.x.rows(s)
             start = starting(run.cfg.start, run.aligner, x, mu, pairs.rows(s))
-            steps[i] = yield from _e_step(run.aligner, x, mu, start, schedule, own[i])
+            steps[i] = yield from relabelled(_e_step(run.aligner, x, mu, start, schedule, own[i]),
+                                             lloyd_stage(run, iteration, i))
             pairs[s], steps[i].pairs = steps[i].pairs, None
     else:
         ticker, ticks = schedule.ticker, (schedule.affine_steps if schedule.affine_steps > 0 else 0) + schedule.steps
@@ -242,32 +263,23 @@ def _e_steps(run: AlignedRun, mu: Pyramid, pairs: Alignments, schedule: Schedule
             loss = float(step.pairs.losses.min(1).values.mean())
             pairs[slices[i]], step.pairs, steps[i] = step.pairs, None, step
             ticker.step += ticks - 1
-            yield ticker.tick(f"alignment: {done}/{len(slices)} chunks", loss)
+            yield ticker.tick(lloyd_stage(run, iteration, done), loss)
     sums, counts = steps[0].sums, steps[0].counts
     for step in steps[1:]:
         sums, counts = sums + step.sums, counts + step.counts
     return torch.cat([step.labels for step in steps]), sums, counts
 
 
-def lower(a: Alignments, b: Alignments) -> Alignments:
-    """Per pair, whichever of two alignments of the same pairs has the lower loss."""
-    better = a.losses < b.losses
-
-    def pick(u, v):
-        return None if u is None else torch.where(better.view(*better.shape, *[1] * (u.ndim - 2)), u, v)
-    return Alignments(pick(a.theta, b.theta), pick(a.nu, b.nu), torch.minimum(a.losses, b.losses))
-
-
 def _members_warped(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Tensor, c: int, chunk: int) -> RowScratch:
     """The members of cluster c warped by their own warps, one flat row each (n_c, P), written into a scratch
-    (on disk when large) chunk by chunk: one cluster's, and never held whole."""
+    (on disk when large) chunk by chunk: one cluster's, and never held whole; only the members are warped."""
     members = labels == c
     warped, at = None, 0
     with torch.no_grad():
         for s in chunks(x.shape[0], chunk * 8):
             mine = members[s]
             if bool(mine.any()):
-                rows = aligner.warp_pairs(x[s], own.rows(s).as_pairs())[:, 0][mine].flatten(1)
+                rows = aligner.warp_pairs(x[s][mine], own.rows(s).rows(mine).as_pairs())[:, 0].flatten(1)
                 if warped is None:
                     warped = RowScratch(int(members.sum()), {"warped": (rows.shape[1],)})
                 warped.write("warped", slice(at, at + len(rows)), rows.cpu().numpy())
@@ -291,11 +303,18 @@ def _halves(aligner: Aligner, x: torch.Tensor, own: Alignments, labels: torch.Te
     return sse1, gain, halves
 
 
-def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments | WarmStart, labels: torch.Tensor, j: int, means, chunk: int):
+def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments | WarmStart, labels: torch.Tensor, j: int, means, chunk: int,
+               centre: torch.Tensor | None = None):
     """Each item's cheapest place other than its own cluster while cluster j splits: another cluster (its
     stored warp) or, on its warp onto j, one of j's half means. Returns costs (N,) and places (N,): a
-    cluster, j for the first half, -1 for the second."""
+    cluster, j for the first half, -1 for the second. With ``centre`` (centroid j, where ``pairs.losses`` were
+    priced) nothing is warped: a half mean's cost is bounded below by the triangle inequality,
+    ||w − m|| ≥ ||w − μ_j|| − ||μ_j − m||, so the costs are lower bounds (the places are not computed: None)."""
     _, cost, place = own_and_runner_up(pairs.losses.index_fill(1, torch.tensor([j], device=labels.device), math.inf), labels)
+    if means is not None and centre is not None:
+        apart = torch.linalg.vector_norm(means - centre.reshape(1, -1).to(means), dim=1)   # (2,)
+        near = pairs.losses[:, j].clamp_min(0).sqrt() * (1 - BOUND_SLACK)   # roundoff of the stored losses
+        return torch.minimum(cost, ((near[:, None] - apart[None]).clamp_min(0) ** 2).min(1).values), None
     if means is not None:
         onto_j = pairs.column(j)
         values, indices = [], []
@@ -312,26 +331,38 @@ def _elsewhere(aligner: Aligner, x: torch.Tensor, pairs: Alignments | WarmStart,
     return cost, place
 
 
-def reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments | WarmStart, labels: torch.Tensor, chunk: int) -> tuple[int, int] | None:
+def reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments | WarmStart, labels: torch.Tensor, chunk: int,
+           mu: torch.Tensor | None = None) -> tuple[int, int] | None:
     """Repair move for two centroids on one group and two groups under one (ours; the paper has none):
     drop centroid a and split cluster j in two (2-means of its members warped onto it, ``_halves``), a
     taking the second half with j's warps; a's members go to their cheapest other place (``_elsewhere``).
     Priced on the warps in hand, the best (a, j) is made (labels and ``pairs`` in place) only when j's
     split gain beats a's drop cost (Σ cheapest other place − SSE₁(a)); since SSE₁ ≤ the assigned costs,
-    the distortion after the centroid update is then below the current one (monotone). Returns (a, j) or None."""
+    the distortion after the centroid update is then below the current one (monotone). Returns (a, j) or None.
+    ``mu``: the centroids ``pairs.losses`` were priced at; given, a split j whose profit is bounded by the floor for
+    every a (``_elsewhere``'s bounds, no warping) is not priced further: the same move, at a fraction of the warps."""
     k, losses = pairs.losses.shape[1], pairs.losses
     if k < 2:
         return None
+    floor = 1e-6 * float(losses.gather(1, labels[:, None]).sum())
     sse1, gain, halves = _halves(aligner, x, pairs.assigned(labels), labels, k, chunk)
     drop, places = torch.full((k, k), math.inf, dtype=torch.float64), {}
-    for j in range(k):
-        cost, places[j] = _elsewhere(aligner, x, pairs, labels, j, halves.get(j, (None,))[0], chunk)
+
+    def drop_costs(cost, j):   # (K,): Σ over each cluster a's members of their cheapest other place, − SSE₁(a)
         cost = torch.where(labels == j, torch.zeros_like(cost), cost).double().cpu()
-        drop[:, j] = torch.zeros(k, dtype=torch.float64).index_add_(0, labels.cpu(), cost) - sse1
+        return torch.zeros(k, dtype=torch.float64).index_add_(0, labels.cpu(), cost) - sse1
+    for j in range(k):
+        means = halves.get(j, (None,))[0]
+        if mu is not None and means is not None:
+            drop[:, j] = drop_costs(_elsewhere(aligner, x, pairs, labels, j, means, chunk, centre=mu[j])[0], j)
+            if bool(((gain[j] - drop[:, j]).index_fill(0, torch.tensor([j]), -math.inf) <= floor).all()):
+                continue                    # no a pays for this split even at the bound: never the move
+        cost, places[j] = _elsewhere(aligner, x, pairs, labels, j, means, chunk)
+        drop[:, j] = drop_costs(cost, j)
     profit = gain[None, :] - drop
     profit.fill_diagonal_(-math.inf)
     a, j = divmod(int(profit.argmax()), k)
-    if not float(profit[a, j]) > 1e-6 * float(losses.gather(1, labels[:, None]).sum()):
+    if not float(profit[a, j]) > floor:
         return None
     dropped = labels == a
     labels[dropped] = torch.where(places[j] < 0, a, places[j])[dropped]
@@ -457,16 +488,17 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
     distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = lloyd_ticker(run) if ticker is None else ticker
-    schedule = Schedule.of(cfg, ticker)
+    schedule = fit_schedule(cfg, ticker)
     pairs = run.warm_start() if pairs is None else pairs
     history, prev = [], None
+    yield Progress(ticker.step, ticker.total, float("nan"), lloyd_stage(run, done + 1, 0))   # the pace's start
     for it in range(1, cfg.max_iter + 1):
-        labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, schedule, pinned)
+        labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, schedule, pinned, done + it)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
-        yield Progress(ticker.step, ticker.total, history[-1], f"Lloyd iteration {done + it}")
+        yield Progress(ticker.step, ticker.total, history[-1], lloyd_stage(run, done + it, len(chunks(n, cfg.chunk))))
         if it == cfg.max_iter:
             break
-        move = reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk) if cfg.reseed and pinned is None else None
+        move = reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk, mu) if cfg.reseed and pinned is None else None
         if move is not None:            # labels moved: the members' warped sums are taken again
             run.repairs.append((done + it, *move))
         if prev is not None and torch.equal(prev, labels) and move is None:

@@ -4,7 +4,8 @@ The distance of a datum x to a centroid μ is d(x, μ) = min_ν ||T(x, ν) − �
 datum resampled (bilinear, zero outside) through a thin-plate spline on a g×g landmark grid (App. E)
 — or through an affine map for ``ai-kmeans``. All N×K alignments are solved at once on the device
 with Adam: first an affine pre-alignment of low-pass-filtered images (App. B), then the landmark
-displacements at full resolution. Assignment is by argmin, the centroid is the mean of the warped
+displacements at full resolution (the Lloyd fit takes these stages by a few Levenberg-Marquardt iterations
+by default, ``fit_align``: ``transforms.fast_fit``). Assignment is by argmin, the centroid is the mean of the warped
 data (Eq. 4, Algo. 1), and Lloyd iterations (Algo. 2) run from K-means++ centroids until no
 assignment changes.
 
@@ -31,10 +32,10 @@ from ..core.stack import Stack, to_nchw
 from ..core.validation import check_images, check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..core.scratch import RowScratch, host_index
-from ..transforms.align import AdamState, Aligner, Alignments, Moments, Schedule, Ticker
+from ..transforms.align import AdamState, Aligner, Alignments, Moments, Schedule, Ticker, lower
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, kmeans_plus_plus
-from ..kernels.aligned_lloyd import (AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker, lower,
+from ..kernels.aligned_lloyd import (AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker, relabelled,
                                      starting)
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param, start_param
@@ -54,6 +55,9 @@ class AIKMeansConfig:
     affine_lr: float = param(1e-2, "Adam learning rate of the low-pass affine pre-alignment", low=1e-6, high=1.0)
     lowpass: float = param(0.07, "Gaussian low-pass σ for the affine pre-alignment, as a fraction of the image side (0 = none)", low=0.0, high=0.5)
     max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
+    fit_align: str = param("gauss-newton", "How the Lloyd fit aligns: gauss-newton, a few Levenberg-Marquardt iterations "
+                           "per stage (fast); adam, steps / affine_steps Adam steps at lr / affine_lr (the paper's)",
+                           choices=("gauss-newton", "adam"))
     max_scale: float = param(1.5, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
     max_shift: float = param(0.5, "Bound on the affine translation, as a fraction of the half image side", low=0.0)
     mode: str = param("lloyd", "lloyd: full-batch Lloyd iterations (Algo. 2, monotone distortion); minibatch: for large N", choices=("lloyd", "minibatch"))
@@ -185,8 +189,9 @@ def _minibatch(run: AlignedRun, mu: torch.Tensor, rng: np.random.Generator):
             idx = order[s]
             batch_moments = moments.rows(idx)
             x, targets = run.x.rows(idx), run.aligner.pyramid(mu)
-            aligned = yield from run.aligner.align(x, targets, starting(cfg.start, run.aligner, x, targets, pairs.rows(idx)),
-                                                   schedule, batch_moments)
+            begin = starting(cfg.start, run.aligner, x, targets, pairs.rows(idx))
+            aligned = yield from relabelled(run.aligner.align(x, targets, begin, schedule, batch_moments),
+                                            f"mini-batch epoch {epoch}")
             moments.store(idx, batch_moments, n)
             pairs[idx] = aligned
             lab = aligned.losses.argmin(1)
@@ -197,11 +202,11 @@ def _minibatch(run: AlignedRun, mu: torch.Tensor, rng: np.random.Generator):
                 warped = run.aligner.warp_pairs(run.x.full[idx], aligned.assigned(lab).as_pairs())[:, 0]
                 _running_mean_update(mu, counts, lab, warped)
         history.append(total / n)
-        yield Progress(ticker.step, ticker.total, history[-1], f"epoch {epoch}")
+        yield Progress(ticker.step, ticker.total, history[-1], f"mini-batch epoch {epoch}")
         yield Snapshot(run.items(mu))
         if epoch > 1 and changed == 0:
             break
-    yield from run.align_all(mu, pairs, Schedule.of(cfg, ticker))
+    yield from relabelled(run.align_all(mu, pairs, Schedule.of(cfg, ticker)), "final assignment")
     labels = pairs.losses.argmin(1)
     history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
     return mu, pairs, labels, history, epoch
@@ -271,8 +276,9 @@ class AIKMeans(Method):
         return aligner_for(cfg, self.family(cfg), None, size, device, lean)
 
     def selection_runs(self, cfg, landmarks, lrs) -> list:
-        """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate."""
-        return [(0, dataclasses.replace(cfg, lr=lr, select=False)) for lr in lrs]
+        """(landmark grid side, 0 for none; config) of each model-selection run: one per learning rate (Adam's:
+        the runs fit with ``fit_align="adam"``)."""
+        return [(0, dataclasses.replace(cfg, lr=lr, select=False, fit_align="adam")) for lr in lrs]
 
     def validate(self, stack: Stack) -> None:
         check_images(stack, self.name, min_side=8)
@@ -416,6 +422,7 @@ class STKMeans(AIKMeans):
         affine = dataclasses.replace(run, aligner=super().aligner(run.cfg, run.aligner.size, run.aligner.device))
         ticker = lloyd_ticker(run, stages=2)
         mu, coarse, _, history, iters = yield from aligned_lloyd(affine, mu, pinned, ticker=ticker)
+        ticker.step = max(ticker.step, ticker.total // 2)   # the affine stage's unused iterations are not still to come
         pairs = run.warm_start()
         pairs.start_from(coarse)
         coarse.close()
@@ -427,7 +434,8 @@ class STKMeans(AIKMeans):
         without the TPS stage)."""
         if self.landmarks(cfg) is None:
             return super().selection_runs(cfg, landmarks, lrs)
-        return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g)) for g in landmarks for lr in lrs]
+        return [(g, dataclasses.replace(cfg, lr=lr, select=False, landmarks=g, fit_align="adam"))
+                for g in landmarks for lr in lrs]
 
 
 ST_KMEANS = register(STKMeans())

@@ -242,6 +242,15 @@ class Alignments:
                 t[:, to] = t[:, source]
 
 
+def lower(a: Alignments, b: Alignments) -> Alignments:
+    """Per pair, whichever of two alignments of the same pairs has the lower loss (``b`` on a tie)."""
+    better = a.losses < b.losses
+
+    def pick(u, v):
+        return None if u is None else torch.where(better.view(*better.shape, *[1] * (u.ndim - 2)), u, v)
+    return Alignments(pick(a.theta, b.theta), pick(a.nu, b.nu), torch.minimum(a.losses, b.losses))
+
+
 def _index_like(pick: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """Centroid indices (B, m) expanded over the per-pair dimensions of t (B, K or m, ...)."""
     return pick.view(*pick.shape, *([1] * (t.ndim - 2))).expand(*pick.shape, *t.shape[2:])
