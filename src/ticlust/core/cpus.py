@@ -11,17 +11,16 @@ or the user's choice): then nothing is probed or changed.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from contextlib import contextmanager
+
+from .shared_setting import SharedSetting
 
 #: Seconds of CPU time sampled to see how busy the cores are, and how long that answer is reused.
 PROBE_S, PROBE_REUSE_S = 0.1, 30.0
 
 _probe: tuple[float, int] | None = None        # (when, free cores) of the last probe
-_lock = threading.Lock()
-_entered = 0
-_before = 1
+_threads = SharedSetting()                     # torch's thread count while CPU runs last
 
 
 def allowed_cores() -> list[int]:
@@ -82,24 +81,18 @@ def cpu_threads(device):
     the last run inside leaves (two runs in two threads share one setting); never more than torch's count at the start (its
     cores, or what the caller set). Nothing changes on a GPU, or where
     ``OMP_NUM_THREADS`` is set."""
-    global _entered, _before
     if getattr(device, "type", "cpu") != "cpu" or threads_fixed():
         yield
         return
     import torch
 
-    with _lock:
-        if _entered == 0:
-            _before = torch.get_num_threads()
-            torch.set_num_threads(min(free_cores(), _before))
-        _entered += 1
-    try:
+    def make() -> int:
+        before = torch.get_num_threads()
+        torch.set_num_threads(min(free_cores(), before))
+        return before
+
+    with _threads.held(make, torch.set_num_threads):
         yield
-    finally:
-        with _lock:
-            _entered -= 1
-            if _entered == 0:
-                torch.set_num_threads(_before)
 
 
 __all__ = ["allowed_cores", "plan_threads", "busy_cores", "free_cores", "threads_fixed", "cpu_threads"]

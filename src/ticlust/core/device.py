@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import warnings
 from contextlib import contextmanager
 from typing import Callable, TypeVar
@@ -11,6 +10,7 @@ from typing import Callable, TypeVar
 import torch
 
 from .determinism import determinism_wanted
+from .shared_setting import SharedSetting
 from ..errors import InputError
 
 T = TypeVar("T")
@@ -40,9 +40,7 @@ def resolve_device(requested: str | torch.device | None = "auto") -> torch.devic
     raise InputError(f"Unknown device {requested!r}: use one of {', '.join(DEVICE_CHOICES)} (or 'cuda:N').")
 
 
-_entered = 0                  # how many runs are inside ``reproducible`` now (threads: a Refine and the inspector)
-_before: tuple[bool, bool, bool] = (False, False, True)
-_lock = threading.Lock()
+_kernels = SharedSetting()    # deterministic kernels while runs (a Refine, the inspector) last
 
 
 @contextmanager
@@ -57,27 +55,25 @@ def reproducible(device: torch.device):
     Where no deterministic kernel exists torch warns instead of stopping. MKL's reproducible mode is
     asked for once, at import (``request_reproducible_blas``). docs/reproducibility.md says what holds.
     """
-    global _entered, _before
     if not determinism_wanted():
         yield
         return
-    with _lock:
-        if device.type == "cuda":
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        if _entered == 0:
-            _before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-                       torch.utils.deterministic.fill_uninitialized_memory)
-            _deterministic(device, True, warn_only=True)
-            torch.utils.deterministic.fill_uninitialized_memory = False
-        _entered += 1
-    try:
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+    def make() -> tuple[bool, bool, bool]:
+        before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+                  torch.utils.deterministic.fill_uninitialized_memory)
+        _deterministic(device, True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
+        return before
+
+    def restore(before: tuple[bool, bool, bool]) -> None:
+        _deterministic(device, before[0], warn_only=before[1])
+        torch.utils.deterministic.fill_uninitialized_memory = before[2]
+
+    with _kernels.held(make, restore):
         yield
-    finally:
-        with _lock:
-            _entered -= 1
-            if _entered == 0:
-                _deterministic(device, _before[0], warn_only=_before[1])
-                torch.utils.deterministic.fill_uninitialized_memory = _before[2]
 
 
 def _deterministic(device: torch.device, mode: bool, warn_only: bool) -> None:
