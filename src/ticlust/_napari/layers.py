@@ -686,6 +686,17 @@ def paint_objects(viewer, labels_layer, table: dict, assigned: dict, name: str):
     return viewer.add_labels(painted, name=name, scale=labels_layer.scale, translate=labels_layer.translate, **kwargs)
 
 
+def click_without_drag(event):
+    """The body of a napari mouse-drag callback (``yield from`` it): it yields while the button is down and returns
+    True when the mouse did not move in between — a click, which picks; a drag pans the view and picks nothing."""
+    yield
+    dragged = False
+    while event.type == "mouse_move":
+        dragged = True
+        yield
+    return not dragged
+
+
 def object_at(painted_layer, position) -> int | None:
     """The stack index of the object under a world ``position`` of the painted layer (None: background)."""
     coords = np.round(painted_layer.world_to_data(np.asarray(position)[-painted_layer.ndim:])).astype(int)

@@ -290,10 +290,10 @@ class PredictSection(Section):
         return worker
 
     def _done(self, result, done) -> None:
+        from ..plate.run import sample_agreement
+
         kept = f" ({done.skipped} of {done.parts} fields were predicted by this result already)" if done.skipped else ""
-        sample = "" if done.sample_size is None else (
-            f"; fit sample: {done.sample_size - done.sample_changed} of {done.sample_size} objects got the fit's "
-            f"cluster ({done.sample_changed} changed)")
+        sample = "" if sample_agreement(done) is None else f"; {sample_agreement(done)}"
         self.owner.predicted_with(result, f"Assigned {done.objects} objects of {done.parts} fields in "
                                           f"{done.seconds:.1f} s{kept}{sample}.")
 
@@ -437,10 +437,10 @@ class CurateSection(Section):
         return worker
 
     def _repredicted(self, result, done) -> None:
+        from ..plate.run import sample_agreement
+
         how = "renumbered (nothing aligned)" if done.relabelled else "predicted anew"
-        sample = "" if done.sample_size is None else (
-            f"; fit sample: {done.sample_size - done.sample_changed} of {done.sample_size} objects got the fit's "
-            f"cluster ({done.sample_changed} changed)")
+        sample = "" if sample_agreement(done) is None else f"; {sample_agreement(done)}"
         self.owner.predicted_with(result, f"Re-predicted: {done.objects} objects {how} in {done.seconds:.1f} s, "
                                           f"{done.by_hand} set by hand, {done.outliers} outliers{sample}.")
 

@@ -55,12 +55,7 @@ class PlateInspector:
     def on_click(self, _viewer, event):
         """A click (not a drag) on the painted field or the gallery picks the object under it; shift adds it."""
         start, add = event.position, "Shift" in getattr(event, "modifiers", ())
-        yield
-        dragged = False
-        while event.type == "mouse_move":
-            dragged = True
-            yield
-        if not dragged:
+        if (yield from L.click_without_drag(event)):
             self.click_at(start, add)
 
     def click_at(self, position, add: bool = False) -> int | None:

@@ -566,12 +566,7 @@ class TiclustWidget(Container):
     def _on_click(self, _viewer, event):
         """A click (not a drag) on the painted objects selects the object under it."""
         start = event.position
-        yield
-        dragged = False
-        while event.type == "mouse_move":
-            dragged = True
-            yield
-        if not dragged:
+        if (yield from L.click_without_drag(event)):
             self.select_at(start)
 
     def select_at(self, position) -> int | None:

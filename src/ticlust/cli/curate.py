@@ -87,6 +87,7 @@ def _curate_store(args, result) -> int:
     """The plate's edit: objects by the store's numbers; the edited result saved, then the store's predictions
     brought to it (``plate.curate.repredict``: renumbered after merge/move/outliers, predicted anew after refine)."""
     from ..plate import curate
+    from ..plate.run import sample_agreement
     from ..plate.store import open_objects
 
     store = open_objects(args.store)
@@ -106,9 +107,8 @@ def _curate_store(args, result) -> int:
     how = "renumbered (nothing aligned)" if redone.relabelled else "predicted anew"
     print(f"{redone.objects} objects of {redone.parts} fields {how} in {redone.seconds:.1f} s; {redone.by_hand} set "
           f"by hand, {redone.outliers} outliers")
-    if redone.sample_size is not None:
-        print(f"fit sample: {redone.sample_size - redone.sample_changed} of {redone.sample_size} objects got the "
-              f"cluster they had in the fit ({redone.sample_changed} differ)")
+    if sample_agreement(redone) is not None:
+        print(sample_agreement(redone))
     for path in redone.outputs:
         print(f"wrote {path}")
     return 0

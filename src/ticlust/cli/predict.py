@@ -54,7 +54,7 @@ def run(args) -> int:
 
 def _predict_store(args) -> int:
     """Every object of the store, resumable: into the store, and --csv/--parquet when given."""
-    from ..plate.run import predict_store
+    from ..plate.run import predict_store, sample_agreement
 
     if args.labels is not None or crop_given(args) or args.key is not None:
         raise InputError("--labels, --key and the crop options do not apply to an object store: its objects were "
@@ -72,9 +72,8 @@ def _predict_store(args) -> int:
                              scheduler=args.scheduler, save_aligned=args.save_aligned)
     kept = f" ({done.skipped} of {done.parts} parts were predicted by this result already)" if done.skipped else ""
     print(f"{done.method}: {done.objects} objects of {done.parts} fields assigned in {done.seconds:.1f} s{kept}")
-    if done.sample_size is not None:
-        print(f"fit sample: {done.sample_size - done.sample_changed} of {done.sample_size} objects got the cluster "
-              f"they had in the fit ({done.sample_changed} differ)")
+    if sample_agreement(done) is not None:
+        print(sample_agreement(done))
     for path in done.outputs:
         print(f"wrote {path}")
     if args.write_labels:

@@ -412,6 +412,15 @@ class StorePrediction:
         return pd.read_parquet(self.path)
 
 
+def sample_agreement(done) -> str | None:
+    """One line on how many of the fit sample's objects got the cluster they had in the fit, for a
+    :class:`StorePrediction` or a re-prediction (None when the result was not fitted on a sample of this store)."""
+    if done.sample_size is None:
+        return None
+    return (f"fit sample: {done.sample_size - done.sample_changed} of {done.sample_size} objects got the cluster they "
+            f"had in the fit ({done.sample_changed} differ)")
+
+
 def _sweep_partials(store: ObjectStore) -> None:
     """Remove what killed predictions left half-written in the parts (``*.partial`` files and arrays): called
     with the store's lock held, when no other writer can be at work."""
