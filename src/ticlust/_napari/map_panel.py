@@ -23,7 +23,7 @@ from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayo
 from ..errors import InputError
 from . import layers as L
 from .object_map import ObjectMap
-from .workers import start_worker
+from .workers import said, start_worker
 
 #: Crops shown in a selection's gallery at most (evenly spread over the selection, in object order).
 GALLERY_MAX = 48
@@ -648,17 +648,6 @@ def map_table(store, predictions):
     if len(objects) < len(xy):
         table = table.iloc[objects].reset_index(drop=True)
     return objects, xy[objects], table, colour_columns(table)
-
-
-def said(call, *args, what: str, **kwargs):
-    """(what ``call`` returns, None), or (None, the sentence) when it stops: a worker's failure said in the panel
-    (``what``: the step, as the sentence names it)."""
-    try:
-        return call(*args, **kwargs), None
-    except InputError as exc:
-        return None, str(exc)
-    except Exception as exc:           # said in the panel, in one sentence
-        return None, f"{what} stopped with {type(exc).__name__}: {exc}"
 
 
 def stack_items(layer, rows: np.ndarray) -> np.ndarray:

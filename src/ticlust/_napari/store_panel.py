@@ -38,7 +38,7 @@ from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
 from .map_panel import PlateMap
 from .plate_inspector import PlateInspector
-from .workers import RunButton, start_worker
+from .workers import RunButton, said, start_worker
 
 #: The panel's name in napari.yaml (Plugins > ticlust > …).
 STORE_PANEL = "Plate (object store)"
@@ -586,16 +586,8 @@ class StorePanel(Container):
         opened while another opens wins. Returns the worker."""
         path = Path(path)
         self._then = then
-
-        def job():
-            try:
-                return opened_store(path, field_index), None
-            except InputError as exc:
-                return None, str(exc)
-            except Exception as exc:       # said in the dock, in one sentence
-                return None, f"Opening {path.name} stopped with {type(exc).__name__}: {exc}"
-
-        worker = start_worker(job, returned=lambda done: self._on_opened(worker, *done),
+        worker = start_worker(lambda: said(opened_store, path, field_index, what=f"Opening {path.name}"),
+                              returned=lambda done: self._on_opened(worker, *done),
                               finished=lambda: self._on_open_finished(worker), alive=self.alive)
         self.opening = worker
         self._controls()
@@ -956,16 +948,8 @@ class StorePanel(Container):
         if self.counting is not None:
             return None
         predictions = self.predictions
-
-        def job():
-            try:
-                return cluster_shares(predictions, by), None
-            except InputError as exc:
-                return None, str(exc)
-            except Exception as exc:       # said in the dock, in one sentence
-                return None, f"counting the shares per {by} stopped with {type(exc).__name__}: {exc}"
-
-        self.counting = start_worker(job, returned=lambda done: self._on_counted(predictions, by, *done),
+        self.counting = start_worker(lambda: said(cluster_shares, predictions, by, what=f"counting the shares per {by}"),
+                                     returned=lambda done: self._on_counted(predictions, by, *done),
                                      finished=self._on_count_finished, alive=self.alive)
         self._controls()
         self._waiting()

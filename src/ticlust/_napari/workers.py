@@ -15,6 +15,8 @@ import time
 from napari.qt.threading import create_worker
 from qtpy.QtCore import QObject, Signal
 
+from ..errors import InputError
+
 CANCEL = "Cancel"
 #: The shortest time between two Progress events relayed from a library call to the dock (the last one always is).
 RELAY_EVERY_S = 0.05
@@ -41,6 +43,17 @@ def start_worker(job, *, yielded=None, returned=None, finished=None, alive=None)
             getattr(worker, name).connect(slot if alive is None else _while(alive, slot))
     worker.start()
     return worker
+
+
+def said(call, *args, what: str, **kwargs):
+    """(what ``call`` returns, None), or (None, the sentence) when it stops: a worker's failure said in the panel
+    (``what``: the step, as the sentence names it)."""
+    try:
+        return call(*args, **kwargs), None
+    except InputError as exc:
+        return None, str(exc)
+    except Exception as exc:           # said in the panel, in one sentence
+        return None, f"{what} stopped with {type(exc).__name__}: {exc}"
 
 
 def _while(alive, slot):
