@@ -487,3 +487,23 @@ def test_the_plate_reader_claims_a_plates_files_and_nothing_else(files, tmp_path
     assert store_beside(folder) == folder.with_name(f"{folder.name}.zarr")
     assert store_beside(folder / "plate.csv") == folder / "plate.zarr"
     assert store_beside(tmp_path / "field.ome.zarr") == tmp_path / "field.objects.zarr"
+
+
+def test_a_loaddata_plate_extracts_the_channels_named_in_the_dock(tmp_path, make_napari_viewer, qtbot):
+    from ticlust.datasets.cell_painting import cell_painting_plate
+
+    plate = cell_painting_plate(tmp_path / "cp", wells=1, sites=1, cells=12, shape=(128, 128), seed=2)
+    reference = ticlust.extract(plate.load_data, tmp_path / "reference.zarr", channel=["Mito", "DNA"])
+    viewer, panel = dock(make_napari_viewer, qtbot)
+    panel.extract.offer(plate.load_data)
+    for typed, words in ((" ,Mito", "has an empty channel name"), ("GFP", "has no channel 'GFP'")):
+        panel.extract.channels.value = typed
+        panel.extract.target.value = str(tmp_path / "bad.zarr")
+        press(qtbot, panel, panel.extract.extract_button)
+        assert words in panel.status.value and one_sentence(panel.status.value), panel.status.value
+        assert not (tmp_path / "bad.zarr").exists()
+    panel.extract.channels.value = "Mito,DNA"
+    panel.extract.target.value = str(tmp_path / "dock.zarr")
+    press(qtbot, panel, panel.extract.extract_button)
+    assert panel.store is not None and panel.store.channels == 2, panel.status.value
+    same_store(tmp_path / "dock.zarr", tmp_path / "reference.zarr")

@@ -79,11 +79,16 @@ class ExtractSection(Section):
         self.file_button = PushButton(text="Manifest…", tooltip="A CSV manifest (columns image,labels, …)")
         self.target = LineEdit(label="store", tooltip="Where the object store is written: a new folder (an unfinished "
                                                       "store made with the same options is finished)")
-        self.show_advanced = CheckBox(value=False, text="Advanced (crop options, workers)")
+        self.show_advanced = CheckBox(value=False, text="Advanced (crop options, channels, Z, workers)")
         self.crop = crop_options()
+        self.channels = LineEdit(label="channels", tooltip="Keep these channels, by name or index, in this order (DNA,ER "
+                                                           "or 0,2); blank: every channel")
+        self.z = LineEdit(label="Z plane", tooltip="Fields with several Z planes: the plane to cut (from 0), or max for "
+                                                   "their maximum projection; blank: such fields are refused")
         self.workers = SpinBox(label="workers", min=0, max=256, value=0,
                                tooltip="Cut the fields on a local dask cluster of this many processes (0: here)")
-        self.advanced = Container(widgets=[self.crop, self.workers], labels=False, visible=False)
+        self.advanced = Container(widgets=[self.crop, Container(widgets=[self.channels, self.z, self.workers])],
+                                  labels=False, visible=False)
         self.extract_button = PushButton(text="Extract")
         self.failed = Label(label="left out", value="")
         self.failed.native.setWordWrap(True)
@@ -107,10 +112,14 @@ class ExtractSection(Section):
             self.target.value = str(store_beside(self.source.value.strip()))
 
     def extract_options(self) -> dict:
-        """The crop options as ``extract`` takes them (crop size 0: fit the objects)."""
+        """The crop options as ``extract`` takes them (crop size 0: fit the objects; blank channels: all of them; blank
+        Z: one plane only). A channel list that cannot be read raises InputError."""
+        from ..plate.store import typed_channels
+
         o = {w.name: w.value for w in self.crop}
         return {"crop_size": o["size"] or None, "keep_border": o["keep_border"], "orient": o["orient"],
-                "normalize": o["normalize"], "rescale": o["rescale"]}
+                "normalize": o["normalize"], "rescale": o["rescale"], "channel": typed_channels(self.channels.value),
+                "z": self.z.value.strip() or None}
 
     def start(self):
         """Extract in a worker, progress and ETA in the panel, Cancel on the button; the store opens when done."""
@@ -121,7 +130,11 @@ class ExtractSection(Section):
             self.owner.say("Give the plate's fields (a folder with masks, a CSV manifest or an OME-Zarr) and the "
                            "store's path first.")
             return None
-        options, workers = self.extract_options(), self.workers.value or None
+        try:
+            options, workers = self.extract_options(), self.workers.value or None
+        except InputError as exc:
+            self.owner.say(str(exc))
+            return None
         self.failed.value = ""
         self.owner.say(f"Extracting {Path(source).name} into {Path(target).name}…")
         self.owner.busy_bar()

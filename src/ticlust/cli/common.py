@@ -66,11 +66,13 @@ def crop_options(parser, note: str) -> None:
 
 def channel_choice(text: str):
     """An argparse type: ``--channel`` as one channel (a name, or an index if it is a whole number) or a list of
-    them (``DNA,ER`` or ``0,2``)."""
-    picks = [int(t) if t.strip().isdigit() else t.strip() for t in text.split(",")]
-    if any(p == "" for p in picks):
-        raise argparse.ArgumentTypeError(f"{text!r} has an empty channel name: give NAME or NAME,NAME (or indices)")
-    return picks if len(picks) > 1 else picks[0]
+    them (``DNA,ER`` or ``0,2``): ``plate.store.typed_channels``."""
+    from ..plate.store import typed_channels
+
+    try:
+        return typed_channels(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from None
 
 
 def cluster_options(parser, what: str) -> None:

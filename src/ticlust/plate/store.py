@@ -306,6 +306,17 @@ def channel_option(channel):
     return picks if isinstance(channel, (list, tuple)) else picks[0]
 
 
+def typed_channels(text: str):
+    """Channels as typed (``--channel``, the plate dock's field): one name or index, a list of them (``DNA,ER`` or
+    ``0,2``: the crops' channels in that order), or None for a blank text (every channel)."""
+    if not str(text).strip():
+        return None
+    picks = [int(t) if t.strip().isdigit() else t.strip() for t in str(text).split(",")]
+    if any(p == "" for p in picks):
+        raise InputError(f"{text!r} has an empty channel name: give NAME or NAME,NAME (or indices).")
+    return picks if len(picks) > 1 else picks[0]
+
+
 def z_option(z):
     """The Z plane choice as a store records it: an index from 0, or ``"max"`` (the maximum projection)."""
     if isinstance(z, str) and z.strip().lower() == "max":
