@@ -6,6 +6,7 @@ import torch
 
 from ticlust.core import cpus
 from ticlust.core.backends import local_cluster
+from ticlust.core.shared_setting import SharedSetting
 
 
 @pytest.mark.parametrize("cores, busy, workers, threads", [
@@ -25,6 +26,8 @@ def two_cores(monkeypatch):
     monkeypatch.setattr(cpus, "allowed_cores", lambda: [0, 1])
     monkeypatch.setattr(cpus, "busy_cores", lambda interval=cpus.PROBE_S: busy[0])
     monkeypatch.setattr(cpus, "_probe", None)
+    # a fresh shared setting: a run another test left going in a thread (a dock's worker) would hold the old one
+    monkeypatch.setattr(cpus, "_threads", SharedSetting())
     return busy
 
 
