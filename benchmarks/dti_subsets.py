@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ticlust  # noqa: E402
-from ticlust.metrics import evaluate  # noqa: E402
+from ticlust.metrics import evaluate, hungarian_accuracy  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,16 +45,18 @@ def train(args):
     order = [(s, seed) for seed in args.seeds for s in args.subsets]        # every subset's seed 0 first
     for s, seed in order:
         idx = subset(len(x_all), s)
-        load0, wall = load_average(), time.perf_counter()
+        load0, wall, cpu = load_average(), time.perf_counter(), time.process_time()
         r = ticlust.fit(x_all[idx], method="dti-kmeans", k=10, seed=seed, device=args.device, progress=False,
-                        **args.params)
+                        record_labels=True, **args.params)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        curve = [round(hungarian_accuracy(y_all[idx], lab), 3) for lab in r.extras["epoch_labels"]]
         row = dict(subset=s, seed=seed, params=args.params, **{k: float(v) for k, v in evaluate(y_all[idx], r.labels).items()},
-                   loss=r.final_loss, wall=time.perf_counter() - wall, epochs=r.timing["epochs"],
-                   load=f"{load0} -> {load_average()}", threads=args.threads, device=args.device,
-                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+                   loss=r.final_loss, wall=wall, cpu=cpu, epochs=r.timing["epochs"], stages=r.timing["stages"],
+                   epoch_acc=curve, epoch_loss=[float(f"{v:.5g}") for v in r.history], load=f"{load0} -> {load_average()}", threads=args.threads, device=args.device,
+                   code=args.code, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         with args.log.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        print(row, flush=True)
+        print({k: v for k, v in row.items() if k not in ("epoch_acc", "epoch_loss")}, flush=True)
         if args.save:
             r.save(args.save / f"s{s}_seed{seed}.npz")
             confusion = np.zeros((10, 10), np.int64)
@@ -95,6 +97,7 @@ def main():
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--log", type=Path, default=LOG)
     ap.add_argument("--save", type=Path, help="keep each result here and print its confusion matrix")
+    ap.add_argument("--code", default="", help="a label for the code under test, kept in the log (e.g. a commit)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dti-kmeans parameter")
     args = ap.parse_args()
     args.params = dict(kv.split("=", 1) for kv in args.set)      # the method's config converts the strings
