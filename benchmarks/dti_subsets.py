@@ -5,7 +5,9 @@
 Subset s is the first 1,000 of ``np.random.default_rng(s).permutation(10000)`` (s = 100, 101, 102 by
 default: none is the subset the defaults were tuned on). ``ticlust.fit(..., runs=N, seed=0)`` trains seeds
 0 … N-1 and keeps the lowest final loss, so minLoss of N is read off the single-seed runs here (the same
-seeds give bit-identical runs on the CPU). One JSON line per run is appended to the log as it finishes.
+seeds give bit-identical runs on the CPU). One JSON line per run is appended to the log as it finishes: scores,
+final loss, CPU seconds (the process's own: robust to other jobs) and wall seconds, the curriculum's stages, and
+every epoch's training ACC and loss.
 
     python benchmarks/dti_subsets.py --subsets 100 101 102 --seeds 0 1 2 3 4 --threads 1
     python benchmarks/dti_subsets.py --report          # the Markdown tables of the log, to paste into results/dti_subsets.md
@@ -67,15 +69,18 @@ def train(args):
 
 def report(log: Path):
     """Print the runs of ``log`` and each subset's mean and minLoss as Markdown (results/dti_subsets.md is
-    written by hand around such tables: one per code version, with what they show)."""
+    written by hand around such tables: one per code version, with what they show). CPU seconds are the
+    process's own (robust to other jobs on the machine); wall seconds are not."""
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     lines = [f"`{log.name}`:", "",
-             "| subset | seed | ACC | NMI | final loss | epochs | wall s | threads | load (1/5/15) | date |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| subset | seed | ACC | NMI | final loss | epochs | CPU s | wall s | threads | load (1/5/15) | date |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["subset"], r["seed"])):
+        cpu = f"{r['cpu']:.0f}" if "cpu" in r else "—"
         lines.append(f"| {r['subset']} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['loss']:.5f} | {r['epochs']} | "
-                     f"{r['wall']:.0f} | {r['threads']} | {r['load']} | {r['date']} |")
-    lines += ["", "| subset | mean ACC seeds 0-2 | minLoss of 3 | minLoss of 5 | mean wall s per run |", "| --- | --- | --- | --- | --- |"]
+                     f"{cpu} | {r['wall']:.0f} | {r['threads']} | {r['load']} | {r['date']} |")
+    lines += ["", "| subset | mean ACC seeds 0-2 | minLoss of 3 | minLoss of 5 | mean CPU s per run | mean wall s per run |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for s in sorted({r["subset"] for r in rows}):
         by_seed = {r["seed"]: r for r in rows if r["subset"] == s}
 
@@ -84,7 +89,9 @@ def report(log: Path):
             return f"{min(runs, key=lambda r: r['loss'])['acc']:.3f}" if len(runs) == n else "—"
         first3 = [by_seed[i]["acc"] for i in range(3) if i in by_seed]
         mean3 = f"{np.mean(first3):.3f}" if len(first3) == 3 else "—"
-        lines.append(f"| {s} | {mean3} | {min_loss(3)} | {min_loss(5)} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
+        cpus = [r["cpu"] for r in by_seed.values() if "cpu" in r]
+        cpu = f"{np.mean(cpus):.0f}" if cpus else "—"
+        lines.append(f"| {s} | {mean3} | {min_loss(3)} | {min_loss(5)} | {cpu} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
     print("\n".join(lines))
 
 
