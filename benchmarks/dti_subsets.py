@@ -5,7 +5,9 @@
 Subset s is the first 1,000 of ``np.random.default_rng(s).permutation(10000)`` (s = 100, 101, 102 by
 default: none is the subset the defaults were tuned on). ``ticlust.fit(..., runs=N, seed=0)`` trains seeds
 0 … N-1 and keeps the lowest final loss, so minLoss of N is read off the single-seed runs here (the same
-seeds give bit-identical runs on the CPU). One JSON line per run is appended to the log as it finishes.
+seeds give bit-identical runs on the CPU). One JSON line per run is appended to the log as it finishes: scores,
+final loss, CPU seconds (the process's own: robust to other jobs) and wall seconds, the curriculum's stages, and
+every epoch's training ACC and loss.
 
     python benchmarks/dti_subsets.py --subsets 100 101 102 --seeds 0 1 2 3 4 --threads 1
     python benchmarks/dti_subsets.py --report          # the Markdown tables of the log, to paste into results/dti_subsets.md
@@ -27,7 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 import ticlust  # noqa: E402
-from ticlust.metrics import evaluate  # noqa: E402
+from ticlust.metrics import evaluate, hungarian_accuracy  # noqa: E402
 from _data import data_dir, load_average  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -45,16 +47,18 @@ def train(args):
     order = [(s, seed) for seed in args.seeds for s in args.subsets]        # every subset's seed 0 first
     for s, seed in order:
         idx = subset(len(x_all), s)
-        load0, wall = load_average(), time.perf_counter()
+        load0, wall, cpu = load_average(), time.perf_counter(), time.process_time()
         r = ticlust.fit(x_all[idx], method="dti-kmeans", k=10, seed=seed, device=args.device, progress=False,
-                        **args.params)
+                        record_labels=True, **args.params)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        curve = [round(hungarian_accuracy(y_all[idx], lab), 3) for lab in r.extras["epoch_labels"]]
         row = dict(subset=s, seed=seed, params=args.params, **{k: float(v) for k, v in evaluate(y_all[idx], r.labels).items()},
-                   loss=r.final_loss, wall=time.perf_counter() - wall, epochs=r.timing["epochs"],
-                   load=f"{load0} -> {load_average()}", threads=args.threads, device=args.device,
-                   date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
+                   loss=r.final_loss, wall=wall, cpu=cpu, epochs=r.timing["epochs"], stages=r.timing["stages"],
+                   epoch_acc=curve, epoch_loss=[float(f"{v:.5g}") for v in r.history], load=f"{load0} -> {load_average()}", threads=args.threads, device=args.device,
+                   code=args.code, date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
         with args.log.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        print(row, flush=True)
+        print({k: v for k, v in row.items() if k not in ("epoch_acc", "epoch_loss")}, flush=True)
         if args.save:
             r.save(args.save / f"s{s}_seed{seed}.npz")
             confusion = np.zeros((10, 10), np.int64)
@@ -65,15 +69,18 @@ def train(args):
 
 def report(log: Path):
     """Print the runs of ``log`` and each subset's mean and minLoss as Markdown (results/dti_subsets.md is
-    written by hand around such tables: one per code version, with what they show)."""
+    written by hand around such tables: one per code version, with what they show). CPU seconds are the
+    process's own (robust to other jobs on the machine); wall seconds are not."""
     rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
     lines = [f"`{log.name}`:", "",
-             "| subset | seed | ACC | NMI | final loss | epochs | wall s | threads | load (1/5/15) | date |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| subset | seed | ACC | NMI | final loss | epochs | CPU s | wall s | threads | load (1/5/15) | date |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in sorted(rows, key=lambda r: (r["subset"], r["seed"])):
+        cpu = f"{r['cpu']:.0f}" if "cpu" in r else "—"
         lines.append(f"| {r['subset']} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['loss']:.5f} | {r['epochs']} | "
-                     f"{r['wall']:.0f} | {r['threads']} | {r['load']} | {r['date']} |")
-    lines += ["", "| subset | mean ACC seeds 0-2 | minLoss of 3 | minLoss of 5 | mean wall s per run |", "| --- | --- | --- | --- | --- |"]
+                     f"{cpu} | {r['wall']:.0f} | {r['threads']} | {r['load']} | {r['date']} |")
+    lines += ["", "| subset | mean ACC seeds 0-2 | minLoss of 3 | minLoss of 5 | mean CPU s per run | mean wall s per run |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for s in sorted({r["subset"] for r in rows}):
         by_seed = {r["seed"]: r for r in rows if r["subset"] == s}
 
@@ -82,7 +89,9 @@ def report(log: Path):
             return f"{min(runs, key=lambda r: r['loss'])['acc']:.3f}" if len(runs) == n else "—"
         first3 = [by_seed[i]["acc"] for i in range(3) if i in by_seed]
         mean3 = f"{np.mean(first3):.3f}" if len(first3) == 3 else "—"
-        lines.append(f"| {s} | {mean3} | {min_loss(3)} | {min_loss(5)} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
+        cpus = [r["cpu"] for r in by_seed.values() if "cpu" in r]
+        cpu = f"{np.mean(cpus):.0f}" if cpus else "—"
+        lines.append(f"| {s} | {mean3} | {min_loss(3)} | {min_loss(5)} | {cpu} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
     print("\n".join(lines))
 
 
@@ -95,6 +104,7 @@ def main():
     ap.add_argument("--report", action="store_true")
     ap.add_argument("--log", type=Path, default=LOG)
     ap.add_argument("--save", type=Path, help="keep each result here and print its confusion matrix")
+    ap.add_argument("--code", default="", help="a label for the code under test, kept in the log (e.g. a commit)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dti-kmeans parameter")
     args = ap.parse_args()
     args.params = dict(kv.split("=", 1) for kv in args.set)      # the method's config converts the strings

@@ -391,3 +391,38 @@ def test_large_batches_scale_and_warm_up_the_learning_rate(tiny):
     assert run.optimizer.param_groups[0]["lr"] == pytest.approx(2e-3)
     small = DTIRun(stack, DTIKMeansConfig(k=3, batch_size=128), torch.device("cpu"), 0, False)
     assert small.lr == 1e-3 and small.warmup_steps == 0
+
+
+def test_cpu_bfloat16_fit_is_opt_in_and_needs_native_bfloat16(tiny, monkeypatch):
+    """The fit's network runs under bfloat16 autocast on the CPU only when asked (cpu_bfloat16_fit, with
+    mixed_precision) and where the CPU computes bfloat16 natively: by default the fit is float32 on every CPU,
+    so a seed gives the same run on any machine."""
+    from ticlust.methods.dti import DTIKMeansConfig, DTIRun
+    from ticlust.core.validation import as_stack
+
+    stack = as_stack(tiny[0])
+
+    def autocast(native, **changes):
+        monkeypatch.setattr(dti, "cpu_bfloat16", lambda: native)
+        return DTIRun(stack, DTIKMeansConfig(k=2, **changes), torch.device("cpu"), 0, False).autocast
+
+    assert not autocast(True)
+    assert not autocast(False, cpu_bfloat16_fit=True)
+    assert not autocast(True, cpu_bfloat16_fit=True, mixed_precision=False)
+    assert autocast(True, cpu_bfloat16_fit=True)
+
+
+def test_stride_two_encoder_reads_half_resolution_and_folds_exactly():
+    """encoder_stride=2: every stage of ResNet-20 works at half the resolution, and predict's folded encoder
+    (batch norms in the convolutions) keeps the stride, so it gives the trained encoder's features."""
+    from ticlust.methods.dti.net import InferenceEncoder, ResNetEncoder
+
+    torch.manual_seed(0)
+    encoder = ResNetEncoder(1, "resnet20", stride=2)
+    x = torch.rand(6, 1, 28, 28)
+    encoder(x)                      # a training pass: running statistics that are not the identity
+    encoder.eval()
+    assert encoder.stem(x).shape[-2:] == (14, 14) and encoder(x).shape == (6, 64)
+    torch.testing.assert_close(InferenceEncoder(encoder)(x), encoder(x), atol=1e-4, rtol=1e-4)
+    default = dti.DTIModel(dti.DTIKMeansConfig(k=2), 1, (28, 28), ("affine",))
+    assert default.encoder.stem[0].stride == (1, 1)

@@ -40,13 +40,14 @@ class ResNetEncoder(nn.Module):
     "resnet20": the CIFAR-style ResNet-20 (3×3 stem, 3 stages of 3 blocks, 16/32/64 channels) for
     images under 64 px; "resnet18": the ImageNet-style ResNet-18 (7×7/2 stem + max-pool, 4 stages
     of 2 blocks, 64…512 channels) otherwise. ``width`` scales the channel counts (at least 8: oneDNN crashed on 4-channel channels-last convolutions).
+    ``stride``: of ResNet-20's stem (2: every stage works at half the resolution, a third of the work).
     """
 
-    def __init__(self, channels: int, kind: str = "resnet20", width: float = 1.0):
+    def __init__(self, channels: int, kind: str = "resnet20", width: float = 1.0, stride: int = 1):
         super().__init__()
         if kind == "resnet20":
             widths = [max(8, int(round(c * width))) for c in (16, 32, 64)]
-            self.stem = nn.Sequential(nn.Conv2d(channels, widths[0], 3, 1, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
+            self.stem = nn.Sequential(nn.Conv2d(channels, widths[0], 3, stride, 1, bias=False), nn.BatchNorm2d(widths[0]), nn.ReLU())
             blocks, depth = widths, 3
         elif kind == "resnet18":
             widths = [max(8, int(round(c * width))) for c in (64, 128, 256, 512)]
