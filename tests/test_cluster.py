@@ -321,8 +321,13 @@ def test_a_local_cluster_starts_its_workers_without_dasks_malloc_trim(monkeypatc
     """dask's 64 KiB trim threshold made every torch buffer a fresh mapping (a part predicted 2-3x slower on a
     worker than in this process): ticlust's local clusters leave it out, and this process's environment
     is as it was."""
+    from ticlust.core import cpus
+
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpus, "allowed_cores", lambda: [0, 1])          # a quiet 2-core machine
+    monkeypatch.setattr(cpus, "busy_cores", lambda interval=cpus.PROBE_S: 0.0)
     with DaskBackend(workers=1) as backend:
-        assert backend.map(_worker_environment, [0]) == [(None, "1", 1)]     # single-threaded, no trim setting
+        (trim, threads, torch_threads), = backend.map(_worker_environment, [0])
+    assert trim is None and threads == "2" and 1 <= torch_threads <= 2      # no trim setting; both cores its share
     assert "MALLOC_TRIM_THRESHOLD_" not in os.environ and "OMP_NUM_THREADS" not in os.environ
