@@ -277,7 +277,7 @@ def floor(args) -> None:
 
     def add(kind):
         made[0] += 1
-        L.add_placeholder(viewer, f"{kind} {made[0]}", kind)
+        L.add_undrawn_layer(viewer, f"{kind} {made[0]}", kind)
 
     actions = {"repaint (nothing changed)": canvas.update,
                "recolour the 1024x1024 objects": lambda: setattr(objects, "colormap", colours(made[0] + 1)),

@@ -197,15 +197,15 @@ def set_text_layer(viewer, name: str, raster: np.ndarray, factor: int, offset, m
 
 # ---- generic layer reuse -------------------------------------------------------------------------
 #: Metadata key of a layer made ahead of its first picture (hidden, empty): the first drawing into it shows it.
-PLACEHOLDER = "ticlust_placeholder"
+UNDRAWN = "ticlust_undrawn"
 
 
-def add_placeholder(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **kwargs):
+def add_undrawn_layer(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **kwargs):
     """A hidden, empty layer (``kind``: image, labels or shapes; ``dtype`` that of the pictures it will show, which
     sets an image's contrast range: uint8 for a text raster) made ahead of its first picture: making a napari layer
     takes tenths of a second of the GUI thread (its controls, its vispy visual), drawing into one that exists
     hundredths; ``set_image``, ``set_text_layer``, ``set_shapes`` and :func:`reveal` show it."""
-    metadata = {PLACEHOLDER: True}
+    metadata = {UNDRAWN: True}
     if kind == "shapes":
         return viewer.add_shapes(None, name=name, visible=False, metadata=metadata, **kwargs)
     data = np.zeros(shape, dtype or (np.int32 if kind == "labels" else np.float32))
@@ -214,21 +214,21 @@ def add_placeholder(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **kw
 
 
 def drawn(viewer, name: str) -> bool:
-    """Whether the layer ``name`` is there with a picture (not missing, not a placeholder)."""
-    return name in viewer.layers and not viewer.layers[name].metadata.get(PLACEHOLDER, False)
+    """Whether the layer ``name`` is there with a picture (not missing, not an undrawn layer)."""
+    return name in viewer.layers and not viewer.layers[name].metadata.get(UNDRAWN, False)
 
 
 def reveal(layer) -> None:
-    """Show a placeholder before something is drawn into it (napari measures a hidden layer's extent again only
+    """Show an undrawn layer before something is drawn into it (napari measures a hidden layer's extent again only
     when data is set on it shown)."""
-    if layer.metadata.get(PLACEHOLDER, False):
-        layer.metadata.pop(PLACEHOLDER)
+    if layer.metadata.get(UNDRAWN, False):
+        layer.metadata.pop(UNDRAWN)
         layer.visible = True
 
 
 def hide(layer) -> None:
-    """Turn a drawn layer back into a hidden placeholder (its picture no longer applies; the layer is kept)."""
-    layer.metadata[PLACEHOLDER] = True
+    """Turn a drawn layer back into a hidden, undrawn layer (its picture no longer applies; the layer is kept)."""
+    layer.metadata[UNDRAWN] = True
     layer.visible = False
 
 
@@ -243,7 +243,7 @@ def place_layer(layer, **where) -> None:
 
 
 def set_image(viewer, name: str, data, **kwargs):
-    """Update the Image layer called ``name`` in place (shown, if it was a placeholder), or add it."""
+    """Update the Image layer called ``name`` in place (shown, if it was undrawn), or add it."""
     if name in viewer.layers:
         layer = viewer.layers[name]
         reveal(layer)

@@ -380,7 +380,7 @@ class StorePanel(Container):
 
     def remember_layers(self) -> None:
         """Note the layers a fit or refine redraws (the prototypes, the inspected object), to put them back on a
-        Cancel or a failure: their data, whether they were shown, whether they were still placeholders."""
+        Cancel or a failure: their data, whether they were shown, whether they were still undrawn."""
         layers = self.viewer.layers
         self._rollback = {name: ((layers[name].data, layers[name].visible, not L.drawn(self.viewer, name))
                                  if name in layers else None) for name in self.inspector.layer_names()}
@@ -663,7 +663,7 @@ class StorePanel(Container):
                 (inspector["grid"], "shapes", (), {})]
 
     def _make_layers(self, opened: OpenedStore, then) -> None:
-        """Make the store's missing layers (hidden placeholders, :func:`layers.add_placeholder`), one per turn of the
+        """Make the store's missing layers (hidden, undrawn layers, :func:`layers.add_undrawn_layer`), one per turn of the
         event loop, then call ``then()``: a napari layer made is tenths of a second of the GUI thread, so they are
         all made when a store opens and every later step (fit, predict, a click, an edit) only draws into them."""
         missing = next((plan for plan in self.layer_plan(opened) if plan[0] not in self.viewer.layers), None)
@@ -671,7 +671,7 @@ class StorePanel(Container):
             then()
             return
         name, kind, shape, options = missing
-        L.add_placeholder(self.viewer, name, kind, shape, **options)
+        L.add_undrawn_layer(self.viewer, name, kind, shape, **options)
         self.later(lambda: opened.store is self.store and self._make_layers(opened, then))
 
     def later(self, draw) -> None:
