@@ -4,14 +4,17 @@ method: when the first ETA came (seconds and fraction of the run), that first ET
 how far off the ETA was over the run (time-weighted: at each moment, the last ETA shown against the time then left)
 and whether every Progress names its stage.
 
-    flock /work/wt/bench.lock env PYTHONPATH=src python benchmarks/eta.py [--methods a,b] [--out results/eta.md]
+    flock /work/wt/bench.lock env PYTHONPATH=src python benchmarks/eta.py [--methods a,b] [--label after]
+    python benchmarks/eta.py --report          # the tables of every run recorded, one per label
 
-Writes a Markdown table (with the machine and its load) and the raw events as JSON lines beside it.
+Each fit's raw events go to results/eta.jsonl (with the label, the machine and its load before and after); --report
+writes the Markdown tables of results/eta.md from them.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -69,14 +72,16 @@ def record(name: str, folder: Path) -> dict:
     make, k, params = CASES[name]
     data = make(folder)
     method = name.split("+")[0]
-    events, start = [], time.perf_counter()
+    events, load, start = [], load_average(), time.perf_counter()
     for event in api.run(data, method, k, device="cpu", seed=0, **params):
         now = time.perf_counter() - start
         if isinstance(event, Progress):
             events.append((now, event.step, event.total, event.stage, event.eta))
         elif isinstance(event, Done):
             end = now
-    return {"method": name, "n": int(len(data)), "k": k, "params": params, "seconds": end, "events": events}
+    return {"method": name, "n": int(len(data)), "k": k, "params": params, "seconds": end, "events": events,
+            "load": f"{load} → {load_average()}", "machine": f"{platform.processor() or platform.machine()}, "
+            f"{len(os.sched_getaffinity(0))} cores"}
 
 
 def summary(run: dict) -> dict:
@@ -116,40 +121,46 @@ def fmt(v, spec):
 
 def table(rows: list[dict], header: str) -> str:
     lines = [header, "", "| method | items | fit s | Progress events | first ETA at s (of run) | first ETA / real time left "
-             "| ETA shown (of run) | within 2x (of run) | median ETA / left | median abs error s | stage named |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "| ETA shown (of run) | within 2x (of run) | median ETA / left | median abs error s | stage named | load 1/5/15 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in rows:
         lines.append(f"| {r['method']} | {r['n']} | {r['seconds']:.1f} | {r['progress']} | {fmt(r['first_eta_s'], '.1f')} "
                      f"({fmt(r['first_eta_frac'], '.0%')}) | {fmt(r['first_ratio'], '.2f')} | {r['shown_frac']:.0%} | "
                      f"{r['within_2x_frac']:.0%} | {fmt(r['median_ratio'], '.2f')} | {fmt(r['median_abs_err_s'], '.1f')} | "
-                     f"{'yes' if r['named'] else 'NO'} |")
-    lines += ["", "Stages in order (stage name as first shown × Progress events; names equal up to digits are one stage):", ""]
-    lines += [f"- {r['method']}: {r['stages'][:600]}" for r in rows]
+                     f"{'yes' if r['named'] else 'NO'} | {r['load']} |")
+    lines += ["", "Stages in order (a stage's name as first shown × its Progress events; names equal up to digits are one "
+              "stage):", ""]
+    lines += [f"- {r['method']}: {r['stages'][:700]}" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def report(raw: Path) -> str:
+    """One table per label, the runs in the order recorded."""
+    runs = [json.loads(line) for line in raw.read_text().splitlines() if line.strip()]
+    out = []
+    for label in dict.fromkeys(r["label"] for r in runs):
+        mine = [r for r in runs if r["label"] == label]
+        out.append(table([{**summary(r), "load": r["load"]} for r in mine], f"## {label or 'ETA'}: {mine[0]['machine']}"))
+    return "\n".join(out)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(CASES))
     parser.add_argument("--data-dir")
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "eta.md"))
-    parser.add_argument("--label", default="", help="a word for the run in the table's heading (e.g. before/after)")
+    parser.add_argument("--raw", default=str(Path(__file__).parent / "results" / "eta.jsonl"))
+    parser.add_argument("--label", default="", help="a word for the runs (e.g. before/after): one table each")
+    parser.add_argument("--report", action="store_true", help="print the tables of the runs recorded in --raw")
     args = parser.parse_args()
+    if args.report:
+        print(report(Path(args.raw)))
+        return
     folder = data_dir(args.data_dir)
-    rows, raw = [], Path(args.out).with_suffix(".jsonl")
-    load0 = load_average()
     for name in args.methods.split(","):
-        run = record(name, folder)
-        with raw.open("a") as f:
-            f.write(json.dumps({**run, "label": args.label}) + "\n")
-        rows.append(summary(run))
-        print(table(rows[-1:], name), flush=True)
-    header = (f"## {args.label or 'ETA'}: {platform.processor() or platform.machine()}, "
-              f"{len(__import__('os').sched_getaffinity(0))} cores, load {load0} at start, {load_average()} at end")
-    text = table(rows, header)
-    with Path(args.out).open("a") as f:
-        f.write(text + "\n")
-    print(text)
+        run = {**record(name, folder), "label": args.label}
+        with Path(args.raw).open("a") as f:
+            f.write(json.dumps(run) + "\n")
+        print(table([{**summary(run), "load": run["load"]}], name), flush=True)
 
 
 if __name__ == "__main__":

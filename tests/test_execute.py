@@ -213,3 +213,19 @@ def test_runs_in_two_threads_do_not_undo_each_others_determinism():
     assert torch.are_deterministic_algorithms_enabled()  # the other is still deterministic
     inner.__exit__(None, None, None)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_forecast_extends_the_decline_of_label_changes_and_never_ends_early():
+    """A Lloyd-type loop's iterations: max_iter until the changes decline, then their geometric decline extended to under
+    one change (plus the iteration that finds none); never fewer than one more than done, never more than max_iter."""
+    from ticlust.events import Forecast
+
+    halving = Forecast(30)
+    said = [halving.total(c) for c in (None, 400, 200, 100, 50, 25, 12, 6, 3, 1)]
+    assert said[:3] == [30, 30, 12] and all(10 <= s <= 13 for s in said[2:])        # 11 iterations in all
+    stuck = Forecast(30)
+    assert [stuck.total(c) for c in (None, 40, 50, 45)] == [30, 30, 30, 30]      # no decline: the cap
+    capped = Forecast(5)
+    assert max(capped.total(c) for c in (None, 1000, 900, 800, 700)) == 5
+    late = Forecast(30)
+    assert [late.total(c) for c in (None, 100, 1, 0, 3)] == [30, 30, 4, 5, 30]  # a change after none (a repair move)
