@@ -21,6 +21,8 @@ from .kmeans import keep_pinned
 
 #: Items carried onto their prototype's frame at once (centroid means, aligned outputs).
 WARP_BLOCK = 2048
+#: The stage name of the rigid k-means++ seeding.
+SEED_STAGE = "rigid k-means++ seeds"
 
 
 @dataclass
@@ -115,7 +117,8 @@ def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torc
         own = match.score.gather(1, labels[:, None])[:, 0]
         history.append(float(own.sum()) / x.shape[0])
         stop = prev is not None and torch.equal(prev, labels)
-        total = (it if stop else forecast.total(None if prev is None else int((prev != labels).sum())) + later) * blocks
+        expected = it if stop else forecast.total(None if prev is None else int((prev != labels).sum()))
+        total = (expected + later) * blocks
         yield Progress(it * blocks, total, history[-1], lloyd_stage(it, blocks, blocks))
         if stop:
             break
@@ -129,7 +132,3 @@ def rigid_kmeans_steps(x, cfg: Any, rng: np.random.Generator, channels_last: boo
     """Rigid k-means from k-means++ seeds (generator, as :func:`rigid_lloyd`, which it returns the end of)."""
     mu = yield from rigid_kmeans_plus_plus(x, cfg, rng)
     return (yield from rigid_lloyd(x, mu, cfg, channels_last, later=later))
-
-
-#: The stage name of the rigid k-means++ seeding.
-SEED_STAGE = "rigid k-means++ seeds"
