@@ -426,3 +426,21 @@ def test_stride_two_encoder_reads_half_resolution_and_folds_exactly():
     torch.testing.assert_close(InferenceEncoder(encoder)(x), encoder(x), atol=1e-4, rtol=1e-4)
     default = dti.DTIModel(dti.DTIKMeansConfig(k=2), 1, (28, 28), ("affine",))
     assert default.encoder.stem[0].stride == (1, 1)
+
+
+def test_progress_names_every_curriculum_stage_in_full_then_aligning_and_the_object_map(tiny):
+    """The curriculum's stage names are whole (the last one was cut at 32 characters, '… (lr/1'), the alignment of
+    every image after training counts its batches to the end, and the object map (DTI's inverse warps: as long as a
+    short training) is a stage of its own that ends at its total."""
+    from ticlust.events import Progress
+    from ticlust.methods.base import MAP_STAGE
+
+    x, _ = tiny
+    events = [e for e in ticlust.run(x, "dti-kmeans", k=2, device="cpu", seed=0, curriculum="milestones",
+                                     milestones=(1, 2, 3, 4), max_epochs=5, batch_size=32, threads=1, infer_batch_size=32)
+              if isinstance(e, Progress)]
+    stages = list(dict.fromkeys(e.stage for e in events))
+    assert stages == ["identity", "identity+affine", "identity+affine+morpho", "identity+affine+morpho+tps",
+                      "identity+affine+morpho+tps (lr/10)", "Aligning every image", MAP_STAGE]
+    aligning = [e.step for e in events if e.stage == "Aligning every image"]
+    assert aligning == [0, 1, 2] and events[-1].step == events[-1].total      # 64 images, 32 at a time

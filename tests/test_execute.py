@@ -17,7 +17,7 @@ from ticlust.evaluation import select_model
 from ticlust.events import Done, Progress, Snapshot
 from ticlust.core.execute import Backend, Job, LocalBackend, best_of, execute, stream
 from ticlust.methods import base, get_method
-from ticlust.methods.base import register, unregister
+from ticlust.methods.base import MAP_STAGE, register, unregister
 from ticlust.datasets.samples import glyphs_sample
 
 from test_contract import Toy, dark_and_bright
@@ -107,10 +107,12 @@ def test_runs_keep_the_lowest_final_loss_as_before():
     losses = [r.final_loss for r in singles]
     assert best.run_losses == losses and best.config["runs"] == 3 and best.config["seed"] == 5
     assert np.array_equal(best.labels, singles[int(np.argmin(losses))].labels)
-    stages = [e.stage for e in events if isinstance(e, Progress)]
-    assert stages[0].startswith("run 1/3: ") and stages[-1].startswith("run 3/3: ")
-    totals = {e.total for e in events if isinstance(e, Progress)}
-    assert len(totals) == 1                                                  # one overall bar
+    fit = [e for e in events if isinstance(e, Progress) and e.stage != MAP_STAGE]
+    assert fit[0].stage.startswith("run 1/3: ") and fit[-1].stage.startswith("run 3/3: ")
+    steps = [e.step for e in fit]                                            # one overall bar, moving on
+    assert steps == sorted(steps) and all(e.step <= e.total for e in fit)
+    mapped = [e for e in events if isinstance(e, Progress)][len(fit):]       # then the kept run's object map
+    assert mapped and all(e.stage == MAP_STAGE for e in mapped) and mapped[-1].step == mapped[-1].total
 
 
 def test_best_of_takes_plain_results_and_generators_and_keeps_the_first_of_equals():
@@ -211,3 +213,19 @@ def test_runs_in_two_threads_do_not_undo_each_others_determinism():
     assert torch.are_deterministic_algorithms_enabled()  # the other is still deterministic
     inner.__exit__(None, None, None)
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_forecast_extends_the_decline_of_label_changes_and_never_ends_early():
+    """A Lloyd-type loop's iterations: max_iter until the changes decline, then their geometric decline extended to under
+    one change (plus the iteration that finds none); never fewer than one more than done, never more than max_iter."""
+    from ticlust.events import Forecast
+
+    halving = Forecast(30)
+    said = [halving.total(c) for c in (None, 400, 200, 100, 50, 25, 12, 6, 3, 1)]
+    assert said[:3] == [30, 30, 12] and all(10 <= s <= 13 for s in said[2:])        # 11 iterations in all
+    stuck = Forecast(30)
+    assert [stuck.total(c) for c in (None, 40, 50, 45)] == [30, 30, 30, 30]      # no decline: the cap
+    capped = Forecast(5)
+    assert max(capped.total(c) for c in (None, 1000, 900, 800, 700)) == 5
+    late = Forecast(30)
+    assert [late.total(c) for c in (None, 100, 1, 0, 3)] == [30, 30, 4, 5, 30]  # a change after none (a repair move)

@@ -644,3 +644,35 @@ def test_status_line_shows_the_rigid_pose_and_the_flip(make_napari_viewer, qtbot
     said = np.array(said)
     # one handedness is the prototype's, the other its mirror image, whichever the prototype took
     assert len(set(said[mirrored])) == 1 and len(set(said[~mirrored])) == 1 and said[mirrored][0] != said[~mirrored][0]
+
+
+def test_progress_line_names_the_stage_and_gives_an_eta_for_rigid_kmeans(make_napari_viewer, qtbot, monkeypatch):
+    """A non-AI aligning method through the real dock: every progress line names its stage (the rigid search's Lloyd
+    iteration and the batches searched, then the object map) and, once a stage has shown its pace, an ETA; the
+    k-means++ seeds come first, and no line shows a loss the step does not have."""
+    from ticlust.core import execute
+
+    monkeypatch.setattr(execute, "ETA_MIN_SECONDS", 0.0)       # the two-second floor lifted for this short fit
+    from ticlust.datasets.samples import glyphs_sample
+
+    viewer = make_napari_viewer()
+    viewer.add_image(glyphs_sample(n_per_class=275, size=16)[0], name="glyphs")    # 3 batches of 512 an iteration
+    widget = dock(viewer)
+    widget.method.value = "rigid-kmeans"
+    widget.input.value = "glyphs"
+    widget.k.value = 4
+    widget.param("max_iter").value = 3
+    lines, shown = [], widget._on_event
+
+    def show(event):                                            # what the status line said after each event
+        shown(event)
+        lines.append(widget.status.value)
+    widget._on_event = show
+    run_to_end(qtbot, widget, timeout=120_000)
+    progress = [line for line in lines if " · ETA " in line]
+    assert progress and progress[0].startswith("rigid k-means++ seeds 1/4 · ETA estimating…")
+    searched = [line for line in progress if line.startswith("Lloyd iteration ")]
+    assert searched and all(" (rigid search): " in line and " batches searched " in line for line in searched)
+    assert "at this stage's pace" in searched[3] and searched[3].startswith("Lloyd iteration 1 ")   # its 3rd batch
+    assert progress[-1].startswith("object map ") and "loss" not in progress[-1]
+    assert lines[-1].startswith("Done: 4 clusters")

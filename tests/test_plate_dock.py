@@ -265,6 +265,40 @@ def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, m
     assert pd.read_parquet(store.path / PREDICTIONS)["cluster"].max() == 3
 
 
+
+def test_the_fit_progress_names_the_stage_and_gives_an_eta_for_rigid_kmeans(predicted, make_napari_viewer, qtbot,
+                                                                            monkeypatch):
+    """A non-AI aligning method fitted from the plate dock: its status line names each stage (the seeds, the rigid
+    search's Lloyd iteration, the object map) and, once a stage has shown its pace, gives an ETA."""
+    from ticlust._napari import store_panel
+    from ticlust.core import execute
+
+    monkeypatch.setattr(execute, "ETA_MIN_SECONDS", 0.0)          # the two-second floor lifted for this short fit
+    monkeypatch.setattr(store_panel, "SAY_EVERY_S", 0.0)          # every step said, none skipped
+    store, _ = predicted
+    viewer, panel = dock(make_napari_viewer, qtbot)
+    panel.open_store(store.path)
+    settle(qtbot, panel)
+    panel.fit.form.method.value = "rigid-kmeans"
+    panel.fit.form.k.value, panel.fit.sample.value, panel.fit.device.value = 3, 150, "cpu"
+    panel.fit.form.param("max_iter").value = 6
+    lines, shown = [], panel.show_progress
+
+    def watch(event):
+        shown(event)
+        lines.append(panel.status.value)
+    panel.show_progress = watch
+    press(qtbot, panel, panel.fit.fit_button)
+    panel.show_progress = shown
+    assert panel.result is not None and panel.result.method == "rigid-kmeans"
+    progress = [line for line in lines if " · ETA " in line]
+    assert progress[0].startswith("rigid k-means++ seeds 1/3 · ETA estimating…")
+    searched = [line for line in progress if line.startswith("Lloyd iteration ")]
+    assert searched and all(" (rigid search): " in line for line in searched)
+    assert any("at this stage's pace" in line for line in searched)
+    assert progress[-1].startswith("object map ")
+
+
 # ---- (c) bad input: one sentence, nothing written, nothing raised ---------------------------------------
 def one_sentence(text: str) -> bool:
     return text.count("\n") == 0 and len(text) > 20 and "Traceback" not in text

@@ -92,3 +92,19 @@ def test_parameters_are_validated():
     assert ticlust.fit(x, "procrustes-kmeans", k=2, device="cpu", scale="off").config["scale"] is False
     with pytest.raises(InputError):
         ticlust.fit(x.reshape(20, -1), "procrustes-kmeans", k=2)
+
+
+def test_progress_counts_the_iterations_the_starts_take_not_max_iter():
+    """The bar's total is the iterations forecast for this start plus the finished starts' mean for each start to come,
+    not n_init × max_iter (3,000): it moves on, never passes its total, and ends at the iterations the starts took;
+    each start is named, and the object map follows as its own stage."""
+    from ticlust.events import Progress
+    from ticlust.methods.base import MAP_STAGE
+
+    x, _ = sample_landmarks(seed=0, n=200)
+    events = list(ticlust.run(x, "procrustes-kmeans", k=3, device="cpu", seed=0))
+    fit = [e for e in events if isinstance(e, Progress) and e.stage != MAP_STAGE]
+    assert [e.step for e in fit] == list(range(1, len(fit) + 1)) and all(e.step <= e.total for e in fit)
+    assert fit[0].total == 10 * 300 and fit[-1].total == fit[-1].step == len(fit) < 10 * 300
+    assert fit[-1].stage == "K-means on Procrustes coordinates, start 10/10"
+    assert [e.stage for e in events if isinstance(e, Progress)][-1] == MAP_STAGE

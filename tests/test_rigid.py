@@ -234,3 +234,35 @@ def test_rigid_kmeans_overcluster_keeps_two_styles_of_one_kind_together(one_thre
     assert merged.prototypes.shape == (3, H, W) and merged.scores.shape == (len(y), 3)
     # the labels are the merged prototypes' own assignments, so predict agrees with the fit
     assert np.array_equal(ticlust.predict(merged, x, device="cpu").labels, merged.labels)
+
+
+def test_rigid_kmeans_progress_names_each_batch_and_forecasts_its_iterations(one_thread, monkeypatch):
+    """Progress: a Progress per k-means++ seed, then one per batch searched, every Lloyd event one stage up to its numbers
+    (so an ETA comes within the first iteration), a total of the iterations the labels' changes forecast (the run
+    stops well before max_iter = 20: the last total is the steps done), and with a refinement to follow, its
+    iterations counted in the rigid stage's total. The same labels as a search of every item at once."""
+    from ticlust.core import execute
+    from ticlust.events import Progress
+    from ticlust.methods.base import MAP_STAGE
+
+    monkeypatch.setattr(execute, "ETA_MIN_SECONDS", 0.0)
+    x, y = turned_set()
+    events = list(ticlust.run(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=20, batch_size=8))
+    fit = [e for e in events if isinstance(e, Progress) and e.stage != MAP_STAGE]
+    assert [e.stage for e in fit[:3]] == ["rigid k-means++ seeds"] * 3 and [e.step for e in fit[:3]] == [1, 2, 3]
+    lloyd = fit[3:]
+    keys = {"".join(c for c in e.stage if not c.isdigit()) for e in lloyd}
+    assert keys == {"Lloyd iteration  (rigid search): / batches searched"}
+    first = [e for e in lloyd if e.stage.startswith("Lloyd iteration 1 ")]
+    assert [e.step for e in first] == [0, 1, 2, 3, 4, 5, 5] and first[3].eta is not None   # 36 items: 5 batches
+    assert [e.step for e in lloyd] == sorted(e.step for e in lloyd) and all(e.step <= e.total for e in lloyd)
+    assert lloyd[-1].step == lloyd[-1].total < 20 * 5 and lloyd[0].total == 20 * 5
+    result = events[-1].result
+    assert lloyd[-1].step == result.timing["iterations"] * 5
+    whole = ticlust.fit(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=20)
+    assert np.array_equal(whole.labels, result.labels) and np.allclose(whole.prototypes, result.prototypes, atol=1e-6)
+    refined = [e for e in ticlust.run(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=20, batch_size=8,
+                                      refine="affine", refine_iter=2) if isinstance(e, Progress)]
+    rigid = [e for e in refined if "(rigid search)" in e.stage]
+    assert rigid[0].total == (20 + 2) * 5 and rigid[-1].total == rigid[-1].step + 2 * 5   # the refinement still to come
+    assert any(e.stage.startswith("Lloyd iteration 1 (affine warps") for e in refined)

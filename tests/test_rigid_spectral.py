@@ -162,3 +162,18 @@ def test_rigid_spectral_fits_a_store_sample_and_assigns_the_plate(tmp_path, one_
     truth = table.merge(kinds, left_on=["image", "label"], right_on=["image", "label"])["kind"]
     assert len(truth) == len(table)
     assert ticlust.evaluate(pd.factorize(truth)[0], table["cluster"].to_numpy())["acc"] >= 0.9
+
+
+def test_progress_names_each_stage_through_posing_every_item(one_thread):
+    """Every stage is named and the last of the fit, every item posed on its prototype, counts its batches (it was
+    silent: the ETA said nothing was left while it ran), then the object map."""
+    from ticlust.events import Progress
+    from ticlust.methods.base import MAP_STAGE
+
+    x, _ = turned_set()
+    events = [e for e in ticlust.run(x, "rigid-spectral", k=3, device="cpu", seed=0, anchors=30, batch_size=8)
+              if isinstance(e, Progress)]
+    stages = list(dict.fromkeys(e.stage for e in events))
+    assert stages == ["comparing every item with the anchors at every angle", "k-means restarts",
+                      "prototypes: members posed and averaged", "posing every item on its prototype", MAP_STAGE]
+    assert [e.step for e in events if e.stage.startswith("posing")] == [1, 2, 3, 4, 5]      # 36 items, 8 at a time

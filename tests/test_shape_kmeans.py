@@ -305,3 +305,17 @@ def test_heteroscedastic_simulation_dd2_is_best():
     medians = {v: float(np.median(a)) for v, a in aris.items()}
     assert medians["dd2"] >= 0.95
     assert medians["dd2"] >= max(medians.values())
+
+
+def test_progress_total_shrinks_to_the_iterations_the_starts_take():
+    """Type I's starts run together: the total is their forecast iterations (× starts) plus Type II's reservation, not
+    n_init × max_iter; steps never pass it and Type II follows as its own stage."""
+    from ticlust.events import Progress
+
+    x, _ = sample_landmarks(seed=0, n=120)
+    events = [e for e in ticlust.run(x, "shape-kmeans", k=2, device="cpu", seed=0) if isinstance(e, Progress)]
+    first = [e for e in events if e.stage == "shape K-means (Type I)"]
+    second = [e for e in events if e.stage == "shape K-means (Type II)"]
+    assert first and second and all(e.step <= e.total for e in first + second)
+    assert first[0].total == 10 * 100 + 100 and first[-1].total < first[0].total
+    assert first[-1].total == first[-1].step + 100          # the starts' iterations done, then Type II's max_iter

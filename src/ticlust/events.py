@@ -7,6 +7,7 @@ A run is a generator that yields :class:`Progress` and :class:`Snapshot` and end
 """
 from __future__ import annotations
 
+import math
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -67,10 +68,48 @@ def each_progress(events, change):
         yield event
 
 
+class Forecast:
+    """How many iterations a loop that stops once no label changes will likely take, at most ``most``: the honest
+    total of its Progress, where ``most`` alone would make every ETA assume a run to the cap (Lloyd-type loops usually
+    stop long before). Told after each iteration how many labels it changed, it extends the recent geometric decline of
+    those changes (their rate over the last two iterations) until under one is left, plus the iteration that finds
+    none; while they do not decline it says ``most``. Never fewer than one more iteration than done: a loop that goes
+    on past the forecast (a repair move, a slow tail) raises it as it goes."""
+
+    def __init__(self, most: int):
+        self.most = max(1, int(most))
+        self.changes: list[int] = []
+        self.done = 0
+
+    def total(self, changed: int | None) -> int:
+        """Iterations expected in all, after one more iteration that changed ``changed`` labels (None: unknown, the
+        first one: every label is new)."""
+        self.done += 1
+        if changed is not None:
+            self.changes.append(max(0, int(changed)))
+        c = self.changes
+        if len(c) < 2 or c[-2] == 0:
+            return self.most if not c or c[-1] > 0 else min(self.most, self.done + 1)
+        rate = (c[-1] / c[-3]) ** 0.5 if len(c) >= 3 and c[-3] > 0 else c[-1] / c[-2]
+        if c[-1] == 0:
+            return min(self.most, self.done + 1)
+        if rate >= 1:
+            return self.most
+        left = math.ceil(math.log(c[-1]) / -math.log(max(rate, 1e-3))) + 1 if c[-1] > 1 else 1
+        return min(self.most, self.done + max(1, left))
+
+
 def format_eta(eta: float | None) -> str:
     """How front ends show an ETA: honest about being an estimate at the current stage's pace (here, beside the
     events, so that a front end shows one without importing torch)."""
     return "ETA estimating…" if eta is None else f"ETA ≈{format_seconds(eta)} at this stage's pace"
+
+
+def progress_line(event: Progress) -> str:
+    """How the docks show a Progress: its stage, step of total, the loss where it has one (the object map's and an
+    extraction's steps have none) and the ETA."""
+    loss = f" · loss {event.loss:.4g}" if math.isfinite(event.loss) else ""
+    return f"{event.stage} {event.step}/{event.total}{loss} · {format_eta(event.eta)}"
 
 
 def format_seconds(seconds: float) -> str:

@@ -29,7 +29,7 @@ from qtpy.QtGui import QColor, QPainter
 from qtpy.QtWidgets import QWidget
 
 from ..errors import InputError
-from ..events import Progress, format_eta
+from ..events import Progress, progress_line
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
                           field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
@@ -353,8 +353,7 @@ class StorePanel(Container):
         self._said_at = now        # a few times a second is enough
         self.progress.max = max(event.total, 1)
         self.progress.value = min(event.step, event.total)
-        loss = f" · loss {event.loss:.4g}" if np.isfinite(event.loss) else ""
-        self.say(f"{event.stage} {event.step}/{event.total}{loss} · {format_eta(event.eta)}")
+        self.say(progress_line(event))
 
     def failed(self, exc: Exception) -> None:
         """A job stopped on an error: one sentence in the status line, the layers it touched put back."""

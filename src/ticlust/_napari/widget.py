@@ -18,7 +18,7 @@ from .. import api
 from ..errors import InputError
 from ..core.validation import channels_last
 from ..core.device import DEVICE_CHOICES
-from ..events import Done, Progress, Snapshot
+from ..events import Done, Progress, Snapshot, progress_line
 from ..methods import get_method
 from ..objects.route import objects_route
 from ..objects.crops import labels_fit
@@ -259,7 +259,7 @@ class TiclustWidget(Container):
         elif isinstance(event, Progress):
             self.progress.max = max(event.total, 1)
             self.progress.value = min(event.step, event.total)
-            self.status.value = f"{event.stage} {event.step}/{event.total} · loss {event.loss:.4g} · {api.format_eta(event.eta)}"
+            self.status.value = progress_line(event)
         elif isinstance(event, Snapshot):
             now = time.perf_counter()
             layer = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None

@@ -60,7 +60,8 @@ class Job:
     label: str = "run"
     finish: Callable[[Any, list], Any] | None = None
     losses: bool = True          # record every run's final loss in ``run_losses`` (not for a prediction)
-    #: A last step on the kept result, on the job's device with deterministic kernels (a fit's object map).
+    #: A last step on the kept result, on the job's device with deterministic kernels (a fit's object map): the
+    #: result, or a generator of Progress events that returns it.
     after: Callable[[Any, torch.device], Any] | None = None
     stamp: bool = True           # stamp a result with device, versions and time (not a step on a finished one)
 
@@ -84,9 +85,7 @@ def stream(job: Job) -> Iterator[Event]:
     start = time.perf_counter()
     candidates = [lambda r=r: job.work(device, seed + r) for r in range(int(job.runs))]
     with reproducible(device), cpu_threads(device):
-        best, results = yield from with_eta(best_of(candidates, lambda i, n: f"{job.label} {i + 1}/{n}"))
-        if job.after is not None:
-            best = job.after(best, device)
+        best, results = yield from with_eta(kept(job, candidates, device))
     if job.stamp and hasattr(best, "timing"):      # a ClusteringResult: stamped with where, how long and with what
         if job.losses:
             best.run_losses = [r.final_loss for r in results]
@@ -98,19 +97,34 @@ def stream(job: Job) -> Iterator[Event]:
     return out
 
 
+def kept(job: Job, candidates, device: torch.device):
+    """:func:`best_of` the candidates, then the job's ``after`` step on the kept result, its events (a fit's object
+    map reports its blocks) on the same stream, so the ETA and the stage name cover the run to its end."""
+    best, results = yield from best_of(candidates, lambda i, n: f"{job.label} {i + 1}/{n}")
+    if job.after is not None:
+        best = job.after(best, device)
+        if inspect.isgenerator(best):
+            best = yield from best
+    return best, results
+
+
 def best_of(candidates, label: Callable[[int, int], str]):
     """Run candidates one after another and return the lowest final loss (the first of equals).
 
     ``candidates`` are zero-argument callables each making a run: a result, or a generator of events that
-    returns (or ends with Done) it. Their Progress events are rescaled onto one overall bar and their
-    stage prefixed with ``label(i, n)``; Snapshots pass through, Done is kept back. Returns (best
-    result, every run's result in order). Model selection's sweep (st_kmeans) runs its grid with it.
+    returns (or ends with Done) it. Their Progress events are put onto one overall bar (the steps the finished runs
+    took, then this run's, out of those plus this run's total for it and each run still to come: a run's total may
+    change as it goes, a forecast of its iterations) and their stage prefixed with ``label(i, n)``; Snapshots pass
+    through, Done is kept back. Returns (best result, every run's result in order). Model selection's sweep
+    (st_kmeans) runs its grid with it.
     """
     n = len(candidates)
     results: list = []
+    before = 0                 # the steps the finished runs took
     for i, make in enumerate(candidates):
         events = make()
         result = done = None
+        last = 0
         if not inspect.isgenerator(events):
             result = events
         while result is None:
@@ -122,11 +136,13 @@ def best_of(candidates, label: Callable[[int, int], str]):
             if isinstance(event, Done):
                 done = event.result
             elif isinstance(event, Progress) and n > 1:
-                yield Progress(i * event.total + event.step, n * event.total, event.loss,
+                last = event.step
+                yield Progress(before + event.step, before + (n - i) * event.total, event.loss,
                                f"{label(i, n)}: {event.stage}")
             else:
                 yield event
         results.append(result)
+        before += last
     best = results[0]
     for result in results[1:]:
         if result.final_loss < best.final_loss:

@@ -21,7 +21,7 @@ import torch
 
 from ..core.scratch import RowScratch, host_index
 from ..core.stack import Stack, StackImages, from_nchw, to_nchw
-from ..events import Progress, Snapshot, drain, each_progress
+from ..events import Forecast, Progress, Snapshot, drain, each_progress
 from ..result import Assignments
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Pyramid, Schedule, Ticker, lower
@@ -488,6 +488,9 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
     distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = lloyd_ticker(run) if ticker is None else ticker
+    per_iteration = lloyd_ticker(run).total // cfg.max_iter
+    start, later = ticker.step, ticker.total - ticker.step - cfg.max_iter * per_iteration   # later: ST's TPS stage
+    forecast = Forecast(cfg.max_iter)    # the total: the iterations the labels' changes say are left
     schedule = fit_schedule(cfg, ticker)
     pairs = run.warm_start() if pairs is None else pairs
     history, prev = [], None
@@ -495,6 +498,8 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
     for it in range(1, cfg.max_iter + 1):
         labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, schedule, pinned, done + it)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
+        expected = forecast.total(None if prev is None else int((prev != labels).sum()))
+        ticker.total = max(ticker.step + 1, start + expected * per_iteration + later)
         yield Progress(ticker.step, ticker.total, history[-1], lloyd_stage(run, done + it, len(chunks(n, cfg.chunk))))
         if it == cfg.max_iter:
             break
@@ -507,4 +512,5 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
             centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
         prev = labels
         yield Snapshot(run.items(mu))
+    ticker.total = ticker.step + later            # this run's unused iterations are not still to come
     return mu, pairs, labels, history, it

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
 
-from ..events import Progress, Snapshot, drain
+from ..events import Forecast, Progress, Snapshot, drain
 from ..core.stack import Stack
 from .chunked import StoreSample
 
@@ -270,16 +270,21 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batc
             break
 
 
-def lloyd_steps(x, centers: torch.Tensor, cfg, shape: tuple, stage: str, step0: int = 0, total: int | None = None,
-                pinned: torch.Tensor | None = None):
-    """:func:`lloyd` as events (Progress counted from ``step0`` out of ``total``, default max_iter; a Snapshot of the
-    centres, shaped (K, *shape), each iteration), then the final assignment with the pinned items kept. ``cfg``
-    gives k, max_iter, tol and batch_size. Returns (mean distortion per iteration and final, centres, d2, labels)."""
+def lloyd_steps(x, centers: torch.Tensor, cfg, shape: tuple, stage: str, step0: int = 0,
+                total: Callable[[int], int] | None = None, pinned: torch.Tensor | None = None):
+    """:func:`lloyd` as events (Progress counted from ``step0``; a Snapshot of the centres, shaped (K, *shape), each
+    iteration), then the final assignment with the pinned items kept. The Progress total is ``total(expected)`` (default
+    ``step0 + expected``), ``expected`` the iterations this run will likely take (``events.Forecast``: at most max_iter).
+    ``cfg`` gives k, max_iter, tol and batch_size. Returns (mean distortion per iteration and final, centres, d2, labels)."""
     x = as_rows(x, cfg.batch_size)
-    history = []
-    for it, inertia, centers, _ in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
+    history, prev, forecast = [], None, Forecast(cfg.max_iter)
+    total = total or (lambda expected: step0 + expected)
+    for it, inertia, centers, labels in lloyd(x, centers, cfg.max_iter, cfg.tol, pinned=pinned):
         history.append(inertia / x.n)
-        yield Progress(step0 + it, total or cfg.max_iter, history[-1], stage)
+        changed = None if prev is None else int((prev != labels).sum())
+        expected = it if changed == 0 else forecast.total(changed)        # no label changed: this was the last
+        prev = labels
+        yield Progress(step0 + it, max(step0 + it, total(expected)), history[-1], stage)
         yield Snapshot(centers.reshape(cfg.k, *shape).cpu().numpy())
     d2, labels = assign(x, centers)
     labels = keep_pinned(labels, pinned)

@@ -8,19 +8,21 @@ is rigid-kmeans' or a :class:`RigidLloydConfig`: what the search and the loop re
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.stack import from_nchw
-from ..events import Progress, Snapshot
+from ..events import Forecast, Progress, Snapshot
 from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, rigid_search, shift_pixels
 from .kmeans import keep_pinned
 
 #: Items carried onto their prototype's frame at once (centroid means, aligned outputs).
 WARP_BLOCK = 2048
+#: The stage name of the rigid k-means++ seeding.
+SEED_STAGE = "rigid k-means++ seeds"
 
 
 @dataclass
@@ -43,17 +45,37 @@ def rigid_match(x, mu: torch.Tensor, cfg: Any) -> RigidMatch:
                         max_shift=shift_pixels(cfg.max_shift, tuple(x.shape[-2:])), block=cfg.batch_size)
 
 
-def rigid_kmeans_plus_plus(x, cfg: Any, rng: np.random.Generator) -> torch.Tensor:
-    """k-means++ seeds under the rigid distance (each new seed drawn ∝ its distance to the nearest seed)."""
+def rigid_kmeans_plus_plus(x, cfg: Any, rng: np.random.Generator):
+    """k-means++ seeds under the rigid distance (each new seed drawn ∝ its distance to the nearest seed); a generator,
+    a Progress per seed (each is a search of every item: together about one Lloyd iteration), returns the seeds."""
     n = x.shape[0]
     chosen = [int(rng.integers(n))]
     d2 = rigid_match(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double()
-    for _ in range(1, cfg.k):
+    yield Progress(1, cfg.k, stage=SEED_STAGE)
+    for i in range(1, cfg.k):
         p = d2.clamp_min(0).cpu().numpy()
         p = p / p.sum() if p.sum() > 0 else np.full(n, 1.0 / n)
         chosen.append(int(rng.choice(n, p=p)))
         d2 = torch.minimum(d2, rigid_match(x, x[chosen[-1]:chosen[-1] + 1], cfg).score[:, 0].double())
+        yield Progress(i + 1, cfg.k, stage=SEED_STAGE)
     return x[chosen].clone()
+
+
+def rigid_match_blocks(x, mu: torch.Tensor, cfg: Any, told):
+    """:func:`rigid_match` a block of ``cfg.batch_size`` items at a time (the same poses: each item's depends on it
+    alone), as a generator yielding ``told(blocks done, blocks)`` (a Progress) after each block; returns the match."""
+    starts = range(0, x.shape[0], cfg.batch_size)
+    parts = []
+    for i, s in enumerate(starts):
+        parts.append(rigid_match(x[s:s + cfg.batch_size], mu, cfg))
+        yield told(i + 1, len(starts))
+    return RigidMatch(*(torch.cat([getattr(part, f.name) for part in parts]) for f in fields(RigidMatch)))
+
+
+def lloyd_stage(iteration: int, done: int, blocks: int) -> str:
+    """The name of a rigid Lloyd run's progress: the iteration and its blocks searched so far (one text up to its
+    numbers, so a front end's ETA runs at the pace of blocks from the first iteration's first block)."""
+    return f"Lloyd iteration {iteration} (rigid search): {done}/{blocks} batches searched"
 
 
 def rigid_centroids(x, mu: torch.Tensor, theta: torch.Tensor, labels: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
@@ -76,18 +98,29 @@ def aligned_stack(x, theta: torch.Tensor) -> torch.Tensor:
     return torch.cat([aligned_items(x[s:s + WARP_BLOCK], theta[s:s + WARP_BLOCK]) for s in range(0, x.shape[0], WARP_BLOCK)])
 
 
-def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torch.Tensor | None = None):
-    """Lloyd iterations from centroids mu (generator: a Progress per iteration, a Snapshot of the centroids in the
-    stack's layout after each update) until no label changes or ``cfg.max_iter``; ``pinned`` ≥ 0 keeps those items
-    in that cluster. Returns (centroids, the last search's RigidMatch, labels, distortion history, iterations)."""
+def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torch.Tensor | None = None, later: int = 0):
+    """Lloyd iterations from centroids mu (generator: a Progress per block of items searched, a Snapshot of the
+    centroids in the stack's layout after each update) until no label changes or ``cfg.max_iter``; ``pinned`` ≥ 0
+    keeps those items in that cluster. ``later``: Lloyd iterations of a stage that follows (rigid-kmeans' refine),
+    counted in the total so the ETA covers them at this stage's pace. Returns (centroids, the last search's
+    RigidMatch, labels, distortion history, iterations)."""
+    blocks = -(-x.shape[0] // cfg.batch_size)
+    forecast = Forecast(cfg.max_iter)           # the total: the iterations the labels' changes say are left
+    total = (cfg.max_iter + later) * blocks
     history, prev, it = [], None, 0
+    yield Progress(0, total, stage=lloyd_stage(1, 0, blocks))          # the pace's start
     for it in range(1, cfg.max_iter + 1):
-        match = rigid_match(x, mu, cfg)
+        loss = history[-1] if history else float("nan")
+        match = yield from rigid_match_blocks(x, mu, cfg, lambda b, nb, it=it, loss=loss, total=total: Progress(
+            (it - 1) * nb + b, total, loss, lloyd_stage(it, b, nb)))
         labels = keep_pinned(match.score.argmin(1), pinned)
         own = match.score.gather(1, labels[:, None])[:, 0]
         history.append(float(own.sum()) / x.shape[0])
-        yield Progress(it, cfg.max_iter, history[-1], f"Lloyd iteration {it}")
-        if prev is not None and torch.equal(prev, labels):
+        stop = prev is not None and torch.equal(prev, labels)
+        expected = it if stop else forecast.total(None if prev is None else int((prev != labels).sum()))
+        total = (expected + later) * blocks
+        yield Progress(it * blocks, total, history[-1], lloyd_stage(it, blocks, blocks))
+        if stop:
             break
         mu = rigid_centroids(x, mu, match.assigned(labels).theta, labels, own)
         prev = labels
@@ -95,8 +128,7 @@ def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torc
     return mu, match, labels, history, it
 
 
-def rigid_kmeans_steps(x, cfg: Any, rng: np.random.Generator, channels_last: bool):
+def rigid_kmeans_steps(x, cfg: Any, rng: np.random.Generator, channels_last: bool, later: int = 0):
     """Rigid k-means from k-means++ seeds (generator, as :func:`rigid_lloyd`, which it returns the end of)."""
-    yield Progress(0, cfg.max_iter, stage="rigid k-means++ seeds")
-    mu = rigid_kmeans_plus_plus(x, cfg, rng)
-    return (yield from rigid_lloyd(x, mu, cfg, channels_last))
+    mu = yield from rigid_kmeans_plus_plus(x, cfg, rng)
+    return (yield from rigid_lloyd(x, mu, cfg, channels_last, later=later))

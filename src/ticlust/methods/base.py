@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..events import Done, Event
+from ..events import Done, Event, Progress
 from ..core.execute import best_of  # noqa: F401  (the minLoss loop lives in the execution seam)
 from ..result import STATE_TYPES, ClusteringResult, FittedState
 from ..core.params import ParamInfo, coerce, param, param_infos  # noqa: F401  (every method's config fields)
@@ -118,26 +118,37 @@ class Method(abc.ABC):
             return pixels(params["representation"][rows])
         return pixels(result.scores[rows])
 
-    def with_map(self, result: ClusteringResult, items, device: torch.device, seed: int) -> ClusteringResult:
+    def with_map(self, result: ClusteringResult, items, device: torch.device, seed: int):
         """The fit's object map, learned on ``items`` (the fitted stack or landmarks) and put into ``result``: the PCA
         of a seeded sample's features (``kernels.embedding``), every item's embedding (block by block), the t-SNE
         layout of a sample of those and every item's place; the model (small arrays) goes to the extras, the
-        embedding and the places to the per-item fields. Returns ``result``."""
+        embedding and the places to the per-item fields. A generator: a Progress per block (stage ``MAP_STAGE``; an
+        aligning method's features can take as long as a short fit, DTI's inverse warps); returns ``result``."""
         from ..kernels import embedding as emb
 
         rng = np.random.default_rng(seed)
         n = _count(items)
         learn = np.sort(rng.choice(n, emb.PCA_SAMPLE, replace=False)) if n > emb.PCA_SAMPLE else np.arange(n)
-        feats = np.concatenate([self.embed(result, _rows(items, part), part, device)     # read MAP_BLOCK at a time
-                                for part in np.split(learn, range(MAP_BLOCK, len(learn), MAP_BLOCK))])
+        block = map_block(n)
+        parts = np.split(learn, range(block, len(learn), block))
+        steps = len(parts) + (0 if n == len(learn) else -(-n // block)) + 1
+        feats = []
+        for i, part in enumerate(parts):                # read a block at a time
+            feats.append(self.embed(result, _rows(items, part), part, device))
+            yield Progress(i + 1, steps, stage=MAP_STAGE)
+        feats = np.concatenate(feats)
         mean, basis = emb.learn_pca(feats, emb.EMBED_DIMS, device, rng)
         model = emb.MapModel(mean, basis, np.zeros((0, basis.shape[1]), np.float32), np.zeros((0, 2), np.float32))
         if n == len(learn):
             embedded = model.embed(feats, device).cpu().numpy()
         else:
-            embedded = np.concatenate([model.embed(self.embed(result, block, slice(s, s + _count(block)), device),
-                                                   device).cpu().numpy() for s, block in _blocks(items)])
+            embedded = []
+            for s, part in _blocks(items, block):
+                embedded.append(model.embed(self.embed(result, part, slice(s, s + _count(part)), device), device).cpu().numpy())
+                yield Progress(len(parts) + len(embedded), steps, stage=MAP_STAGE)
+            embedded = np.concatenate(embedded)
         model.anchors, model.coords = emb.learn_layout(embedded, rng)
+        yield Progress(steps, steps, stage=MAP_STAGE)
         result.extras = {**result.extras, **model.to_extras()}
         result.embedding = embedded
         result.map = model.place(torch.from_numpy(embedded).to(device)).cpu().numpy()
@@ -208,6 +219,16 @@ def config_dict(cfg) -> dict:
 
 #: Items whose map features are computed at once (``Method.with_map``, ``Method.extend_map``).
 MAP_BLOCK = 4096
+#: The object map's blocks while it is learned: at least this many (each item's features depend on it alone, so the
+#: block size changes nothing but how often progress is told), of at least ``MAP_MIN_BLOCK`` items.
+MAP_STEPS, MAP_MIN_BLOCK = 16, 64
+#: The stage name of the object map's Progress events.
+MAP_STAGE = "object map"
+
+
+def map_block(n: int) -> int:
+    """Items per block of the object map learned on ``n`` items (``MAP_STEPS``)."""
+    return max(MAP_MIN_BLOCK, min(MAP_BLOCK, -(-n // MAP_STEPS)))
 
 
 def _count(items) -> int:
@@ -219,10 +240,10 @@ def _rows(items, index: np.ndarray):
     return items.subset(index) if hasattr(items, "subset") else items[index]
 
 
-def _blocks(items):
-    """(start, block) of MAP_BLOCK items at a time, in order, of a stack or a landmark array."""
+def _blocks(items, block: int = MAP_BLOCK):
+    """(start, block) of ``block`` items at a time, in order, of a stack or a landmark array."""
     if hasattr(items, "blocks"):
-        yield from items.blocks(MAP_BLOCK)
+        yield from items.blocks(block)
         return
-    for s in range(0, len(items), MAP_BLOCK):
-        yield s, items[s:s + MAP_BLOCK]
+    for s in range(0, len(items), block):
+        yield s, items[s:s + block]

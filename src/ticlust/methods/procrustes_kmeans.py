@@ -64,12 +64,15 @@ class ProcrustesKMeans(Method):
     def train(self, landmarks: np.ndarray, cfg: ProcrustesKMeansConfig, device: torch.device, seed: int):
         rng = seed_everything(seed)
         fit, x = _registered(landmarks, cfg, device)
-        best = None
+        best, iterations = None, []      # the finished starts' iterations: what the later ones are expected to take
         for start in range(cfg.n_init):
             centres = kmeans_plus_plus(x, cfg.k, rng)
+            left = cfg.n_init - start - 1
             run = yield from lloyd_steps(x, centres, cfg, (landmarks.shape[1], 2),
-                                         f"K-means on Procrustes coordinates, start {start + 1}/{cfg.n_init}",
-                                         start * cfg.max_iter, cfg.n_init * cfg.max_iter)
+                                         f"K-means on Procrustes coordinates, start {start + 1}/{cfg.n_init}", sum(iterations),
+                                         lambda expected, left=left: sum(iterations) + expected + round(
+                                             left * (np.mean(iterations) if iterations else expected)))
+            iterations.append(len(run[0]) - 1)
             if best is None or run[0][-1] < best[0][-1]:
                 best = run
         return self._result(cfg, fit, *best)

@@ -251,8 +251,10 @@ class RigidSpectral(Method):
         out = Assignments(stack.n)
         out.write(0, {"labels": labels, "scores": scores, "params/nearest_anchors": graph.anchor_index[graph.links[1].cpu().numpy()],
                       "params/anchor_distances": graph.links[0].float()})
-        for s, b in stack.batches(cfg.batch_size):
+        steps = -(-stack.n // cfg.batch_size)
+        for i, (s, b) in enumerate(stack.batches(cfg.batch_size)):
             out.write(s, self._posed(stack, cfg, to_nchw(torch.from_numpy(b).to(device)), frames, labels[s:s + len(b)]))
+            yield Progress(i + 1, steps, stage="posing every item on its prototype")
         state = RigidSpectralState(item_shape=np.asarray(stack.item_shape), anchors=graph.anchors.images.cpu().numpy(),
                                    sigma=np.float64(graph.sigma), transfer=graph.transfer.float().cpu().numpy(),
                                    centers=centers.cpu().numpy(), frames=frames.cpu().numpy())

@@ -22,7 +22,7 @@ import torch
 from ..errors import InputError
 from ..transforms.procrustes import align_to, procrustes_align
 from ..result import ClusteringResult, FittedState
-from ..events import Progress, Snapshot
+from ..events import Forecast, Progress, Snapshot
 from ..kernels import keep_pinned, kmeans_plus_plus, squared_distances
 from .base import Method, param, register, seed_everything
 
@@ -250,11 +250,14 @@ def _multi_start(cfg, x: torch.Tensor, starts: torch.Tensor, offset: np.ndarray,
     finals, histories = [], []
     for c0 in range(0, starts.shape[0], chunk):
         labels, hist = starts[c0:c0 + chunk], []
-        for it, totals, labels, means, sds in shape_kmeans(cfg, x, labels, pinned):
+        forecast = Forecast(cfg.max_iter)       # the chunk's iterations, from how many labels still change
+        for it, totals, new, means, sds in shape_kmeans(cfg, x, labels, pinned):
+            changed, labels = int((new != labels).sum()), new
+            unused = labels.shape[0] * (cfg.max_iter - (it if changed == 0 else forecast.total(changed)))
             hist.append(totals)
             best = int(torch.argmin(totals))
-            yield Progress(min(step0 + c0 * cfg.max_iter + it * labels.shape[0], total_steps), total_steps,
-                           float(totals[best]) / n, stage)
+            step = min(step0 + c0 * cfg.max_iter + it * labels.shape[0], total_steps)
+            yield Progress(step, max(step, total_steps - unused), float(totals[best]) / n, stage)
             yield Snapshot((means[best] + shift).cpu().numpy())
         finals.append(labels)
         hist.append(_final(cfg, x, labels)[3])

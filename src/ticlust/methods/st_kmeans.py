@@ -422,7 +422,6 @@ class STKMeans(AIKMeans):
         affine = dataclasses.replace(run, aligner=super().aligner(run.cfg, run.aligner.size, run.aligner.device))
         ticker = lloyd_ticker(run, stages=2)
         mu, coarse, _, history, iters = yield from aligned_lloyd(affine, mu, pinned, ticker=ticker)
-        ticker.step = max(ticker.step, ticker.total // 2)   # the affine stage's unused iterations are not still to come
         pairs = run.warm_start()
         pairs.start_from(coarse)
         coarse.close()

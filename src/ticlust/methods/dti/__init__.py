@@ -541,7 +541,7 @@ def torch_threads(n: int):
 
 def _stage_name(modules, curriculum):
     names = ["identity", *modules[: curriculum.active]]
-    return ("+".join(names) + (" (lr/10)" if curriculum.final else ""))[:32]
+    return "+".join(names) + (" (lr/10)" if curriculum.final else "")
 
 
 def _protos_numpy(model, channels_last):
@@ -639,8 +639,8 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
     spatial = any(mod.spatial for mod in model.sequence.modules[:active])
     losses = np.empty(stack.n, np.float32)   # per-item losses: their float32 mean is the run's final loss
     n_batches = -(-stack.n // batch_size)
+    yield Progress(0, n_batches, float("nan"), "Aligning every image")     # the pace's start
     for i, (s, batch) in enumerate(stack.batches(batch_size)):
-        yield Progress(i, n_batches, float("nan"), "Aligning every image")
         xb = to_nchw(torch.from_numpy(batch).to(device))
         params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg, encoder)
         labels = keep_pinned(score.argmin(1), None if pinned is None else pinned[s:s + len(batch)])
@@ -659,6 +659,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
             fields["grids"] = (model.sequence.display_grid([p.double() for p in chosen], lattice).float() if spatial
                                else model_lattice(model.size, lattice, len(labels), device))
         out.write(s, fields)
+        yield Progress(i + 1, n_batches, float("nan"), "Aligning every image")
     result = dict(aligned_kind="prototype-on-item", extras={}, **out.result_fields())
     if gmm:
         var = (model.variances.abs() + cfg.sigma_min ** 2).detach()
