@@ -25,7 +25,7 @@ from ..events import Progress, Snapshot, drain, each_progress
 from ..result import Assignments
 from ..transforms import affine_matrix
 from ..transforms.align import Aligner, Alignments, Pyramid, Schedule, Ticker, lower
-from ..transforms.fast_fit import align_pairs, fit_schedule
+from ..transforms.fast_fit import align_pairs, fit_schedule, warm_schedule
 from ..transforms.rigid import SHIFT_FRACTION, rigid_search, shift_pixels
 from .chunked import StoreSample
 from .kmeans import BISECT_BLOCK, bisect, keep_pinned, own_and_runner_up
@@ -498,12 +498,14 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
     distortion history, iterations)."""
     cfg, n = run.cfg, run.stack.n
     ticker = lloyd_ticker(run) if ticker is None else ticker
-    schedule = fit_schedule(cfg, ticker)
+    first = fit_schedule(cfg, ticker)
+    warm = warm_schedule(first)   # from the second iteration on, every pair starts from its last warp
     pairs = run.warm_start() if pairs is None else pairs
     history, prev = [], None
     yield Progress(ticker.step, ticker.total, float("nan"), lloyd_stage(run, done + 1, 0))   # the pace's start
     for it in range(1, cfg.max_iter + 1):
-        labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, schedule, pinned, done + it)
+        labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, first if it == 1 else warm,
+                                                   pinned, done + it)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
         yield Progress(ticker.step, ticker.total, history[-1], lloyd_stage(run, done + it, len(chunks(n, cfg.chunk))))
         if it == cfg.max_iter:
