@@ -229,3 +229,17 @@ def test_forecast_extends_the_decline_of_label_changes_and_never_ends_early():
     assert max(capped.total(c) for c in (None, 1000, 900, 800, 700)) == 5
     late = Forecast(30)
     assert [late.total(c) for c in (None, 100, 1, 0, 3)] == [30, 30, 4, 5, 30]  # a change after none (a repair move)
+
+
+def test_forecast_with_a_tolerance_stops_where_the_changes_reach_it():
+    """A loop that stops once an iteration changes at most ``settle`` labels is forecast to stop there, sooner than one
+    that waits for none; reaching the tolerance says one more iteration at most."""
+    from ticlust.events import Forecast
+
+    strict, tolerant = Forecast(40), Forecast(40, settle=10)
+    changes = (None, 640, 320, 160, 80)
+    strict_said = [strict.total(c) for c in changes]
+    tolerant_said = [tolerant.total(c) for c in changes]
+    assert tolerant_said[-1] < strict_said[-1]
+    assert 7 <= tolerant_said[-1] <= 9 and 12 <= strict_said[-1] <= 14     # 80 -> 10 in 3 halvings; -> 0 in 7
+    assert tolerant.total(9) == 7                                            # at the tolerance: this one is the last

@@ -9,6 +9,7 @@ from ticlust.errors import InputError
 from ticlust.datasets.samples import glyphs_sample
 from ticlust.core.validation import as_stack
 from ticlust.events import Progress, drain
+from ticlust.kernels.aligned_lloyd import settled
 from ticlust.methods.base import MAP_STAGE, seed_everything
 from ticlust.metrics import evaluate
 from ticlust.kernels import kmeans_plus_plus
@@ -437,3 +438,20 @@ def test_predict_reads_a_large_stack_block_by_block(glyphs, monkeypatch):
     np.testing.assert_allclose(blocks.scores, whole.scores, rtol=1e-5, atol=1e-6)
     assert blocks.aligned.shape == whole.aligned.shape and set(blocks.params) == set(whole.params)
     np.testing.assert_allclose(blocks.params["pair_theta"], whole.params["pair_theta"], atol=1e-5)
+
+
+def test_lloyd_stops_once_at_most_tol_of_the_items_move(glyphs):
+    """``tol``: an iteration moving at most that fraction of the items ends the loop (0: only one moving none); the
+    loop still ends on an alignment pass, so the labels are the argmin of the returned scores."""
+    prev = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3])
+    assert settled(prev, prev.clone(), 0.0) and not settled(prev, prev.roll(1), 0.5)
+    moved = prev.clone()
+    moved[:2] = 3
+    assert settled(moved, prev, 0.25) and not settled(moved, prev, 0.2) and not settled(moved, prev, 0.0)
+    x, _ = glyphs
+    runs = {tol: ticlust.fit(x, "ai-kmeans", k=4, seed=0, tol=tol, reseed=False, max_iter=10, device="cpu")
+            for tol in (0.0, 1.0)}
+    assert runs[1.0].timing["iterations"] == 2 < runs[0.0].timing["iterations"]   # 1.0: the first comparison stops it
+    for r in runs.values():
+        assert len(r.history) == r.timing["iterations"]
+        assert np.array_equal(r.scores.argmin(1), r.labels)

@@ -73,11 +73,13 @@ class Forecast:
     total of its Progress, where ``most`` alone would make every ETA assume a run to the cap (Lloyd-type loops usually
     stop long before). Told after each iteration how many labels it changed, it extends the recent geometric decline of
     those changes (their rate over the last two iterations) until under one is left, plus the iteration that finds
-    none; while they do not decline it says ``most``. Never fewer than one more iteration than done: a loop that goes
-    on past the forecast (a repair move, a slow tail) raises it as it goes."""
+    none; while they do not decline it says ``most``. ``settle``: a loop that stops once an iteration changes at most
+    that many labels (a tolerance) is forecast to stop there. Never fewer than one more iteration than done: a loop
+    that goes on past the forecast (a repair move, a slow tail) raises it as it goes."""
 
-    def __init__(self, most: int):
+    def __init__(self, most: int, settle: int = 0):
         self.most = max(1, int(most))
+        self.settle = max(0, int(settle))
         self.changes: list[int] = []
         self.done = 0
 
@@ -87,15 +89,15 @@ class Forecast:
         self.done += 1
         if changed is not None:
             self.changes.append(max(0, int(changed)))
-        c = self.changes
+        c, floor = self.changes, max(self.settle, 1)
         if len(c) < 2 or c[-2] == 0:
-            return self.most if not c or c[-1] > 0 else min(self.most, self.done + 1)
+            return self.most if not c or c[-1] > self.settle else min(self.most, self.done + 1)
         rate = (c[-1] / c[-3]) ** 0.5 if len(c) >= 3 and c[-3] > 0 else c[-1] / c[-2]
-        if c[-1] == 0:
+        if c[-1] <= self.settle:
             return min(self.most, self.done + 1)
         if rate >= 1:
             return self.most
-        left = math.ceil(math.log(c[-1]) / -math.log(max(rate, 1e-3))) + 1 if c[-1] > 1 else 1
+        left = math.ceil(math.log(c[-1] / floor) / -math.log(max(rate, 1e-3))) + 1 if c[-1] > floor else 1
         return min(self.most, self.done + max(1, left))
 
 

@@ -35,8 +35,8 @@ from ..core.scratch import RowScratch, host_index
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Schedule, Ticker, lower
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, kmeans_plus_plus
-from ..kernels.aligned_lloyd import (AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker, relabelled,
-                                     starting)
+from ..kernels.aligned_lloyd import (LLOYD_TOL, AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker,
+                                     relabelled, starting)
 from .base import Method, best_of, param, register, seed_everything
 from .invariances import invariances_param, start_param
 
@@ -54,7 +54,9 @@ class AIKMeansConfig:
     affine_steps: int = param(30, "Adam steps of the low-pass affine pre-alignment per Lloyd iteration (App. B)", low=0)
     affine_lr: float = param(1e-2, "Adam learning rate of the low-pass affine pre-alignment", low=1e-6, high=1.0)
     lowpass: float = param(0.07, "Gaussian low-pass σ for the affine pre-alignment, as a fraction of the image side (0 = none)", low=0.0, high=0.5)
-    max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes)", low=1, essential=True)
+    max_iter: int = param(20, "Most Lloyd iterations (stops earlier once no assignment changes, see tol)", low=1, essential=True)
+    tol: float = param(LLOYD_TOL, "Lloyd stops once an iteration moves at most this fraction of the items to another "
+                       "cluster (0: only once none moves)", low=0.0, high=1.0)
     fit_align: str = param("gauss-newton", "How the Lloyd fit aligns: gauss-newton, a few Levenberg-Marquardt iterations "
                            "per stage (fast); adam, steps / affine_steps Adam steps at lr / affine_lr (the paper's)",
                            choices=("gauss-newton", "adam"))
@@ -86,7 +88,7 @@ class STKMeansConfig(AIKMeansConfig):
     # better on both MNIST sets (docs/st_kmeans.md), while AI K-means keeps 1.5
     max_scale: float = param(2.0, "Bound on the affine warp: its scale factors stay within [1/max_scale, max_scale]", low=1.0)
     max_displacement: float = param(0.5, "Bound on each landmark displacement, as a fraction of the landmark spacing", low=0.0)
-    affine_first: bool = param(True, "Deformable Lloyd runs: cluster with affine warps alone until no label changes, then "
+    affine_first: bool = param(True, "Deformable Lloyd runs: cluster with affine warps alone until the labels settle (tol), then "
                                "add the thin-plate spline (coarse to fine, as DTI's curriculum; stops a TPS bending "
                                "members of two groups onto one blended centroid)")
     # the affine screen ranks ST's centroids less well than AI's (the TPS reorders close ones): on MNIST (2,000 held
@@ -414,7 +416,7 @@ class STKMeans(AIKMeans):
         return aligner_for(cfg, self.family(cfg), self.landmarks(cfg), size, device, lean)
 
     def _curriculum(self, run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None = None):
-        """With ``affine_first`` and a TPS stage: Lloyd with affine warps alone until no label changes (or
+        """With ``affine_first`` and a TPS stage: Lloyd with affine warps alone until the labels settle (``tol``; or
         max_iter), then Lloyd with the TPS from those centroids, each pair starting from its affine map.
         History and iteration counts cover both stages."""
         if not (run.cfg.affine_first and run.aligner.landmarks):
