@@ -223,7 +223,7 @@ def ratio_project(p, kk, mu: float, g, v, support_iters: int = 3, init=None):
     mu is a number >= 0; ``init`` is an optional starting solution.
     """
     mu = float(mu)
-    shape = torch.broadcast_shapes(p.shape, kk.shape, g.shape, v.shape)
+    shape = np.broadcast_shapes(p.shape, kk.shape, g.shape, v.shape)
     best = (p.clamp_min(0) / kk).expand(shape)
     best_j = ratio_objective(best, p, kk, mu, g, v)
     if init is not None:

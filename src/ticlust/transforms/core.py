@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -59,7 +60,8 @@ def warp(images: torch.Tensor, grid: torch.Tensor, padding_mode: str = "border",
     On CUDA, bilinear warps go through :func:`bilinear_sample`, whose backward has no atomic adds, so
     the same seed gives the same run (on the CPU ``grid_sample`` is already deterministic, and faster).
     """
-    lead = torch.broadcast_shapes(images.shape[:-3], grid.shape[:-3])
+    # numpy's broadcast_shapes, not torch's: torch's first call imports sympy (half a second on the first fit)
+    lead = np.broadcast_shapes(images.shape[:-3], grid.shape[:-3])
     c, h, w = images.shape[-3:]
     ho, wo = grid.shape[-3:-1]
     imgs = images.expand(*lead, c, h, w).reshape(-1, c, h, w)
@@ -250,7 +252,7 @@ def tps_inverse_points(displacements: torch.Tensor, points: torch.Tensor, grid_s
     """
     disp, g = _tps_displacements(displacements, grid_size)
     basis = tps_basis(g)
-    q = points.expand(*torch.broadcast_shapes(points.shape[:-2], disp.shape[:-2]), *points.shape[-2:])
+    q = points.expand(*np.broadcast_shapes(points.shape[:-2], disp.shape[:-2]), *points.shape[-2:])
     for _ in range(iterations):
         q = points - basis.interpolation_matrix(q).to(disp.dtype) @ disp
     return q
@@ -284,7 +286,7 @@ def morpho_apply(images: torch.Tensor, params: torch.Tensor, kernel_size: int = 
     keeps every exponential ≤ 1. Neighbours outside the image are left out of both sums.
     """
     k = kernel_size
-    lead = torch.broadcast_shapes(images.shape[:-3], params.shape[:-1])
+    lead = np.broadcast_shapes(images.shape[:-3], params.shape[:-1])
     c, h, w = images.shape[-3:]
     x = images.expand(*lead, c, h, w).reshape(-1, c, h, w)
     p = params.expand(*lead, params.shape[-1]).reshape(-1, params.shape[-1])

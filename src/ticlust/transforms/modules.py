@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 
+import numpy as np
 import torch
 
 from . import core
@@ -293,7 +294,7 @@ class TransformSequence:
         used = [p for m, p in zip(mods, params) if m.spatial and m.n_params]
         dtype = used[0].dtype if used else torch.float32
         device = used[0].device if used else None
-        lead = torch.broadcast_shapes(*[p.shape[:-1] for p in used]) if used else ()
+        lead = np.broadcast_shapes(*[p.shape[:-1] for p in used]) if used else ()
         lat = core.lattice_pixels(self.size, lattice, device, dtype).reshape(-1, 2)
         out = self.display_points(params, lat, active, inverse)
         return out.expand(*lead, *out.shape[-2:]).reshape(*lead, *lattice, 2)
