@@ -12,6 +12,7 @@ import numpy as np
 from magicgui.widgets import CheckBox, ComboBox, Container, Label, ProgressBar, PushButton, SpinBox, Table
 from napari.layers import Image, Labels, Points
 from napari.utils.notifications import show_error, show_info
+from qtpy.QtCore import QTimer
 from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
 
 from .. import api
@@ -114,6 +115,7 @@ class TiclustWidget(Container):
         viewer.scene.camera.events.zoom.connect(self._on_zoom)
         viewer.mouse_drag_callbacks.append(self._on_click)
         self._on_method()
+        QTimer.singleShot(0, lambda: start_worker(warm_up))    # once the window is drawn, off the GUI thread
 
     # ---- form ------------------------------------------------------------------------------------
     @property
@@ -605,6 +607,19 @@ class TiclustWidget(Container):
             step = list(self.viewer.dims.current_step)
             step[0] = int(members[np.argmin(own[members])])
             self.viewer.dims.current_step = tuple(step)
+
+
+def warm_up() -> None:
+    """What a fresh process's first result would otherwise do on the GUI thread, done ahead in a worker: napari
+    compiles its numba mapping of a Labels layer's colours for a value type (here the painted objects' int32,
+    ``plate.view.object_values``) on first use — seconds — and the accuracy against true classes imports
+    scikit-learn's metrics."""
+    from napari.utils.colormaps import DirectLabelColormap
+
+    from .. import metrics  # noqa: F401  (imported for its import's sake)
+
+    colors = {None: np.zeros(4), 0: np.zeros(4), 1: np.ones(4)}
+    DirectLabelColormap(color_dict=colors).map(np.zeros(2, np.int32))
 
 
 def _item_count(layer) -> int:
