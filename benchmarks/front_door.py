@@ -230,10 +230,10 @@ def child(args) -> None:
         choose(widget, args.method, args.case)
         row["runs"] = []
         for i in range(1 + args.runs):
-            profiler = _profile_start() if args.profile and i == 0 else None
+            profiler = _profile_start() if args.profile else None
             row["runs"].append(press_run(widget, timeline or _NoTimeline()))
             if profiler is not None:
-                _profile_report(profiler)
+                _profile_report(profiler, i)
         print("FRONT_DOOR " + json.dumps(row), flush=True)
         viewer.close()
         QApplication.instance().quit()
@@ -252,13 +252,16 @@ def _profile_start():
     return profiler
 
 
-def _profile_report(profiler) -> None:
-    """The GUI thread's functions by own and cumulative time over the cold Run, to stderr."""
+def _profile_report(profiler, run: int) -> None:
+    """The GUI thread's functions by own and cumulative time over the cold Run (``run`` 0), to stderr; with
+    FRONT_DOOR_PROFILE set, every Run's raw stats to that path + ``.<run>`` (for pstats' callers and callees)."""
     import pstats
 
     profiler.disable()
-    if os.environ.get("FRONT_DOOR_PROFILE"):      # the raw stats, for pstats' callers and callees
-        profiler.dump_stats(os.environ["FRONT_DOOR_PROFILE"])
+    if os.environ.get("FRONT_DOOR_PROFILE"):
+        profiler.dump_stats(f"{os.environ['FRONT_DOOR_PROFILE']}.{run}")
+    if run:
+        return
     stats = pstats.Stats(profiler, stream=sys.stderr)
     stats.sort_stats("cumulative").print_stats(45)
     stats.sort_stats("tottime").print_stats(25)
@@ -349,8 +352,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=3, help="fresh processes per case and method")
     parser.add_argument("--runs", type=int, default=3, help="warm Runs after the first in each process")
     parser.add_argument("--timeline", action="store_true", help="note when each step of a Run happened")
-    parser.add_argument("--profile", action="store_true", help="cProfile the GUI thread over each process's cold Run "
-                        "(the measured process's stderr is printed)")
+    parser.add_argument("--profile", action="store_true", help="cProfile the GUI thread over each Run and print "
+                        "the cold one's (the measured process's stderr is printed)")
     parser.add_argument("--trees", nargs="*", default=[], metavar="LABEL=ROOT",
                         help="source trees to compare (ROOT/src is imported), alternated process by process; "
                              "default: this checkout, labelled --label or its commit")

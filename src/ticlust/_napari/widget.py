@@ -34,6 +34,9 @@ from .store_panel import STORE_PANEL
 from .workers import RunButton, start_worker
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
+#: At most this often (and at each stage's last step) the progress bar and status line follow a run: a progress
+#: bar's new value repaints the whole window at once, the napari canvas included (tens of ms on a 2-core CPU).
+PROGRESS_EVERY_S = 0.25
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
 SETTINGS = ("seed", "runs")
 NO_LABELS = "none"
@@ -57,7 +60,7 @@ class TiclustWidget(Container):
         self.result_layer_name: str | None = None
         self.assignments = None          # the result's assignments table: one source for status and inspector
         self._rollback: dict[str, object] = {}
-        self._last_live = 0.0
+        self._last_live = self._last_progress = 0.0
         self._finished_cleanly = False
         self._on_done = None             # what the running worker's Done does: show a run, or apply an edit
         self._inspecting = None          # the worker aligning prototypes onto the current image
@@ -259,6 +262,10 @@ class TiclustWidget(Container):
         if isinstance(event, Objects):
             self._show_objects(event)
         elif isinstance(event, Progress):
+            now = time.perf_counter()
+            if now - self._last_progress < PROGRESS_EVERY_S and event.step < event.total:
+                return
+            self._last_progress = now
             self.progress.max = max(event.total, 1)
             self.progress.value = min(event.step, event.total)
             self.status.value = f"{event.stage} {event.step}/{event.total} · loss {event.loss:.4g} · {api.format_eta(event.eta)}"
@@ -397,7 +404,7 @@ class TiclustWidget(Container):
         self.curation.show_for(result)
         self.save_button.enabled = True
         self.viewer.layers.selection.active = input_layer
-        self._on_step()
+        self._on_step(grid=False)       # show_image_result has just drawn the warp grid of the item under the slider
         if self._framed is not result and (isinstance(input_layer, Points) or not self._inspector_wanted(input_layer)):
             self._frame(input_layer)
         self.object_map.shown(result)
@@ -488,8 +495,9 @@ class TiclustWidget(Container):
         item = np.asarray(layer.data[frame])[None]
         return channels_last(item, item.shape)[0][0]
 
-    def _on_step(self, _=None) -> None:
-        """Slider moved: redraw the current image's warp grid, its status line and its inspector."""
+    def _on_step(self, _=None, grid: bool = True) -> None:
+        """Slider moved: redraw the current image's warp grid (unless ``grid`` is False: it is drawn), its status
+        line and its inspector."""
         result, name = self.result, self.result_layer_name
         if result is None or name not in self.viewer.layers or self.viewer.dims.ndim < 3:
             return
@@ -501,7 +509,7 @@ class TiclustWidget(Container):
             return
         names = L.layer_names(name)
         # only layers that still exist are updated: one the user deleted (or a closing viewer removed) stays gone
-        if result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
+        if grid and result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
             L.update_grid(self.viewer, layer, result)
         self.object_map.current(frame)
         chosen, runner, scores = self.verdict(frame)
