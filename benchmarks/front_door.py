@@ -313,8 +313,9 @@ def spawn(case: str, method: str, runs: int, timeline: bool, profile: bool = Fal
     return json.loads(line[len("FRONT_DOOR "):])
 
 
-def commit() -> str:
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=HERE, capture_output=True, text=True).stdout.strip()
+def commit(root: Path = HERE) -> str:
+    """The short commit of the tree at ``root`` ("" for an exported copy without .git: say it in the label)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True).stdout.strip()
 
 
 def spread(values) -> str:
@@ -358,7 +359,8 @@ def write_markdown(path: Path, rows: list[dict]) -> None:
         "CPU: the fit's own (every thread but the GUI thread while ticlust.api.run ran) and the GUI thread's, click to",
         "end; fit wall is the result's own total_s. Load: the 1-minute load average at each process's start (min–max).",
         "",
-        f"Machine: {head['machine']}. Commit {head['commit']}.",
+        f"Machine: {head['machine']}. Trees: "
+        + ", ".join(sorted({f"{r['label']} = {r['commit'] or '?'}" for r in rows})) + ".",
         "",
         "Cases: " + "; ".join(f"`{k}`: {v}" for k, v in CASES.items()) + ".",
         "",
@@ -399,7 +401,7 @@ def main() -> None:
                 for label, root in trees:
                     before = load_average()
                     row = spawn(case, method, args.runs, args.timeline, args.profile, Path(root) / "src", args.think)
-                    row.update(label=label, load=before, load_after=load_average(), machine=machine(), commit=commit(),
+                    row.update(label=label, load=before, load_after=load_average(), machine=machine(), commit=commit(Path(root)),
                                think_s=args.think)
                     print(json.dumps(row), flush=True)
                     with args.jsonl.open("a") as out:
