@@ -620,8 +620,8 @@ class TiclustWidget(Container):
 def warm_up() -> None:
     """What a fresh process's first result would otherwise do on the GUI thread, done ahead in a worker: napari
     compiles its numba mapping of a Labels layer's colours for a value type (here the painted objects' int32,
-    ``plate.view.object_values``) on first use — seconds — and the accuracy against true classes imports
-    scikit-learn's metrics."""
+    ``plate.view.object_values``) on first use, and the accuracy against true classes imports scikit-learn's
+    metrics: about a second of CPU together, several seconds of a first Run on a loaded 2-core machine."""
     from napari.utils.colormaps import DirectLabelColormap
 
     from .. import metrics  # noqa: F401  (imported for its import's sake)
