@@ -328,6 +328,31 @@ def test_gui_opens_the_nuclei_field_ready_to_run_on_its_objects(gui, qtbot):
 
 
 @pytest.mark.gui
+def test_gui_front_door_runs_ai_kmeans_to_done(gui, qtbot):
+    """The front door as a user walks it: ai-kmeans picked in the dock's method box (which resets K and the layer
+    choices, so they are chosen again), the Run button clicked, and the run reaches Done — the objects cut out,
+    every result layer drawn (the field painted by cluster, the inspector), the status line saying Done."""
+    from qtpy.QtCore import Qt
+
+    viewer, widget = gui
+    combo = widget.method.native
+    combo.setCurrentIndex(combo.findText("ai-kmeans"))
+    assert widget.method.value == "ai-kmeans"
+    widget.k.value = 3
+    widget.input.value, widget.labels.value = "nuclei", "nuclei labels"
+    qtbot.mouseClick(widget.run_button.native, Qt.MouseButton.LeftButton)
+    assert widget.worker is not None and widget.run_button.text == "Cancel"
+    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=120_000)
+    assert widget.status.value.startswith("Done: 3 clusters"), widget.status.value
+    assert (widget.result.method, widget.result.k, widget.result.n) == ("ai-kmeans", 3, 50)
+    for name in ("nuclei objects", "nuclei objects by cluster", "nuclei objects prototypes", "nuclei objects inspector"):
+        assert name in viewer.layers, name
+    painted = viewer.layers["nuclei objects by cluster"].data
+    assert sorted(np.unique(painted).tolist()) == list(range(51))        # every object painted, nothing else
+    assert widget.run_button.text == "Run"
+
+
+@pytest.mark.gui
 @pytest.mark.slow
 def test_gui_run_as_prepared_finds_the_three_kinds(gui, qtbot):
     """Run pressed as `ticlust gui` leaves it: the 50 inner nuclei, all three kinds found (GUI_RUN's claim)."""

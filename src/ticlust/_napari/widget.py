@@ -12,6 +12,7 @@ import numpy as np
 from magicgui.widgets import CheckBox, ComboBox, Container, Label, ProgressBar, PushButton, SpinBox, Table
 from napari.layers import Image, Labels, Points
 from napari.utils.notifications import show_error, show_info
+from qtpy.QtCore import QTimer
 from napari.viewer import Viewer  # napari injects the viewer by this annotation: it must be the class, not a string
 
 from .. import api
@@ -33,6 +34,9 @@ from .store_panel import STORE_PANEL
 from .workers import RunButton, start_worker
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
+#: At most this often (and at each stage's last step) the progress bar and status line follow a run: a progress
+#: bar's new value repaints the whole window at once, the napari canvas included (tens of ms on a 2-core CPU).
+PROGRESS_EVERY_S = 0.25
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
 SETTINGS = ("seed", "runs")
 NO_LABELS = "none"
@@ -56,7 +60,7 @@ class TiclustWidget(Container):
         self.result_layer_name: str | None = None
         self.assignments = None          # the result's assignments table: one source for status and inspector
         self._rollback: dict[str, object] = {}
-        self._last_live = 0.0
+        self._last_live = self._last_progress = 0.0
         self._finished_cleanly = False
         self._on_done = None             # what the running worker's Done does: show a run, or apply an edit
         self._inspecting = None          # the worker aligning prototypes onto the current image
@@ -114,6 +118,7 @@ class TiclustWidget(Container):
         viewer.scene.camera.events.zoom.connect(self._on_zoom)
         viewer.mouse_drag_callbacks.append(self._on_click)
         self._on_method()
+        QTimer.singleShot(0, lambda: start_worker(warm_up))    # once the window is drawn, off the GUI thread
 
     # ---- form ------------------------------------------------------------------------------------
     @property
@@ -257,6 +262,10 @@ class TiclustWidget(Container):
         if isinstance(event, Objects):
             self._show_objects(event)
         elif isinstance(event, Progress):
+            now = time.perf_counter()
+            if now - self._last_progress < PROGRESS_EVERY_S and event.step < event.total:
+                return
+            self._last_progress = now
             self.progress.max = max(event.total, 1)
             self.progress.value = min(event.step, event.total)
             self.status.value = progress_line(event)
@@ -395,7 +404,7 @@ class TiclustWidget(Container):
         self.curation.show_for(result)
         self.save_button.enabled = True
         self.viewer.layers.selection.active = input_layer
-        self._on_step()
+        self._on_step(grid=False)       # show_image_result has just drawn the warp grid of the item under the slider
         if self._framed is not result and (isinstance(input_layer, Points) or not self._inspector_wanted(input_layer)):
             self._frame(input_layer)
         self.object_map.shown(result)
@@ -486,8 +495,9 @@ class TiclustWidget(Container):
         item = np.asarray(layer.data[frame])[None]
         return channels_last(item, item.shape)[0][0]
 
-    def _on_step(self, _=None) -> None:
-        """Slider moved: redraw the current image's warp grid, its status line and its inspector."""
+    def _on_step(self, _=None, grid: bool = True) -> None:
+        """Slider moved: redraw the current image's warp grid (unless ``grid`` is False: it is drawn), its status
+        line and its inspector."""
         result, name = self.result, self.result_layer_name
         if result is None or name not in self.viewer.layers or self.viewer.dims.ndim < 3:
             return
@@ -499,7 +509,7 @@ class TiclustWidget(Container):
             return
         names = L.layer_names(name)
         # only layers that still exist are updated: one the user deleted (or a closing viewer removed) stays gone
-        if result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
+        if grid and result.grids is not None and result.grids.shape[0] == result.n and names["grid"] in self.viewer.layers:
             L.update_grid(self.viewer, layer, result)
         self.object_map.current(frame)
         chosen, runner, scores = self.verdict(frame)
@@ -605,6 +615,19 @@ class TiclustWidget(Container):
             step = list(self.viewer.dims.current_step)
             step[0] = int(members[np.argmin(own[members])])
             self.viewer.dims.current_step = tuple(step)
+
+
+def warm_up() -> None:
+    """What a fresh process's first result would otherwise do on the GUI thread, done ahead in a worker: napari
+    compiles its numba mapping of a Labels layer's colours for a value type (here the painted objects' int32,
+    ``plate.view.object_values``) on first use, and the accuracy against true classes imports scikit-learn's
+    metrics: about a second of CPU together, several seconds of a first Run on a loaded 2-core machine."""
+    from napari.utils.colormaps import DirectLabelColormap
+
+    from .. import metrics  # noqa: F401  (imported for its import's sake)
+
+    colors = {None: np.zeros(4), 0: np.zeros(4), 1: np.ones(4)}
+    DirectLabelColormap(color_dict=colors).map(np.zeros(2, np.int32))
 
 
 def _item_count(layer) -> int:

@@ -60,7 +60,7 @@ def warp(images: torch.Tensor, grid: torch.Tensor, padding_mode: str = "border",
     On CUDA, bilinear warps go through :func:`bilinear_sample`, whose backward has no atomic adds, so
     the same seed gives the same run (on the CPU ``grid_sample`` is already deterministic, and faster).
     """
-    # NumPy's, not torch.broadcast_shapes: its first call imports torch._refs (~500 modules, 0.3-1 s of a first fit)
+    # NumPy's, not torch.broadcast_shapes: its first call imports torch._refs and sympy (0.3-1 s of a first fit)
     lead = np.broadcast_shapes(images.shape[:-3], grid.shape[:-3])
     c, h, w = images.shape[-3:]
     ho, wo = grid.shape[-3:-1]
