@@ -673,6 +673,8 @@ def test_progress_line_names_the_stage_and_gives_an_eta_for_rigid_kmeans(make_na
     assert progress and progress[0].startswith("rigid k-means++ seeds 1/4 · ETA estimating…")
     searched = [line for line in progress if line.startswith("Lloyd iteration ")]
     assert searched and all(" (rigid search): " in line and " batches searched " in line for line in searched)
-    assert "at this stage's pace" in searched[3] and searched[3].startswith("Lloyd iteration 1 ")   # its 3rd batch
+    # the status line follows a run at most every 0.25 s (and each stage's last step), so which batches it showed
+    # depends on the machine's speed: an ETA is shown during the search, not at a given batch
+    assert any("at this stage's pace" in line for line in searched)
     assert progress[-1].startswith("object map ") and "loss" not in progress[-1]
     assert lines[-1].startswith("Done: 4 clusters")
