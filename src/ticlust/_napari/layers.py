@@ -455,12 +455,14 @@ def pose_text(result, item: int) -> str:
 
 
 def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray, chosen: int, runner_up: int,
-                   item: int) -> None:
+                   item: int, later=None) -> None:
     """Every prototype aligned onto the current image, on a grid under it, each with its score above
     it; the chosen prototype framed in yellow, the runner-up in blue, the rest in grey (DTI Fig. 2b).
 
     ``scores``, ``chosen`` and ``runner_up`` are the caller's one source of truth (the result's own
-    assignment for a fitted item); ``aligned`` only supplies the pictures.
+    assignment for a fitted item); ``aligned`` only supplies the pictures. ``later(draw)``, where given, runs
+    ``draw`` in the event loop's next turn: the pictures are drawn now, the scores in the next turn and the frames
+    in the one after (the first drawing into each layer and the repaint after it take a turn of their own).
     """
     names = layer_names(input_layer.name)
     k, h, w = aligned.shape[:3]
@@ -468,22 +470,32 @@ def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray,
     cols, offset, u = scene.inspector_columns, tuple(place(input_layer, scene.inspector_offset)), unit(input_layer)
     strip = for_display(tiles_grid(aligned, scene, cols), input_layer, stacked=False)
     info = {"item": int(item), "chosen": int(chosen), "runner_up": int(runner_up), "scores": np.asarray(scores).copy()}
-    set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
-              **image_kwargs(input_layer))
     role = ["chosen" if i == chosen else "runner_up" if i == runner_up else "other" for i in range(k)]
     colors = [CHOSEN_COLOR if r == "chosen" else RUNNER_UP_COLOR if r == "runner_up" else OTHER_COLOR for r in role]
-    texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
-    raster, factor = text_raster(scene, cols, texts, colors)
-    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts}, unit=u)
-    boxes = [u * np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
-             + np.asarray(offset) for y, x in scene.tile_origins(cols)]
-    px = [SCREEN_WIDTHS[r] for r in role]
-    zoom = max(float(viewer.scene.camera.zoom), 1e-6)
-    existed = names["frames"] in viewer.layers
-    set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
-               metadata={**info, "screen_widths": px})
-    if not existed:
-        viewer.layers.selection.active = input_layer
+
+    def scores_band():
+        texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
+        raster, factor = text_raster(scene, cols, texts, colors)
+        set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts}, unit=u)
+
+    def frames():
+        boxes = [u * np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5],
+                               [y + h - 0.5, x - 0.5]]) + np.asarray(offset) for y, x in scene.tile_origins(cols)]
+        px = [SCREEN_WIDTHS[r] for r in role]
+        zoom = max(float(viewer.scene.camera.zoom), 1e-6)
+        existed = names["frames"] in viewer.layers
+        set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
+                   metadata={**info, "screen_widths": px})
+        if not existed:
+            viewer.layers.selection.active = input_layer
+
+    set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
+              **image_kwargs(input_layer))
+    if later is None:
+        scores_band()
+        frames()
+    else:
+        later(lambda: (scores_band(), later(frames)))
 
 
 # ---- landmark results ----------------------------------------------------------------------------

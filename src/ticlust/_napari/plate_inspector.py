@@ -149,14 +149,20 @@ class PlateInspector:
                      f"runner-up {runner} ({seen.scores[runner]:.4g}){where}.")
         panel.say(self.line)
 
-        def draw():      # the object drawn in this turn; its aligned prototypes, scores and frames in the next
-            if store is not panel.store or self.shown != seen.object or anchor.name not in self.viewer.layers:
+        def current() -> bool:
+            return store is panel.store and self.shown == seen.object and anchor.name in self.viewer.layers
+
+        def draw():      # the aligned prototypes in this turn; their scores, their frames, the warp grid (and,
+            if not current():     # the first time, the view) each in a turn of its own after it
                 return
             L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
-                             seen.object)
-            panel.later(lambda: self._grid(anchor, seen, chosen))     # and the warp grid in the turn after
+                             seen.object, later=lambda step: panel.later(lambda: current() and step()))
+            after(3, lambda: self._grid(anchor, seen, chosen))
             if first:                        # the first object inspected: the view takes in what was drawn
-                panel.later(panel.frame)
+                after(4, panel.frame)
+
+        def after(turns: int, step) -> None:     # ``step`` in the ``turns``-th turn from now, if still current
+            panel.later(lambda: current() and (step() if turns == 1 else after(turns - 1, step)))
         panel.later(draw)
 
     def _make_layers(self, anchor) -> bool:
