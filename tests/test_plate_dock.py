@@ -488,20 +488,27 @@ def test_a_loaddata_plate_extracts_the_channels_named_in_the_dock(tmp_path, plat
     same_store(tmp_path / "dock.zarr", tmp_path / "reference.zarr")
 
 
-# ---- the interpreter's heap while the dock is open ---------------------------------------------------------------
-def test_the_dock_keeps_what_was_imported_out_of_full_collections_until_it_closes(plate_dock, qtbot):
+# ---- napari's one-time costs, paid before the first click --------------------------------------------------------
+def test_the_heap_is_frozen_while_the_dock_is_open_and_the_text_glyphs_are_loaded_with_a_store(files, plate_dock,
+                                                                                                 qtbot):
     """A full garbage collection walks every object Python tracks while holding the interpreter's lock (with napari,
     Qt and torch imported, hundreds of thousands: tenths of a second of frozen window). Once warmed up the dock
     freezes them (``gc.freeze``), so a collection walks only what was made since; closing the dock gives them
-    back to the collector."""
+    back to the collector. A store opened renders the glyphs of napari's canvas font that the first Shapes layer
+    shown (the inspector's frames) would otherwise render in its repaint."""
     import gc
 
     from qtpy.QtWidgets import QDockWidget
 
+    from ticlust._napari import layers as L
+
     gc.unfreeze()
-    viewer, panel = plate_dock()
+    _, reference = files
+    viewer, panel = plate_dock(reference.path)
     frozen = gc.get_freeze_count()
     assert frozen > 100_000 and len(gc.get_objects()) < frozen / 4, (frozen, len(gc.get_objects()))
+    info = viewer.window._qt_viewer.canvas.font_info()
+    assert set(L.MEASURED_GLYPHS) <= set(info.font_manager.get_font(info.face)._glyphs)
     dock = panel.native
     while not isinstance(dock, QDockWidget):
         dock = dock.parent()

@@ -213,6 +213,24 @@ def add_undrawn_layer(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **
     return add(data, name=name, visible=False, metadata=metadata, **kwargs)
 
 
+#: What vispy's text visual renders of its font on its first draw, even for an empty text (its line metrics).
+MEASURED_GLYPHS = "ÅÉÑŐjgpqy "
+
+
+def load_text_glyphs(viewer) -> None:
+    """Render the glyphs of napari's canvas font that the first text drawn renders (``MEASURED_GLYPHS``; a Shapes
+    layer always draws a text, empty or not): about a tenth of a second of the GUI thread once a session (its
+    distance fields computed on the CPU), paid here, in a turn of the caller's choosing, rather than in the repaint
+    that first shows a Shapes layer (the inspector's frames). A napari without this canvas: nothing is done, and only
+    that repaint is slower."""
+    canvas = getattr(getattr(viewer.window, "_qt_viewer", None), "canvas", None)
+    info = canvas.font_info() if callable(getattr(canvas, "font_info", None)) else None
+    if info is not None:
+        font = info.font_manager.get_font(info.face)
+        for char in MEASURED_GLYPHS:
+            font[char]                                # rendered and kept by the font on first use
+
+
 def drawn(viewer, name: str) -> bool:
     """Whether the layer ``name`` is there with a picture (not missing, not an undrawn layer)."""
     return name in viewer.layers and not viewer.layers[name].metadata.get(UNDRAWN, False)

@@ -691,8 +691,9 @@ class StorePanel(Container):
         event loop, then call ``then()``: a napari layer made is tenths of a second of the GUI thread, so they are
         all made when a store opens and every later step (fit, predict, a click, an edit) only draws into them."""
         missing = next((plan for plan in self.layer_plan(opened) if plan[0] not in self.viewer.layers), None)
-        if missing is None:
-            then()
+        if missing is None:              # and the text glyphs the inspector's frames need (once), in a turn too
+            L.load_text_glyphs(self.viewer)
+            self.later(lambda: opened.store is self.store and then())
             return
         name, kind, shape, options = missing
         L.add_undrawn_layer(self.viewer, name, kind, shape, **options)
