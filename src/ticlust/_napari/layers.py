@@ -217,16 +217,20 @@ def add_undrawn_layer(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **
 MEASURED_GLYPHS = "ÅÉÑŐjgpqy "
 
 
-def load_text_glyphs(viewer) -> None:
+def load_text_glyphs(widget) -> None:
     """Render the glyphs of napari's canvas font that the first text drawn renders (``MEASURED_GLYPHS``; a Shapes
     layer always draws a text, empty or not): about a tenth of a second of the GUI thread once a session (its
     distance fields computed on the CPU), paid here, in a turn of the caller's choosing, rather than in the repaint
-    that first shows a Shapes layer (the inspector's frames). A napari without this canvas: nothing is done, and only
-    that repaint is slower."""
-    canvas = getattr(getattr(viewer.window, "_qt_viewer", None), "canvas", None)
-    info = canvas.font_info() if callable(getattr(canvas, "font_info", None)) else None
-    if info is not None:
-        font = info.font_manager.get_font(info.face)
+    that first shows a Shapes layer (the inspector's frames). ``widget``: a Qt widget in the viewer's window (the
+    canvas is found through Qt, not through the window's private attributes). No canvas found: nothing is done,
+    and only that repaint is slower."""
+    from napari.qt import QtViewer
+
+    window = widget.window()
+    qt_viewer = window if isinstance(window, QtViewer) else window.findChild(QtViewer)
+    info = getattr(getattr(qt_viewer, "canvas", None), "font_info", None)
+    if callable(info):
+        font = info().font_manager.get_font(info().face)
         for char in MEASURED_GLYPHS:
             font[char]                                # rendered and kept by the font on first use
 

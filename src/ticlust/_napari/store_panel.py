@@ -692,7 +692,7 @@ class StorePanel(Container):
         all made when a store opens and every later step (fit, predict, a click, an edit) only draws into them."""
         missing = next((plan for plan in self.layer_plan(opened) if plan[0] not in self.viewer.layers), None)
         if missing is None:              # and the text glyphs the inspector's frames need (once), in a turn too
-            L.load_text_glyphs(self.viewer)
+            L.load_text_glyphs(self.native)
             self.later(lambda: opened.store is self.store and then())
             return
         name, kind, shape, options = missing
