@@ -12,6 +12,7 @@ import pytest
 
 napari = pytest.importorskip("napari")
 pytest.importorskip("pyqtgraph")
+from qtpy.QtWidgets import QWidget  # noqa: E402
 
 import ticlust  # noqa: E402
 from ticlust._napari.map_panel import NOTHING_SELECTED  # noqa: E402
@@ -149,6 +150,29 @@ def test_refine_makes_the_map_say_it_is_out_of_date_refresh_repredicts(predicted
     np.testing.assert_array_equal(mp.map.columns["cluster"], table["cluster"])
     np.testing.assert_array_equal(mp.map.xy, table[["map_x", "map_y"]].to_numpy(np.float32))
     assert table["cluster"].max() == 3
+
+
+def test_a_store_predicted_shows_its_map_without_resizing_naparis_canvas(made, predicted, make_napari_viewer,
+                                                                         plate_dock, qtbot):
+    """The map's room is kept while it is hidden (a store without predictions) and the docks' least height leaves
+    room in a 1000-pixel window: showing the map does not resize the window, so napari's canvas is not drawn again
+    at a new size (a tenth of a second or more of the GUI thread)."""
+    _, store, _ = made
+    copy, _ = predicted
+    viewer = make_napari_viewer(show=True)                     # laid out on the screen, as a user sees it
+    viewer.window.resize(1600, 1000)
+    viewer, panel = plate_dock(viewer=viewer)
+    panel.open_store(store.path)
+    settle(qtbot, panel)
+    mp = panel.object_map.panel
+    assert mp.map.isHidden()
+    canvas = next(w for w in panel.native.window().findChildren(QWidget) if type(w).__name__ == "CanvasBackendDesktop")
+    size = (canvas.width(), canvas.height())
+    panel.open_store(copy.path)
+    settle(qtbot, panel)
+    qtbot.wait(100)
+    assert not mp.map.isHidden() and len(mp.map.xy) == len(copy)
+    assert (canvas.width(), canvas.height()) == size
 
 
 def test_bad_input_is_one_sentence_each(made, predicted, plate_dock, qtbot, tmp_path):
