@@ -515,3 +515,32 @@ def test_the_heap_is_frozen_while_the_dock_is_open_and_the_text_glyphs_are_loade
     dock.destroyOnClose()                                         # what the dock's close button does
     qtbot.waitUntil(lambda: panel.closed, timeout=10_000)
     assert gc.get_freeze_count() == 0
+
+
+def test_drawings_in_turns_of_their_own_let_a_timer_run_between_them(plate_dock, qtbot):
+    """What the dock draws one turn at a time (``later``: a store's layers, the inspector's parts) leaves the event
+    loop between turns: a 5 ms timer ticks between two drawings of 50 ms each, as input and repaints get in."""
+    import time
+
+    from qtpy.QtCore import QTimer
+
+    viewer, panel = plate_dock()
+    log = []
+    tick = QTimer()
+    tick.timeout.connect(lambda: log.append("tick"))
+    tick.start(5)
+
+    def drawing(name, then=None):
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.05:       # the GUI thread busy, as a layer being made keeps it
+            pass
+        log.append(name)
+        if then is not None:
+            panel.later(then)
+    qtbot.wait(20)
+    panel.later(lambda: drawing("a", lambda: drawing("b", lambda: drawing("c"))))
+    qtbot.waitUntil(lambda: "c" in log and not panel.busy, timeout=5_000)
+    tick.stop()
+    order = list(log)
+    a, b, c = order.index("a"), order.index("b"), order.index("c")
+    assert "tick" in order[a:b] and "tick" in order[b:c], order

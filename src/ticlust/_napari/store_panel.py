@@ -701,7 +701,8 @@ class StorePanel(Container):
 
     def later(self, draw) -> None:
         """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
-        as busy until it has run."""
+        as busy until it has run. A 1 ms timer, not a 0 ms one: Qt runs 0 ms timers as posted calls, and a chain of
+        them (each drawing scheduling the next) ran back to back with no input, timer or repaint between them."""
         from qtpy.QtCore import QTimer
 
         def run():
@@ -709,7 +710,7 @@ class StorePanel(Container):
             if self.alive():
                 draw()
         self._deferred += 1
-        QTimer.singleShot(0, run)
+        QTimer.singleShot(1, run)
 
     def _on_open_finished(self, worker) -> None:
         if worker is self.opening:
