@@ -365,14 +365,17 @@ def cluster_summary(result: ClusteringResult) -> list[dict]:
 
 
 # ---- image results -------------------------------------------------------------------------------
-def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True) -> None:
+def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True,
+                    later=None) -> None:
     """The K prototypes as one numbered 2-D mosaic beside the stack (live while training); ``picture`` False redraws
-    the numbers only (the same prototypes, other cluster sizes)."""
+    the numbers only (the same prototypes, other cluster sizes). ``later(draw)``, where given, runs ``draw`` in the
+    event loop's next turn: the numbers are then drawn in the turn after the picture."""
     names = layer_names(input_layer.name)
     k, h, w = prototypes.shape[:3]
     scene = Scene(h, w, k)
     at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
-    if picture or names["prototypes"] not in viewer.layers:
+    drew = picture or names["prototypes"] not in viewer.layers
+    if drew:
         mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
                              stacked=False)
         set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
@@ -381,8 +384,15 @@ def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, pic
     if drawn(viewer, names["prototype_labels"]) and viewer.layers[names["prototype_labels"]].metadata.get(
             "ticlust_texts") == drawn_as:
         return
-    raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
-    set_text_layer(viewer, names["prototype_labels"], raster, factor, at, metadata={"ticlust_texts": drawn_as}, unit=u)
+
+    def numbers():
+        raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
+        set_text_layer(viewer, names["prototype_labels"], raster, factor, at, metadata={"ticlust_texts": drawn_as},
+                       unit=u)
+    if drew and later is not None:
+        later(numbers)
+    else:
+        numbers()
 
 
 def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:

@@ -245,11 +245,13 @@ class PlateInspector:
             return
         anchor = self.viewer.layers[name] if L.drawn(self.viewer, name) else self._anchor(None)   # laid out
         made = L.drawn(self.viewer, L.layer_names(name)["prototypes"])
+        later = None if made else (lambda draw: self.panel.later(lambda: name in self.viewer.layers and draw()))
         L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes,
-                          picture=not (made and prototypes is self._prototypes))   # a move changes the sizes only
+                          picture=not (made and prototypes is self._prototypes),   # a move changes the sizes only
+                          later=later)     # the first time: the numbers in the next turn, the view in the one after
         self._prototypes = prototypes
         if not made:                           # the first prototypes: the view takes them in
-            self.panel.frame()
+            self.panel.later(lambda: self.panel.later(self.panel.frame))
 
 
 def _shown(items: np.ndarray, rgb: bool) -> np.ndarray:
