@@ -523,11 +523,16 @@ def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray,
 
     set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
               **image_kwargs(input_layer))
-    if later is None:
+    def scores_then_frames():
         scores_band()
-        frames()
+        if later is None:
+            frames()
+        else:
+            later(frames)
+    if later is None:
+        scores_then_frames()
     else:
-        later(lambda: (scores_band(), later(frames)))
+        later(scores_then_frames)
 
 
 # ---- landmark results ----------------------------------------------------------------------------
