@@ -18,11 +18,13 @@ folder into a new store, Fit kmeans (K = 3) on a 2,000-object sample (``--sample
 Export the objects' CSV, the gallery and the shares — while a timer ticks every 5 ms in the GUI thread; the longest
 gap between two ticks during a step is the longest the window could not react, and the GUI thread's own CPU time
 in that gap (``time.thread_time``) what of it was the thread's own work rather than waiting for a loaded machine's
-cores or for the interpreter's lock. One JSON line: per step its wall time, longest freeze and that freeze's CPU
-time, the objects, the load average, and the longest gap while the window sat idle for a second (what the
-machine's load alone gives). ``--reuse`` opens the store a previous run extracted (kept in ``--plate-dir``)
-instead of extracting again; ``--profile`` samples the GUI thread's stack every 3 ms and prints, for every gap
-over 50 ms, the functions most often on it.
+cores or for the interpreter's lock, and the garbage collections inside it (any thread: a collection holds the
+lock) what of it was Python's collector. A step lasts until the dock and its object map are idle with their
+results drawn. One JSON line: per step its wall time, longest freeze, that freeze's CPU time and collection time,
+the objects, the load average, and the longest gap while the window sat idle for a second (what the machine's
+load alone gives). ``--reuse`` opens the store a previous run extracted (kept in ``--plate-dir``) instead of
+extracting again; ``--profile`` samples every thread's stack every 3 ms and prints, for every gap over 50 ms, the
+functions most often on the GUI thread's stack, on each other thread's that was not waiting, and the collections.
 
 ``floor``: what napari itself costs the GUI thread in the same window, with a 1024×1024 field and its 250 objects
 shown: one repaint of the canvas with nothing changed, one colour change of the objects' Labels layer (a
@@ -32,6 +34,7 @@ Shapes) — ``--repeats`` times each, the longest GUI gap and its CPU time per r
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -98,34 +101,63 @@ def inspector(args) -> None:
 
 # ---- the GUI thread's freezes ---------------------------------------------------------------------------
 class Sampler(threading.Thread):
-    """Samples the GUI thread's Python stack every ``every_s`` from a thread beside it: what it ran during a freeze."""
+    """Samples every thread's Python stack every ``every_s`` from a thread beside them: what the GUI thread ran during
+    a freeze, and what the other threads ran meanwhile (a worker holding the interpreter's lock freezes the window
+    with no GUI work on its stack)."""
 
     def __init__(self, every_s: float = 0.003):
         super().__init__(daemon=True)
         self.main, self.every_s, self.samples, self.on = threading.main_thread().ident, every_s, [], True
 
     def run(self) -> None:
+        me = threading.get_ident()
         while self.on:
-            frame = sys._current_frames().get(self.main)
-            stack = []
-            while frame is not None:
-                code = frame.f_code
-                stack.append(f"{_short(code.co_filename)}:{code.co_name}")
-                frame = frame.f_back
-            self.samples.append((time.perf_counter(), stack))
+            stacks = {ident: _stack(frame) for ident, frame in sys._current_frames().items() if ident != me}
+            self.samples.append((time.perf_counter(), stacks))
             time.sleep(self.every_s)
 
     def report(self, name: str, gaps, top: int = 14, at_least_s: float = 0.05) -> None:
         """For each gap between GUI ticks longer than ``at_least_s``: the functions most often on the GUI thread's
-        stack during it (each counted once per sample), printed to stderr."""
+        stack during it (each counted once per sample), and those of every other thread that was not waiting,
+        printed to stderr."""
+        names = {t.ident: t.name for t in threading.enumerate()}
         for start, end in gaps:
             if end - start < at_least_s:
                 continue
-            inside = [stack for t, stack in self.samples if start <= t <= end]
-            counts = Counter(f for stack in inside for f in dict.fromkeys(stack) if not _plumbing(f))
+            inside = [stacks for t, stacks in self.samples if start <= t <= end]
+            gui = [stacks.get(self.main, []) for stacks in inside]
+            counts = Counter(f for stack in gui for f in dict.fromkeys(stack) if not _plumbing(f))
             print(f"  [{name}] freeze {end - start:.3f} s, {len(inside)} samples:", file=sys.stderr)
             for function, n in counts.most_common(top):
                 print(f"      {n:4d}  {function}", file=sys.stderr)
+            for a, b, generation, ident in COLLECTIONS:
+                if b >= start and a <= end and b - a > 0.01:
+                    where = "GUI thread" if ident == self.main else names.get(ident, ident)
+                    print(f"    garbage collection of generation {generation}: {b - a:.3f} s in {where}",
+                          file=sys.stderr)
+            others = {ident for stacks in inside for ident in stacks if ident != self.main}
+            for ident in sorted(others):
+                busy = [s[ident] for s in inside if ident in s and s[ident] and not _waiting(s[ident][0])]
+                if busy:
+                    print(f"    thread {names.get(ident, ident)}: {len(busy)} samples busy", file=sys.stderr)
+                    counts = Counter(f for stack in busy for f in dict.fromkeys(stack) if not _plumbing(f))
+                    for function, n in counts.most_common(top // 2):
+                        print(f"      {n:4d}  {function}", file=sys.stderr)
+
+
+def _stack(frame) -> list[str]:
+    stack = []
+    while frame is not None:
+        code = frame.f_code
+        stack.append(f"{_short(code.co_filename)}:{code.co_name}")
+        frame = frame.f_back
+    return stack
+
+
+def _waiting(leaf: str) -> bool:
+    """Whether a thread's innermost frame is a wait (a lock, a queue, a sleep, a select): not holding the lock."""
+    return any(w in leaf for w in ("threading.py:wait", "queue.py:get", "selectors.py", "threading.py:_wait_for",
+                                   "plate_dock.py:run", "concurrent/futures/thread.py:_worker"))
 
 
 def _short(filename: str) -> str:
@@ -141,6 +173,21 @@ def _plumbing(function: str) -> bool:
 
 
 SAMPLER: Sampler | None = None
+#: (start, end, generation, thread) of every garbage collection in the process: a collection holds the interpreter's
+#: lock throughout, whichever thread's allocation set it off, and a full one walks every object Python tracks.
+COLLECTIONS: list[tuple] = []
+
+
+def _collected(phase: str, info: dict, _started=[0.0]) -> None:         # noqa: B006 (the start, kept between calls)
+    if phase == "start":
+        _started[0] = time.perf_counter()
+    else:
+        COLLECTIONS.append((_started[0], time.perf_counter(), info["generation"], threading.get_ident()))
+
+
+def collected_in(start: float, end: float) -> float:
+    """Seconds of garbage collection (any thread, any generation) inside [start, end]."""
+    return sum(min(b, end) - max(a, start) for a, b, _, _ in COLLECTIONS if b > start and a < end)
 
 
 def measure(action, done, name: str = "") -> dict:
@@ -167,8 +214,10 @@ def measure(action, done, name: str = "") -> dict:
     if SAMPLER is not None:
         SAMPLER.report(name, [(a, b) for a, b in zip(ticks[:-1], ticks[1:])])
     gaps, used = np.diff(ticks), np.diff(cpu)
+    longest = int(gaps.argmax())
     return {"wall_s": round(end - start, 2), "freeze_s": round(float(gaps.max()), 3),
-            "freeze_cpu_s": round(float(used[gaps.argmax()]), 3), "max_gap_cpu_s": round(float(used.max()), 3)}
+            "freeze_cpu_s": round(float(used[longest]), 3), "max_gap_cpu_s": round(float(used.max()), 3),
+            "freeze_gc_s": round(collected_in(ticks[longest], ticks[longest + 1]), 3)}
 
 
 def plate_folder(folder: Path, fields: int) -> Path:
@@ -192,6 +241,7 @@ def freeze(args) -> None:
     target = Path(args.plate_dir) / f"dock{args.fields}.zarr"
     pristine = Path(args.plate_dir) / f"pristine{args.fields}.zarr"      # the store as extracted, no predictions
     shutil.rmtree(target, ignore_errors=True)
+    gc.callbacks.append(_collected)
     if args.profile:
         SAMPLER = Sampler()
         SAMPLER.start()
@@ -200,7 +250,7 @@ def freeze(args) -> None:
     for _ in range(20):
         QApplication.processEvents()
     _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    idle = lambda: not panel.busy            # noqa: E731
+    idle = lambda: not (panel.busy or panel.object_map.busy)     # noqa: E731  (the map drawn too)
     measure(lambda: None, idle)              # the method registry's import, in its worker
     row = {"fields": args.fields, "load_before": load()}
     steps = {}

@@ -71,3 +71,34 @@ def client():
 
     with local_cluster(2, dashboard=None) as local, distributed.Client(local) as c:
         yield c
+
+
+def settle_dock(qtbot, panel, timeout: int = 120_000) -> None:
+    """Wait until every worker of the plate dock and of its object map is done and what it made is drawn."""
+    qtbot.waitUntil(lambda: not panel.busy and not panel.object_map.busy, timeout=timeout)
+
+
+@pytest.fixture
+def plate_dock(make_napari_viewer, qtbot):
+    """Opens the plate dock in a real napari viewer as a user does: ``plate_dock(store=None, result=None,
+    viewer=None, file=None)`` → (viewer, panel). ``file`` (a plate folder, a store) is opened first with File > Open
+    (napari-ticlust's readers) in ``viewer`` (a new one when None); the dock is added and its warm-up waited for;
+    then the store at ``store`` (a path) is opened with the dock and the result ``result`` (a file or a
+    ClusteringResult) loaded, each waited for."""
+    from ticlust._napari.store_panel import STORE_PANEL, StorePanel
+
+    def open_dock(store=None, result=None, viewer=None, file=None, timeout: int = 120_000):
+        viewer = make_napari_viewer() if viewer is None else viewer
+        if file is not None:
+            viewer.open(str(file), plugin="napari-ticlust")
+        _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+        assert isinstance(panel, StorePanel)
+        settle_dock(qtbot, panel, timeout)
+        if store is not None:
+            panel.open_store(store)
+            settle_dock(qtbot, panel, timeout)
+        if result is not None:
+            panel.load_result(result)
+            settle_dock(qtbot, panel, timeout)
+        return viewer, panel
+    return open_dock

@@ -18,7 +18,6 @@ import ticlust  # noqa: E402
 from ticlust.plate import view as plate_view  # noqa: E402
 from ticlust._napari import layers as L  # noqa: E402
 from ticlust._napari import reader, store_panel  # noqa: E402
-from ticlust._napari.store_panel import STORE_PANEL, StorePanel  # noqa: E402
 from ticlust.events import Progress, drain  # noqa: E402
 from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
 from ticlust.plate.run import fit_store, predict_store  # noqa: E402
@@ -39,15 +38,11 @@ def plate(tmp_path_factory):
 
 
 @pytest.fixture
-def panel(plate, make_napari_viewer, qtbot):
+def panel(plate, plate_dock):
     """A viewer with the store opened the way a user opens it (File > Open on the folder: the store reader)."""
-    viewer = make_napari_viewer()
     _, store, _, _ = plate
     assert reader.get_store_reader(str(store.path)) is reader.read_store
-    viewer.open(str(store.path), plugin="napari-ticlust")
-    _, docked = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    assert isinstance(docked, StorePanel)
-    settle(qtbot, docked)
+    viewer, docked = plate_dock(file=store.path)
     assert docked.store is not None
     return viewer, docked
 
@@ -276,14 +271,10 @@ def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path, qtbot):
     assert "s field" in viewer.layers
 
 
-def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(plate, make_napari_viewer, tmp_path,
-                                                                                qtbot):
+def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(plate, plate_dock, tmp_path, qtbot):
     manifest, _, _, _ = plate
     fresh = ticlust.extract(manifest.parent, tmp_path / "fresh.zarr")       # the folder: no manifest columns
-    viewer = make_napari_viewer()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    panel.open_store(fresh.path)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(fresh.path)
     assert panel.store is not None and panel.store.path == fresh.path
     assert not panel.has_wells and panel.well.choices == () and list(panel.field.choices) == [0, 1, 2, 3]
     assert panel.group_by.choices == ("image",)
@@ -375,14 +366,15 @@ def test_assign_objects_refuses_what_does_not_fit_in_one_sentence(plate):
         drain_value(plate_view.assign_objects(small, image, labels))
 
 
-def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate, make_napari_viewer, qtbot):
+def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate, make_napari_viewer, plate_dock,
+                                                                          qtbot):
     manifest, store, km, predictions = plate
     image, labels = field_layers(manifest, store, 1)
     viewer = make_napari_viewer()
     viewer.add_image(image, name="cells")
     viewer.add_labels(labels, name="cells_cp_masks", scale=(1, 1))
     viewer.add_labels(labels[:100, :100], name="other masks")
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    _, panel = plate_dock(viewer=viewer)
     assert panel.store is None and "Apply result also assign" in panel.summary.value
     assert list(panel.target.choices) == [("cells", "cells_cp_masks"), (None, "other masks")]
     assert panel.target.value == ("cells", "cells_cp_masks")
@@ -414,16 +406,15 @@ def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate
     assert ("crop", "other masks") in list(panel.target.choices)
 
 
-def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari_viewer, qtbot, monkeypatch):
+def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari_viewer, plate_dock, qtbot,
+                                                            monkeypatch):
     manifest, store, km, _ = plate
     image, labels = field_layers(manifest, store, 3)
     viewer = make_napari_viewer()
     viewer.add_image(np.repeat(image[..., None], 3, axis=-1), name="rgb")       # crops of 3 channels: refused
     viewer.add_image(image, name="cells")
     viewer.add_labels(labels, name="masks")
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    panel.load_result(km)
-    settle(qtbot, panel)
+    _, panel = plate_dock(result=km, viewer=viewer)
     names = {layer.name for layer in viewer.layers}
     panel.target.value = ("rgb", "masks")
     panel.apply_result()
@@ -441,7 +432,7 @@ def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari
 
 
 # ---- opening and field switching off the GUI thread ------------------------------------------------------
-def test_open_and_field_reads_run_in_workers_with_the_dock_disabled(plate, make_napari_viewer, qtbot, monkeypatch):
+def test_open_and_field_reads_run_in_workers_with_the_dock_disabled(plate, plate_dock, qtbot, monkeypatch):
     manifest, store, _, _ = plate
     threads = []
     for name in ("opened_store", "field_picture"):
@@ -452,8 +443,7 @@ def test_open_and_field_reads_run_in_workers_with_the_dock_disabled(plate, make_
             return _real(*args)
 
         monkeypatch.setattr(store_panel, name, recorded)
-    viewer = make_napari_viewer()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    viewer, panel = plate_dock()
     worker = panel.open_store(store.path)
     assert worker is not None and panel.store is None and "Opening s.zarr" in panel.status.value
     assert not panel.open_button.enabled and not panel.field.enabled and panel.progress.max == 0     # busy
@@ -537,24 +527,21 @@ def test_closing_the_dock_while_shares_are_counted_leaves_no_error(plate, panel,
         assert [layer.name for layer in viewer.layers] == names
 
 
-def test_a_failing_open_is_one_sentence_and_makes_no_layers(plate, make_napari_viewer, qtbot, tmp_path):
+def test_a_failing_open_is_one_sentence_and_makes_no_layers(plate, plate_dock, tmp_path):
     _, store, _, _ = plate
-    viewer = make_napari_viewer()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
     broken = tmp_path / "broken.zarr"
     import shutil
 
     shutil.copytree(store.path, broken)
     table = pd.read_parquet(broken / "predictions.parquet")
     table.head(2).to_parquet(broken / "predictions.parquet")            # 2 rows, not one per object
-    panel.open_store(broken)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(broken)
     assert "holds 2 rows but the store" in panel.status.value and panel.store is None
     assert len(viewer.layers) == 0 and panel.open_button.enabled and panel.summary.value.startswith("No store open")
 
 
-def test_a_result_fitted_on_a_labels_layer_in_napari_is_applied_with_its_own_crop_options(make_napari_viewer, qtbot,
-                                                                                          tmp_path):
+def test_a_result_fitted_on_a_labels_layer_in_napari_is_applied_with_its_own_crop_options(make_napari_viewer,
+                                                                                          plate_dock, qtbot, tmp_path):
     """The ticlust widget's run on a labels layer records how it cut the objects (here rescaled, not turned); the
     plate panel's Apply result cuts the same layers that way and gives back the run's clusters."""
     from ticlust._napari.widget import TiclustWidget
@@ -574,9 +561,7 @@ def test_a_result_fitted_on_a_labels_layer_in_napari_is_applied_with_its_own_cro
                                         "normalize": True, "rescale": True}
     widget.save_result(tmp_path / "fitted.npz")
     viewer.layers.remove("nuclei objects by cluster")
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    panel.load_result(tmp_path / "fitted.npz")
-    settle(qtbot, panel)
+    _, panel = plate_dock(result=tmp_path / "fitted.npz", viewer=viewer)
     assert panel.target.value == ("nuclei", "nuclei labels")
     panel.apply_result()
     settle(qtbot, panel)

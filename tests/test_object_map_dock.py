@@ -12,10 +12,10 @@ import pytest
 
 napari = pytest.importorskip("napari")
 pytest.importorskip("pyqtgraph")
+from qtpy.QtWidgets import QWidget  # noqa: E402
 
 import ticlust  # noqa: E402
 from ticlust._napari.map_panel import NOTHING_SELECTED  # noqa: E402
-from ticlust._napari.store_panel import STORE_PANEL, StorePanel  # noqa: E402
 from ticlust._napari.widget import TiclustWidget  # noqa: E402
 from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
 from ticlust.plate import curate  # noqa: E402
@@ -47,27 +47,15 @@ def settle(qtbot, panel, timeout=120_000) -> None:
     qtbot.waitUntil(lambda: not panel.busy and not panel.object_map.busy, timeout=timeout)
 
 
-def plate_dock(make_napari_viewer, qtbot, store, result_file=None):
-    viewer = make_napari_viewer()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    assert isinstance(panel, StorePanel)
-    settle(qtbot, panel)
-    panel.open_store(store.path)
-    settle(qtbot, panel)
-    if result_file is not None:
-        panel.load_result(result_file)
-        settle(qtbot, panel)
-    return viewer, panel, panel.object_map.panel
-
-
 def box_around(xy: np.ndarray, rows: np.ndarray):
     lo, hi = xy[rows].min(0) - 1e-3, xy[rows].max(0) + 1e-3
     return float(lo[0]), float(lo[1]), float(hi[0]), float(hi[1])
 
 
-def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, make_napari_viewer, qtbot, tmp_path):
+def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, plate_dock, qtbot, tmp_path):
     store, km = predicted
-    viewer, panel, mp = plate_dock(make_napari_viewer, qtbot, store, km)
+    viewer, panel = plate_dock(store.path, km)
+    mp = panel.object_map.panel
     table = pd.read_parquet(store.path / "predictions.parquet")
     assert len(mp.map.xy) == len(store) and mp.map.drawn_as == "points"
     np.testing.assert_array_equal(mp.map.xy[:, 0], table["map_x"].to_numpy(np.float32))
@@ -119,9 +107,10 @@ def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, make_napari_viewe
     np.testing.assert_array_equal(pd.read_csv(tmp_path / "undone.csv")["cluster"], table["cluster"])
 
 
-def test_click_a_point_opens_its_field_and_inspector_a_field_click_rings_it(predicted, make_napari_viewer, qtbot):
+def test_click_a_point_opens_its_field_and_inspector_a_field_click_rings_it(predicted, plate_dock, qtbot):
     store, km = predicted
-    viewer, panel, mp = plate_dock(make_napari_viewer, qtbot, store, km)
+    viewer, panel = plate_dock(store.path, km)
+    mp = panel.object_map.panel
     last = len(store) - 1                                  # an object of the last field (the first one is shown)
     x, y = map(float, mp.map.xy[last])
     mp.map.view.setRange(xRange=(x - 0.5, x + 0.5), yRange=(y - 0.5, y + 0.5), padding=0)
@@ -139,9 +128,10 @@ def test_click_a_point_opens_its_field_and_inspector_a_field_click_rings_it(pred
     assert mp.map.highlighted.tolist() == [int(panel.starts[field]) + 1]
 
 
-def test_refine_makes_the_map_say_it_is_out_of_date_refresh_repredicts(predicted, make_napari_viewer, qtbot):
+def test_refine_makes_the_map_say_it_is_out_of_date_refresh_repredicts(predicted, plate_dock, qtbot):
     store, km = predicted
-    viewer, panel, mp = plate_dock(make_napari_viewer, qtbot, store, km)
+    viewer, panel = plate_dock(store.path, km)
+    mp = panel.object_map.panel
     sample = curate.fit_sample(panel.result)
     mp.map.select_box(*box_around(mp.map.xy, sample[:3]))
     mp.to.setValue(2)
@@ -162,10 +152,34 @@ def test_refine_makes_the_map_say_it_is_out_of_date_refresh_repredicts(predicted
     assert table["cluster"].max() == 3
 
 
-def test_bad_input_is_one_sentence_each(made, predicted, make_napari_viewer, qtbot, tmp_path):
+def test_a_store_predicted_shows_its_map_without_resizing_naparis_canvas(made, predicted, make_napari_viewer,
+                                                                         plate_dock, qtbot):
+    """The map's room is kept while it is hidden (a store without predictions) and the docks' least height leaves
+    room in a 1000-pixel window: showing the map does not resize the window, so napari's canvas is not drawn again
+    at a new size (a tenth of a second or more of the GUI thread)."""
+    _, store, _ = made
+    copy, _ = predicted
+    viewer = make_napari_viewer(show=True)                     # laid out on the screen, as a user sees it
+    viewer.window.resize(1600, 1000)
+    viewer, panel = plate_dock(viewer=viewer)
+    panel.open_store(store.path)
+    settle(qtbot, panel)
+    mp = panel.object_map.panel
+    assert mp.map.isHidden()
+    canvas = next(w for w in panel.native.window().findChildren(QWidget) if type(w).__name__ == "CanvasBackendDesktop")
+    size = (canvas.width(), canvas.height())
+    panel.open_store(copy.path)
+    settle(qtbot, panel)
+    qtbot.wait(100)
+    assert not mp.map.isHidden() and len(mp.map.xy) == len(copy)
+    assert (canvas.width(), canvas.height()) == size
+
+
+def test_bad_input_is_one_sentence_each(made, predicted, plate_dock, qtbot, tmp_path):
     folder, store, result = made
     # a store without predictions: predict first
-    viewer, panel, mp = plate_dock(make_napari_viewer, qtbot, store)
+    viewer, panel = plate_dock(store.path)
+    mp = panel.object_map.panel
     assert mp.message.text().startswith("No predictions yet: predict the store first")
     assert len(mp.map.xy) == 0 and mp.compute_button.isHidden() and mp.map.isHidden()
     # an empty selection: nothing to move

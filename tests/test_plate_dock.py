@@ -20,7 +20,6 @@ from ticlust.events import Progress  # noqa: E402
 from ticlust.plate import curate  # noqa: E402
 from ticlust.plate.run import PREDICTIONS, fit_store, predict_store  # noqa: E402
 from ticlust.plate.store import read_attributes  # noqa: E402
-from ticlust._napari.store_panel import STORE_PANEL, StorePanel  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
@@ -45,14 +44,6 @@ def settle(qtbot, panel, timeout=180_000) -> None:
 def press(qtbot, panel, button, timeout=180_000) -> None:
     button.native.click()
     settle(qtbot, panel, timeout)
-
-
-def dock(make_napari_viewer, qtbot):
-    viewer = make_napari_viewer()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    assert isinstance(panel, StorePanel)
-    settle(qtbot, panel)
-    return viewer, panel
 
 
 def same_store(a: Path, b: Path) -> None:
@@ -92,12 +83,9 @@ def layers_now(viewer) -> dict:
 
 
 # ---- (a) a plate through the dock alone ------------------------------------------------------------
-def drive_plate(folder, tmp_path, make_napari_viewer, qtbot, sample: int, params: dict):
+def drive_plate(folder, tmp_path, plate_dock, qtbot, sample: int, params: dict):
     plate = Path(shutil.copytree(folder, tmp_path / "plate"))
-    viewer = make_napari_viewer()
-    viewer.open(str(plate), plugin="napari-ticlust")           # File > Open of the folder: the plate reader
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(file=plate)                     # File > Open of the folder: the plate reader
     assert panel.extract.source.value == str(plate)
     assert panel.extract.target.value == str(tmp_path / "plate.zarr")      # beside the folder
     press(qtbot, panel, panel.extract.extract_button)
@@ -131,17 +119,17 @@ def click_object_outside_the_sample(qtbot, panel, predictions):
     return obj, row
 
 
-def test_a_plate_through_the_dock(files, tmp_path, make_napari_viewer, qtbot):
-    viewer, panel, store, predictions = drive_plate(files[0], tmp_path, make_napari_viewer, qtbot, 60, FAST_AI)
+def test_a_plate_through_the_dock(files, tmp_path, plate_dock, qtbot):
+    viewer, panel, store, predictions = drive_plate(files[0], tmp_path, plate_dock, qtbot, 60, FAST_AI)
     inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path)
 
 
 @pytest.mark.slow
-def test_a_plate_through_the_dock_full_size(tmp_path_factory, tmp_path, make_napari_viewer, qtbot):
+def test_a_plate_through_the_dock_full_size(tmp_path_factory, tmp_path, plate_dock, qtbot):
     """The same at full size: the generated plate's defaults (20 fields of 250 nuclei, 1024×1024: about 4,800
     objects) and a fit sample of 1,000 (ai-kmeans' short settings, as above)."""
     folder = write_nuclei_plate(tmp_path_factory.mktemp("full") / "plate", fields=20, seed=5).parent
-    viewer, panel, store, predictions = drive_plate(folder, tmp_path, make_napari_viewer, qtbot, 1000, FAST_AI)
+    viewer, panel, store, predictions = drive_plate(folder, tmp_path, plate_dock, qtbot, 1000, FAST_AI)
     inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path)
 
 
@@ -199,9 +187,9 @@ def inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path):
 
 
 # ---- (b) cancel mid-way ----------------------------------------------------------------------------
-def test_cancel_extract_then_extract_again_resumes_to_the_same_bytes(files, tmp_path, make_napari_viewer, qtbot):
+def test_cancel_extract_then_extract_again_resumes_to_the_same_bytes(files, tmp_path, plate_dock, qtbot):
     folder, reference = files
-    viewer, panel = dock(make_napari_viewer, qtbot)
+    viewer, panel = plate_dock()
     panel.extract.offer(folder)
     panel.extract.target.value = str(tmp_path / "s.zarr")
     before = layers_now(viewer)
@@ -228,11 +216,9 @@ def predicted(files, tmp_path):
     return store, result.save(tmp_path / "km.npz")
 
 
-def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, make_napari_viewer, qtbot):
+def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, plate_dock, qtbot):
     store, km = predicted
-    viewer, panel = dock(make_napari_viewer, qtbot)
-    panel.open_store(store.path)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(store.path)
     panel.fit.form.method.value = "ai-kmeans"
     panel.fit.form.k.value, panel.fit.sample.value, panel.fit.device.value = 3, 60, "cpu"
     for name, value in FAST_AI.items():
@@ -304,9 +290,9 @@ def one_sentence(text: str) -> bool:
     return text.count("\n") == 0 and len(text) > 20 and "Traceback" not in text
 
 
-def test_bad_inputs_are_one_sentence_in_the_dock(files, tmp_path, make_napari_viewer, qtbot):
+def test_bad_inputs_are_one_sentence_in_the_dock(files, tmp_path, plate_dock, qtbot):
     folder, _ = files
-    viewer, panel = dock(make_napari_viewer, qtbot)
+    viewer, panel = plate_dock()
     bare = tmp_path / "bare"
     bare.mkdir()
     for name in ("A01_s0.tif", "A01_s1.tif"):
@@ -337,7 +323,7 @@ def test_bad_inputs_are_one_sentence_in_the_dock(files, tmp_path, make_napari_vi
     assert panel.extract.failed.value.startswith("gone.tif: There is no image file at")
 
 
-def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, predicted, tmp_path, make_napari_viewer,
+def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, predicted, tmp_path, plate_dock,
                                                                        qtbot, monkeypatch):
     """The disk fills part-way through Extract (the 4th table written) and while the objects' CSV is exported: one
     sentence in the dock each time, no store opened, no CSV left; with space again, Extract finishes the same store
@@ -348,7 +334,7 @@ def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, pr
     import pyarrow.parquet as pq
 
     folder, reference = files
-    viewer, panel = dock(make_napari_viewer, qtbot)
+    viewer, panel = plate_dock()
     write, calls = pq.write_table, []
 
     def fills_up(*args, **kwargs):
@@ -385,15 +371,11 @@ def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, pr
     assert not list(tmp_path.glob("*objects.csv*"))             # no temporary file left beside it either
 
 
-def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tmp_path, make_napari_viewer, qtbot):
+def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tmp_path, plate_dock, qtbot):
     folder, _ = files
     store, km = predicted
     other = ticlust.extract(folder, tmp_path / "other.zarr", crop_size=40)
-    viewer, panel = dock(make_napari_viewer, qtbot)
-    panel.open_store(other.path)
-    settle(qtbot, panel)
-    panel.load_result(km)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(other.path, km)
     assert "40×40" in panel.status.value and one_sentence(panel.status.value) and panel.result is None
     # the same crop size, other crop options (not turned upright): said, and nothing loaded
     upright = ticlust.extract(folder, tmp_path / "upright.zarr", crop_size=store.size, orient=False)
@@ -419,9 +401,9 @@ def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tm
     assert "contours" in panel.status.value and one_sentence(panel.status.value)
 
 
-def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted, tmp_path, make_napari_viewer, qtbot):
+def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted, tmp_path, plate_dock, qtbot):
     store, km = predicted
-    viewer, panel = dock(make_napari_viewer, qtbot)
+    viewer, panel = plate_dock()
     copy = shutil.copy(km, tmp_path / "gone.npz")
     os.remove(copy)
     panel.open_store(store.path)
@@ -462,8 +444,8 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
 
 
 # ---- the reader and the store's default place --------------------------------------------------------
-def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_button(tmp_path, make_napari_viewer,
-                                                                                    qtbot, monkeypatch):
+def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_button(tmp_path, plate_dock, qtbot,
+                                                                                    monkeypatch):
     """An NGFF HCS plate (written with ome-zarr-py) opened with File > Open offers itself for extraction beside it;
     Extract makes the same store as ``ticlust.extract`` and opens it with its wells; a single OME-Zarr image with
     labels, picked with the dock's Folder / OME-Zarr… button, does the same."""
@@ -476,10 +458,7 @@ def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_but
 
     plate = tmp_path / "plate.ome.zarr"
     made = write_hcs_plate(plate)
-    viewer = make_napari_viewer()
-    viewer.open(str(plate), plugin="napari-ticlust")             # File > Open of the plate: the plate reader
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(file=plate)                       # File > Open of the plate: the plate reader
     assert panel.extract.source.value == str(plate)
     assert panel.extract.target.value == str(tmp_path / "plate.objects.zarr")
     press(qtbot, panel, panel.extract.extract_button)
@@ -523,12 +502,12 @@ def test_the_plate_reader_claims_a_plates_files_and_nothing_else(files, tmp_path
     assert store_beside(tmp_path / "field.ome.zarr") == tmp_path / "field.objects.zarr"
 
 
-def test_a_loaddata_plate_extracts_the_channels_named_in_the_dock(tmp_path, make_napari_viewer, qtbot):
+def test_a_loaddata_plate_extracts_the_channels_named_in_the_dock(tmp_path, plate_dock, qtbot):
     from ticlust.datasets.cell_painting import cell_painting_plate
 
     plate = cell_painting_plate(tmp_path / "cp", wells=1, sites=1, cells=12, shape=(128, 128), seed=2)
     reference = ticlust.extract(plate.load_data, tmp_path / "reference.zarr", channel=["Mito", "DNA"])
-    viewer, panel = dock(make_napari_viewer, qtbot)
+    viewer, panel = plate_dock()
     panel.extract.offer(plate.load_data)
     for typed, words in ((" ,Mito", "has an empty channel name"), ("GFP", "has no channel 'GFP'")):
         panel.extract.channels.value = typed
@@ -541,3 +520,61 @@ def test_a_loaddata_plate_extracts_the_channels_named_in_the_dock(tmp_path, make
     press(qtbot, panel, panel.extract.extract_button)
     assert panel.store is not None and panel.store.channels == 2, panel.status.value
     same_store(tmp_path / "dock.zarr", tmp_path / "reference.zarr")
+
+
+# ---- napari's one-time costs, paid before the first click --------------------------------------------------------
+def test_the_heap_is_frozen_while_the_dock_is_open_and_the_text_glyphs_are_loaded_with_a_store(files, plate_dock,
+                                                                                                 qtbot):
+    """A full garbage collection walks every object Python tracks while holding the interpreter's lock (with napari,
+    Qt and torch imported, hundreds of thousands: tenths of a second of frozen window). Once warmed up the dock
+    freezes them (``gc.freeze``), so a collection walks only what was made since; closing the dock gives them
+    back to the collector. A store opened renders the glyphs of napari's canvas font that the first Shapes layer
+    shown (the inspector's frames) would otherwise render in its repaint."""
+    import gc
+
+    from qtpy.QtWidgets import QDockWidget
+
+    from ticlust._napari import layers as L
+
+    gc.unfreeze()
+    _, reference = files
+    viewer, panel = plate_dock(reference.path)
+    frozen = gc.get_freeze_count()
+    assert frozen > 100_000 and len(gc.get_objects()) < frozen / 4, (frozen, len(gc.get_objects()))
+    info = viewer.window._qt_viewer.canvas.font_info()
+    assert set(L.MEASURED_GLYPHS) <= set(info.font_manager.get_font(info.face)._glyphs)
+    dock = panel.native
+    while not isinstance(dock, QDockWidget):
+        dock = dock.parent()
+    dock.destroyOnClose()                                         # what the dock's close button does
+    qtbot.waitUntil(lambda: panel.closed, timeout=10_000)
+    assert gc.get_freeze_count() == 0
+
+
+def test_drawings_in_turns_of_their_own_let_a_timer_run_between_them(plate_dock, qtbot):
+    """What the dock draws one turn at a time (``later``: a store's layers, the inspector's parts) leaves the event
+    loop between turns: a 5 ms timer ticks between two drawings of 50 ms each, as input and repaints get in."""
+    import time
+
+    from qtpy.QtCore import QTimer
+
+    viewer, panel = plate_dock()
+    log = []
+    tick = QTimer()
+    tick.timeout.connect(lambda: log.append("tick"))
+    tick.start(5)
+
+    def drawing(name, then=None):
+        start = time.perf_counter()
+        while time.perf_counter() - start < 0.05:       # the GUI thread busy, as a layer being made keeps it
+            pass
+        log.append(name)
+        if then is not None:
+            panel.later(then)
+    qtbot.wait(20)
+    panel.later(lambda: drawing("a", lambda: drawing("b", lambda: drawing("c"))))
+    qtbot.waitUntil(lambda: "c" in log and not panel.busy, timeout=5_000)
+    tick.stop()
+    order = list(log)
+    a, b, c = order.index("a"), order.index("b"), order.index("c")
+    assert "tick" in order[a:b] and "tick" in order[b:c], order

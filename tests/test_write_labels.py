@@ -308,17 +308,10 @@ def test_the_written_labels_open_in_napari_over_their_field(tmp_path, make_napar
 
 
 @pytest.mark.gui
-def test_the_dock_writes_the_labels_in_a_worker(tmp_path, make_napari_viewer, qtbot):
-    from ticlust._napari.store_panel import STORE_PANEL, StorePanel
-
+def test_the_dock_writes_the_labels_in_a_worker(tmp_path, plate_dock, qtbot):
     plate, store, result = fitted(tmp_path)
     predict_store(result, store)
-    viewer = make_napari_viewer()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    assert isinstance(panel, StorePanel)
-    settle(qtbot, panel)
-    panel.open_store(store.path)
-    settle(qtbot, panel)
+    viewer, panel = plate_dock(store.path)
     panel.export.labels_button.native.click()                   # the dock does not know the predictions' result yet
     assert "load the result the store's predictions were made with" in panel.status.value
     panel.load_result(result)                               # its file: the predictions' own

@@ -213,6 +213,28 @@ def add_undrawn_layer(viewer, name: str, kind: str, shape=(1, 1), dtype=None, **
     return add(data, name=name, visible=False, metadata=metadata, **kwargs)
 
 
+#: What vispy's text visual renders of its font on its first draw, even for an empty text (its line metrics).
+MEASURED_GLYPHS = "ÅÉÑŐjgpqy "
+
+
+def load_text_glyphs(widget) -> None:
+    """Render the glyphs of napari's canvas font that the first text drawn renders (``MEASURED_GLYPHS``; a Shapes
+    layer always draws a text, empty or not): about a tenth of a second of the GUI thread once a session (its
+    distance fields computed on the CPU), paid here, in a turn of the caller's choosing, rather than in the repaint
+    that first shows a Shapes layer (the inspector's frames). ``widget``: a Qt widget in the viewer's window (the
+    canvas is found through Qt, not through the window's private attributes). No canvas found: nothing is done,
+    and only that repaint is slower."""
+    from napari.qt import QtViewer
+
+    window = widget.window()
+    qt_viewer = window if isinstance(window, QtViewer) else window.findChild(QtViewer)
+    info = getattr(getattr(qt_viewer, "canvas", None), "font_info", None)
+    if callable(info):
+        font = info().font_manager.get_font(info().face)
+        for char in MEASURED_GLYPHS:
+            font[char]                                # rendered and kept by the font on first use
+
+
 def drawn(viewer, name: str) -> bool:
     """Whether the layer ``name`` is there with a picture (not missing, not an undrawn layer)."""
     return name in viewer.layers and not viewer.layers[name].metadata.get(UNDRAWN, False)
@@ -343,14 +365,17 @@ def cluster_summary(result: ClusteringResult) -> list[dict]:
 
 
 # ---- image results -------------------------------------------------------------------------------
-def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True) -> None:
+def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, picture: bool = True,
+                    later=None) -> None:
     """The K prototypes as one numbered 2-D mosaic beside the stack (live while training); ``picture`` False redraws
-    the numbers only (the same prototypes, other cluster sizes)."""
+    the numbers only (the same prototypes, other cluster sizes). ``later(draw)``, where given, runs ``draw`` in the
+    event loop's next turn: the numbers are then drawn in the turn after the picture."""
     names = layer_names(input_layer.name)
     k, h, w = prototypes.shape[:3]
     scene = Scene(h, w, k)
     at, u = place(input_layer, scene.mosaic_offset), unit(input_layer)
-    if picture or names["prototypes"] not in viewer.layers:
+    drew = picture or names["prototypes"] not in viewer.layers
+    if drew:
         mosaic = for_display(tiles_grid(np.asarray(prototypes, np.float32), scene, scene.mosaic_columns), input_layer,
                              stacked=False)
         set_image(viewer, names["prototypes"], mosaic, translate=tuple(at), scale=(u, u), **image_kwargs(input_layer))
@@ -359,8 +384,15 @@ def show_prototypes(viewer, input_layer, prototypes: np.ndarray, sizes=None, pic
     if drawn(viewer, names["prototype_labels"]) and viewer.layers[names["prototype_labels"]].metadata.get(
             "ticlust_texts") == drawn_as:
         return
-    raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
-    set_text_layer(viewer, names["prototype_labels"], raster, factor, at, metadata={"ticlust_texts": drawn_as}, unit=u)
+
+    def numbers():
+        raster, factor = text_raster(scene, scene.mosaic_columns, texts, [cluster_color(c) for c in range(k)])
+        set_text_layer(viewer, names["prototype_labels"], raster, factor, at, metadata={"ticlust_texts": drawn_as},
+                       unit=u)
+    if drew and later is not None:
+        later(numbers)
+    else:
+        numbers()
 
 
 def show_image_result(viewer, input_layer, result: ClusteringResult) -> list[str]:
@@ -455,12 +487,14 @@ def pose_text(result, item: int) -> str:
 
 
 def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray, chosen: int, runner_up: int,
-                   item: int) -> None:
+                   item: int, later=None) -> None:
     """Every prototype aligned onto the current image, on a grid under it, each with its score above
     it; the chosen prototype framed in yellow, the runner-up in blue, the rest in grey (DTI Fig. 2b).
 
     ``scores``, ``chosen`` and ``runner_up`` are the caller's one source of truth (the result's own
-    assignment for a fitted item); ``aligned`` only supplies the pictures.
+    assignment for a fitted item); ``aligned`` only supplies the pictures. ``later(draw)``, where given, runs
+    ``draw`` in the event loop's next turn: the pictures are drawn now, the scores in the next turn and the frames
+    in the one after (the first drawing into each layer and the repaint after it take a turn of their own).
     """
     names = layer_names(input_layer.name)
     k, h, w = aligned.shape[:3]
@@ -468,22 +502,37 @@ def show_inspector(viewer, input_layer, aligned: np.ndarray, scores: np.ndarray,
     cols, offset, u = scene.inspector_columns, tuple(place(input_layer, scene.inspector_offset)), unit(input_layer)
     strip = for_display(tiles_grid(aligned, scene, cols), input_layer, stacked=False)
     info = {"item": int(item), "chosen": int(chosen), "runner_up": int(runner_up), "scores": np.asarray(scores).copy()}
-    set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
-              **image_kwargs(input_layer))
     role = ["chosen" if i == chosen else "runner_up" if i == runner_up else "other" for i in range(k)]
     colors = [CHOSEN_COLOR if r == "chosen" else RUNNER_UP_COLOR if r == "runner_up" else OTHER_COLOR for r in role]
-    texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
-    raster, factor = text_raster(scene, cols, texts, colors)
-    set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts}, unit=u)
-    boxes = [u * np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5], [y + h - 0.5, x - 0.5]])
-             + np.asarray(offset) for y, x in scene.tile_origins(cols)]
-    px = [SCREEN_WIDTHS[r] for r in role]
-    zoom = max(float(viewer.scene.camera.zoom), 1e-6)
-    existed = names["frames"] in viewer.layers
-    set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
-               metadata={**info, "screen_widths": px})
-    if not existed:
-        viewer.layers.selection.active = input_layer
+
+    def scores_band():
+        texts = [f"{i}: {s:.3g}" for i, s in enumerate(scores)]
+        raster, factor = text_raster(scene, cols, texts, colors)
+        set_text_layer(viewer, names["scores"], raster, factor, offset, metadata={**info, "texts": texts}, unit=u)
+
+    def frames():
+        boxes = [u * np.array([[y - 0.5, x - 0.5], [y - 0.5, x + w - 0.5], [y + h - 0.5, x + w - 0.5],
+                               [y + h - 0.5, x - 0.5]]) + np.asarray(offset) for y, x in scene.tile_origins(cols)]
+        px = [SCREEN_WIDTHS[r] for r in role]
+        zoom = max(float(viewer.scene.camera.zoom), 1e-6)
+        existed = names["frames"] in viewer.layers
+        set_shapes(viewer, names["frames"], boxes, "rectangle", np.array(colors), [p / zoom for p in px],
+                   metadata={**info, "screen_widths": px})
+        if not existed:
+            viewer.layers.selection.active = input_layer
+
+    set_image(viewer, names["inspector"], strip, translate=offset, scale=(u, u), metadata=dict(info),
+              **image_kwargs(input_layer))
+    def scores_then_frames():
+        scores_band()
+        if later is None:
+            frames()
+        else:
+            later(frames)
+    if later is None:
+        scores_then_frames()
+    else:
+        later(scores_then_frames)
 
 
 # ---- landmark results ----------------------------------------------------------------------------

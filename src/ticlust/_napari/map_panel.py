@@ -31,7 +31,7 @@ GALLERY_COLUMNS = 8
 #: The colour of the selection's outline on the field.
 RING = np.array([1.0, 0.9, 0.2, 1.0])
 #: The map's least height in pixels (the dock shares its column with the plate panel or the ticlust widget).
-MAP_HEIGHT = 280
+MAP_HEIGHT = 180
 #: Values listed per count (cluster, well) at most.
 COUNT_ROWS = 8
 BUSY = "A job is running in the dock: let it finish (or Cancel it), then edit from the map."
@@ -68,6 +68,9 @@ class MapPanel(QWidget):
         layout.addWidget(self.message)
         layout.addWidget(self.compute_button)
         self.map.canvas.setMinimumHeight(MAP_HEIGHT)
+        policy = self.map.sizePolicy()       # its room kept while it is hidden: shown once a store is predicted, the
+        policy.setRetainSizeWhenHidden(True)  # map would otherwise resize the window and napari's canvas with it
+        self.map.setSizePolicy(policy)
         layout.addWidget(self.map, 1)
         layout.addWidget(self.counts)
         layout.addLayout(actions)

@@ -149,14 +149,20 @@ class PlateInspector:
                      f"runner-up {runner} ({seen.scores[runner]:.4g}){where}.")
         panel.say(self.line)
 
-        def draw():      # the object drawn in this turn; its aligned prototypes, scores and frames in the next
-            if store is not panel.store or self.shown != seen.object or anchor.name not in self.viewer.layers:
+        def current() -> bool:
+            return store is panel.store and self.shown == seen.object and anchor.name in self.viewer.layers
+
+        def draw():      # the aligned prototypes in this turn; their scores, their frames, the warp grid (and,
+            if not current():     # the first time, the view) each in a turn of its own after it
                 return
             L.show_inspector(self.viewer, anchor, _shown(seen.aligned, anchor.rgb), seen.scores, chosen, runner,
-                             seen.object)
-            panel.later(lambda: self._grid(anchor, seen, chosen))     # and the warp grid in the turn after
+                             seen.object, later=lambda step: panel.later(lambda: current() and step()))
+            after(3, lambda: self._grid(anchor, seen, chosen))
             if first:                        # the first object inspected: the view takes in what was drawn
-                panel.later(panel.frame)
+                after(4, panel.frame)
+
+        def after(turns: int, step) -> None:     # ``step`` in the ``turns``-th turn from now, if still current
+            panel.later(lambda: current() and (step() if turns == 1 else after(turns - 1, step)))
         panel.later(draw)
 
     def _make_layers(self, anchor) -> bool:
@@ -239,11 +245,13 @@ class PlateInspector:
             return
         anchor = self.viewer.layers[name] if L.drawn(self.viewer, name) else self._anchor(None)   # laid out
         made = L.drawn(self.viewer, L.layer_names(name)["prototypes"])
+        later = None if made else (lambda draw: self.panel.later(lambda: name in self.viewer.layers and draw()))
         L.show_prototypes(self.viewer, anchor, _shown(np.asarray(prototypes, np.float32), anchor.rgb), sizes,
-                          picture=not (made and prototypes is self._prototypes))   # a move changes the sizes only
+                          picture=not (made and prototypes is self._prototypes),   # a move changes the sizes only
+                          later=later)     # the first time: the numbers in the next turn, the view in the one after
         self._prototypes = prototypes
         if not made:                           # the first prototypes: the view takes them in
-            self.panel.frame()
+            self.panel.later(lambda: self.panel.later(self.panel.frame))
 
 
 def _shown(items: np.ndarray, rgb: bool) -> np.ndarray:

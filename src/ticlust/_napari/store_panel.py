@@ -15,6 +15,7 @@ on an object of the field (or a gallery tile) shows it in the inspector (:mod:`t
 
 No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
 """
+import gc
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +188,11 @@ def _warm_up() -> None:
     fit (a thousand modules, held under the interpreter's lock for up to a second each: a tiny K-means fit of
     random pixels, thrown away); and napari's one-time costs of the first Image, Labels and Shapes layers and of
     painting by cluster (its colour-mapping kernels compiled by numba, its units registry), which froze the window
-    for seconds on the first field painted by cluster. Layer models only: nothing is added to a viewer."""
+    for seconds on the first field painted by cluster. Layer models only: nothing is added to a viewer. Last, the
+    garbage the imports left is collected here, so that the dock's :func:`freeze_heap` keeps none of it."""
     from napari.layers import Image, Labels, Shapes
     from napari.utils.colormaps import DirectLabelColormap, label_colormap
+    from vispy.visuals.line.dash_atlas import DashAtlas
 
     from ..api import fit
 
@@ -200,10 +203,28 @@ def _warm_up() -> None:
     for colormap in (DirectLabelColormap(color_dict=colors), label_colormap(50)):
         colormap.map(values)
     Image(np.zeros((8, 8), np.float32))
-    Labels(np.zeros((8, 8), np.int32), colormap=DirectLabelColormap(color_dict=colors))
+    for labels in (Labels(np.zeros((8, 8), np.int32), colormap=DirectLabelColormap(color_dict=colors)),
+                   Labels(np.zeros((8, 8), np.int32), opacity=0.6)):      # and as a store's objects are made
+        labels.refresh()
+    DashAtlas()      # the dash patterns of vispy's lines (computed once): the first Labels layer's polygon overlay
     box = np.array([[0.0, 0.0], [0.0, 4.0], [4.0, 4.0], [4.0, 0.0]])   # the frames' and the grid's shapes (numba too)
     Shapes([box], shape_type="rectangle").add([box[:3]], shape_type="path")
     L.text_raster(L.Scene(8, 8, 2), 2, ["0", "1"], [L.cluster_color(0), L.cluster_color(1)])   # the fonts
+    gc.collect()
+
+
+def freeze_heap(frozen: bool) -> None:
+    """Keep the objects alive now out of Python's full garbage collections (``gc.freeze``), or give them back
+    (``gc.unfreeze``). With napari, Qt, torch and the method registry imported the interpreter tracks about half a
+    million objects, and each full collection walks them all while holding the interpreter's lock: 0.2-1 s on a
+    2-core machine, a freeze of the window whichever thread's allocation set it off (a worker's read, the first
+    labels layer a store opens). Frozen, a collection walks only what was made since. The price: a cycle among the
+    frozen objects that dies meanwhile (a layer the viewer had before the dock opened, deleted) is freed only once
+    the dock gives them back, when it closes."""
+    if frozen:
+        gc.freeze()
+    else:
+        gc.unfreeze()
 
 
 def _same(a, b) -> bool:
@@ -492,6 +513,8 @@ class StorePanel(Container):
     def _methods_ready(self) -> None:
         """The method registry is imported (in a worker, when the dock opened): the Fit tab's form is built."""
         self.importing = None
+        if not self.closed:
+            freeze_heap(True)
         self.fit.build()
 
     def save_result(self, path) -> Path:
@@ -539,6 +562,7 @@ class StorePanel(Container):
         if self.closed:
             return
         self.closed = True
+        freeze_heap(False)
         for worker in (self.opening, self.reading, self.counting, self.loader):
             if worker is not None:
                 worker.quit()
@@ -666,8 +690,9 @@ class StorePanel(Container):
         event loop, then call ``then()``: a napari layer made is tenths of a second of the GUI thread, so they are
         all made when a store opens and every later step (fit, predict, a click, an edit) only draws into them."""
         missing = next((plan for plan in self.layer_plan(opened) if plan[0] not in self.viewer.layers), None)
-        if missing is None:
-            then()
+        if missing is None:              # and the text glyphs the inspector's frames need (once), in a turn too
+            L.load_text_glyphs(self.native)
+            self.later(lambda: opened.store is self.store and then())
             return
         name, kind, shape, options = missing
         L.add_undrawn_layer(self.viewer, name, kind, shape, **options)
@@ -675,7 +700,8 @@ class StorePanel(Container):
 
     def later(self, draw) -> None:
         """``draw()`` in the GUI thread's next turn of the event loop (not once the dock is closed); the panel counts
-        as busy until it has run."""
+        as busy until it has run. A 1 ms timer, not a 0 ms one: Qt runs 0 ms timers as posted calls, and a chain of
+        them (each drawing scheduling the next) ran back to back with no input, timer or repaint between them."""
         from qtpy.QtCore import QTimer
 
         def run():
@@ -683,7 +709,7 @@ class StorePanel(Container):
             if self.alive():
                 draw()
         self._deferred += 1
-        QTimer.singleShot(0, run)
+        QTimer.singleShot(1, run)
 
     def _on_open_finished(self, worker) -> None:
         if worker is self.opening:
