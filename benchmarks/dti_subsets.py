@@ -11,6 +11,7 @@ every epoch's training ACC and loss.
 
     python benchmarks/dti_subsets.py --subsets 100 101 102 --seeds 0 1 2 3 4 --threads 1
     python benchmarks/dti_subsets.py --report          # the Markdown tables of the log, to paste into results/dti_subsets.md
+    python benchmarks/dti_subsets.py --report --log results/dti_speed.jsonl --only encoder_stride=2   # one setting's runs
 
 ``--log`` writes elsewhere (trials of a setting, ``--set name=value``); ``--save DIR`` keeps each result
 (``DIR/s{subset}_seed{seed}.npz``) and prints its confusion matrix, to see which digits a run mixes.
@@ -67,31 +68,50 @@ def train(args):
                   f"\nsplits (epoch, moved, source): {r.extras['splits'].tolist()}", flush=True)
 
 
-def report(log: Path):
-    """Print the runs of ``log`` and each subset's mean and minLoss as Markdown (results/dti_subsets.md is
+def runs_of(logs: list[Path], only: dict | None) -> list[dict]:
+    """The runs logged in ``logs`` (``only``: those whose ``--set`` parameters are exactly these; {}: the
+    defaults), one per (subset, seed): a run logged twice must have given the same ACC and final loss."""
+    kept: dict = {}
+    for log in logs:
+        for r in (json.loads(line) for line in log.read_text().splitlines() if line.strip()):
+            if only is not None and r["params"] != only:
+                continue
+            twin = kept.get((r["subset"], r["seed"]))
+            if twin is not None and (twin["acc"], twin["loss"]) != (r["acc"], r["loss"]):
+                raise SystemExit(f"subset {r['subset']} seed {r['seed']} is logged twice with other numbers "
+                                 f"({twin['code']}: {twin['acc']}, {twin['loss']}; {r['code']}: {r['acc']}, {r['loss']}).")
+            kept[(r["subset"], r["seed"])] = r
+    return sorted(kept.values(), key=lambda r: (r["subset"], r["seed"]))
+
+
+def report(logs: list[Path], only: dict | None = None):
+    """Print the runs of ``logs`` and each subset's mean and minLoss as Markdown (results/dti_subsets.md is
     written by hand around such tables: one per code version, with what they show). CPU seconds are the
     process's own (robust to other jobs on the machine); wall seconds are not."""
-    rows = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    lines = [f"`{log.name}`:", "",
-             "| subset | seed | ACC | NMI | final loss | epochs | CPU s | wall s | threads | load (1/5/15) | date |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for r in sorted(rows, key=lambda r: (r["subset"], r["seed"])):
+    rows = runs_of(logs, only)
+    lines = [f"`{', '.join(log.name for log in logs)}`" + ("" if only is None else f", runs with {only or 'the defaults'}:"), "",
+             "| subset | seed | ACC | NMI | final loss | epochs | CPU s | wall s | threads | load (1/5/15) | code | date |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
         cpu = f"{r['cpu']:.0f}" if "cpu" in r else "—"
         lines.append(f"| {r['subset']} | {r['seed']} | {r['acc']:.3f} | {r['nmi']:.3f} | {r['loss']:.5f} | {r['epochs']} | "
-                     f"{cpu} | {r['wall']:.0f} | {r['threads']} | {r['load']} | {r['date']} |")
-    lines += ["", "| subset | mean ACC seeds 0-2 | minLoss of 3 | minLoss of 5 | mean CPU s per run | mean wall s per run |",
-              "| --- | --- | --- | --- | --- | --- |"]
+                     f"{cpu} | {r['wall']:.0f} | {r['threads']} | {r['load']} | {r.get('code', '')} | {r['date']} |")
+    lines += ["", "| subset | mean ACC seeds 0-2 | minLoss of 3 | mean ACC seeds 0-4 | minLoss of 5 | mean final loss seeds 0-4 "
+              "| mean CPU s per run | mean wall s per run |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in sorted({r["subset"] for r in rows}):
         by_seed = {r["seed"]: r for r in rows if r["subset"] == s}
 
         def min_loss(n):
             runs = [by_seed[i] for i in range(n) if i in by_seed]
             return f"{min(runs, key=lambda r: r['loss'])['acc']:.3f}" if len(runs) == n else "—"
-        first3 = [by_seed[i]["acc"] for i in range(3) if i in by_seed]
-        mean3 = f"{np.mean(first3):.3f}" if len(first3) == 3 else "—"
+
+        def mean(n, key, digits):
+            values = [by_seed[i][key] for i in range(n) if i in by_seed]
+            return f"{np.mean(values):.{digits}f}" if len(values) == n else "—"
         cpus = [r["cpu"] for r in by_seed.values() if "cpu" in r]
         cpu = f"{np.mean(cpus):.0f}" if cpus else "—"
-        lines.append(f"| {s} | {mean3} | {min_loss(3)} | {min_loss(5)} | {cpu} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
+        lines.append(f"| {s} | {mean(3, 'acc', 3)} | {min_loss(3)} | {mean(5, 'acc', 3)} | {min_loss(5)} | {mean(5, 'loss', 5)} "
+                     f"| {cpu} | {np.mean([r['wall'] for r in by_seed.values()]):.0f} |")
     print("\n".join(lines))
 
 
@@ -102,7 +122,10 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--report", action="store_true")
-    ap.add_argument("--log", type=Path, default=LOG)
+    ap.add_argument("--log", type=Path, action="append", help="the log to append to (default results/dti_subsets.jsonl); "
+                    "with --report, every log given is read")
+    ap.add_argument("--only", nargs="*", metavar="NAME=VALUE", help="with --report: only the runs of exactly these --set "
+                    "parameters (--only alone: the runs with the defaults)")
     ap.add_argument("--save", type=Path, help="keep each result here and print its confusion matrix")
     ap.add_argument("--code", default="", help="a label for the code under test, kept in the log (e.g. a commit)")
     ap.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a dti-kmeans parameter")
@@ -110,7 +133,14 @@ def main():
     args.params = dict(kv.split("=", 1) for kv in args.set)      # the method's config converts the strings
     if args.save:
         args.save.mkdir(parents=True, exist_ok=True)
-    report(args.log) if args.report else train(args)
+    logs = args.log or [LOG]
+    if args.report:
+        report(logs, None if args.only is None else dict(kv.split("=", 1) for kv in args.only))
+        return
+    if len(logs) > 1:
+        raise SystemExit("Training appends to one log: give --log once.")
+    args.log = logs[0]
+    train(args)
 
 
 if __name__ == "__main__":

@@ -88,9 +88,20 @@ def affine_points(params: torch.Tensor, points: torch.Tensor) -> torch.Tensor:
 
 
 def affine_grid(params: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """Sampling grids (..., H, W, 2) of the affine maps ``params`` (..., 6)."""
-    pts = identity_points(size, params.device, params.dtype).reshape(-1, 2)
-    return affine_points(params, pts).reshape(*params.shape[:-1], *size, 2)
+    """Sampling grids (..., H, W, 2) of the affine maps ``params`` (..., 6): ``affine_points`` at the pixel centres.
+
+    Without a graph (DTI's all-pairs warps) the same operations run on the x and y planes (..., 2, H, W), returned as
+    a (..., H, W, 2) view: elementwise work along a last dimension of 2 is a slow loop on the CPU (measured: 3.4 against
+    2.4 ms for 31×10 grids of 28×28) and ``grid_sample`` reads either layout, so the numbers are the same. With a
+    graph the points are kept: the planes' backward would sum each parameter's gradient in another order (another
+    last bit, so another run from the same seed)."""
+    pts = identity_points(size, params.device, params.dtype)
+    if params.requires_grad and torch.is_grad_enabled():
+        return affine_points(params, pts.reshape(-1, 2)).reshape(*params.shape[:-1], *size, 2)
+    x, y = pts[..., 0], pts[..., 1]
+    m = affine_matrix(params)[..., None, None]                     # (..., 2, 3, 1, 1)
+    planes = [x * m[..., r, 0, :, :] + y * m[..., r, 1, :, :] + m[..., r, 2, :, :] for r in (0, 1)]
+    return torch.stack(planes, dim=-3).movedim(-3, -1)
 
 
 def affine_inverse(params: torch.Tensor) -> torch.Tensor:
