@@ -102,3 +102,38 @@ def plate_dock(make_napari_viewer, qtbot):
             settle_dock(qtbot, panel, timeout)
         return viewer, panel
     return open_dock
+
+
+@pytest.fixture(scope="session")
+def kmeans_plate():
+    """Makes the plate most store tests start from: ``kmeans_plate(folder, fields=, n=, size=, seed=, sample=None)``
+    writes a generated nuclei plate (``fields`` fields of ``n`` nuclei, ``size`` pixels a side) into ``folder``,
+    extracts its object store and fits kmeans (K = 3, seed 0) on ``sample`` of its objects (all when None).
+    Returns (manifest, store, result)."""
+    import ticlust
+    from ticlust.datasets.nuclei import write_nuclei_plate
+    from ticlust.plate.run import fit_store
+
+    def make(folder, *, fields: int, n: int, size: int, seed: int, sample: int | None = None):
+        manifest = write_nuclei_plate(folder / "plate", fields=fields, n=n, shape=(size, size), seed=seed)
+        store = ticlust.extract(manifest, folder / "s.zarr")
+        result, _ = fit_store(store, "kmeans", k=3, seed=0, device="cpu",
+                              **({} if sample is None else {"sample": sample}))
+        return manifest, store, result
+    return make
+
+
+@pytest.fixture(scope="session")
+def predicted_copy():
+    """``predicted_copy(store, result, target)``: a copy of ``store`` at ``target`` holding ``result``'s predictions
+    (each test edits its own copy, the module's store stays as fitted)."""
+    import shutil
+
+    import ticlust
+    from ticlust.plate.run import predict_store
+
+    def make(store, result, target):
+        copy = ticlust.open_objects(shutil.copytree(store.path, target))
+        predict_store(result, copy, device="cpu")
+        return copy
+    return make

@@ -19,19 +19,16 @@ from ticlust.plate import view as plate_view  # noqa: E402
 from ticlust._napari import layers as L  # noqa: E402
 from ticlust._napari import reader, store_panel  # noqa: E402
 from ticlust.events import Progress, drain  # noqa: E402
-from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
 from ticlust.plate.run import fit_store, predict_store  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
 
 @pytest.fixture(scope="module")
-def plate(tmp_path_factory):
+def plate(tmp_path_factory, kmeans_plate):
     """(manifest, store with predictions, the kmeans result file, the predictions table)."""
     folder = tmp_path_factory.mktemp("plate")
-    manifest = write_nuclei_plate(folder / "plate", fields=4, n=20, shape=(256, 256), seed=3)
-    store = ticlust.extract(manifest, folder / "s.zarr")
-    result, _ = fit_store(store, "kmeans", k=3, seed=0, device="cpu")
+    manifest, store, result = kmeans_plate(folder, fields=4, n=20, size=256, seed=3)
     result.save(folder / "km.npz")
     predict_store(folder / "km.npz", store, device="cpu")
     return manifest, store, folder / "km.npz", plate_view.read_predictions(store)

@@ -17,29 +17,25 @@ from qtpy.QtWidgets import QWidget  # noqa: E402
 import ticlust  # noqa: E402
 from ticlust._napari.map_panel import NOTHING_SELECTED  # noqa: E402
 from ticlust._napari.widget import TiclustWidget  # noqa: E402
-from ticlust.datasets.nuclei import write_nuclei_plate  # noqa: E402
 from ticlust.plate import curate  # noqa: E402
-from ticlust.plate.run import fit_store, predict_store  # noqa: E402
+from ticlust.plate.run import predict_store  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def made(tmp_path_factory, kmeans_plate):
     """A generated 6-field plate (3 wells × 2 sites, 14 nuclei a field), its store, and kmeans fitted on 40 objects."""
     folder = tmp_path_factory.mktemp("mapdock")
-    manifest = write_nuclei_plate(folder / "plate", fields=6, n=14, shape=(192, 192), seed=4)
-    store = ticlust.extract(manifest, folder / "s.zarr")
-    result, _ = fit_store(store, "kmeans", k=3, sample=40, seed=0, device="cpu")
+    _, store, result = kmeans_plate(folder, fields=6, n=14, size=192, seed=4, sample=40)
     return folder, store, result
 
 
 @pytest.fixture
-def predicted(made, tmp_path):
+def predicted(made, tmp_path, predicted_copy):
     """A fresh copy of the store with the result's predictions, and the result file."""
     _, store, result = made
-    copy = ticlust.open_objects(shutil.copytree(store.path, tmp_path / "p.zarr"))
-    predict_store(result, copy, device="cpu")
+    copy = predicted_copy(store, result, tmp_path / "p.zarr")
     return copy, result.save(tmp_path / "km.npz")
 
 

@@ -9,30 +9,25 @@ import pytest
 
 import ticlust
 from ticlust.cli import main
-from ticlust.datasets.nuclei import write_nuclei_plate
 from ticlust.plate import curate, run as plate_run
-from ticlust.plate.run import PREDICTIONS, fit_store, predict_store
+from ticlust.plate.run import PREDICTIONS, fit_store
 from ticlust.result import OUTLIER
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory):
+def made(tmp_path_factory, kmeans_plate):
     """(folder, the store, the kmeans result fitted on 40 of its objects, predicted into the store)."""
     folder = tmp_path_factory.mktemp("curate")
-    manifest = write_nuclei_plate(folder / "plate", fields=4, n=20, shape=(256, 256), seed=3)
-    store = ticlust.extract(manifest, folder / "s.zarr")
-    result, _ = fit_store(store, "kmeans", k=3, sample=40, seed=0, device="cpu")
+    _, store, result = kmeans_plate(folder, fields=4, n=20, size=256, seed=3, sample=40)
     result.save(folder / "km.npz")
     return folder, store, result
 
 
 @pytest.fixture
-def plate(made, tmp_path):
+def plate(made, tmp_path, predicted_copy):
     """A fresh copy of the store holding the fitted result's predictions, and the result."""
     folder, store, result = made
-    copy = ticlust.open_objects(shutil.copytree(store.path, tmp_path / "s.zarr"))
-    predict_store(result, copy, device="cpu")
-    return copy, result
+    return predicted_copy(store, result, tmp_path / "s.zarr"), result
 
 
 def outside(result, store, count=2):
