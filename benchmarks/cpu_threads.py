@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _paired import child_json, in_turn  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -57,10 +59,7 @@ def prepare(work: Path, fields: int) -> None:
 
 def run_child(tree: Path, mode: str, work: Path) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-    env["PYTHONPATH"] = str(tree / "src")
-    cmd = [sys.executable, __file__, "--child", mode, "--work", str(work)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return child_json(tree, [__file__, "--child", mode, "--work", str(work)], env)
 
 
 def main(argv=None) -> int:
@@ -89,7 +88,7 @@ def main(argv=None) -> int:
         time.sleep(2 if hold else 0)
         for r in range(args.rounds):
             for mode in args.modes:
-                for name, tree in (trees if r % 2 == 0 else trees[::-1]):
+                for name, tree in in_turn(trees, r):
                     row = {"round": r + 1, "tree": name, "mode": mode, **run_child(tree, mode, work)}
                     print(json.dumps(row), flush=True)
                     rows.append(row)

@@ -16,11 +16,12 @@ import argparse
 import json
 import os
 import pickle
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from _paired import child_json, in_turn  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 import numpy as np
 
@@ -61,10 +62,8 @@ def child(args) -> None:
 
 def run_child(tree: Path, job: str, args) -> dict:
     # the thread count fixed for both trees (a tree that sizes its threads by the free cores obeys OMP_NUM_THREADS)
-    env = {**os.environ, "PYTHONPATH": str(tree / "src"), "OMP_NUM_THREADS": str(args.threads)}
-    cmd = [sys.executable, __file__, "--child", job, "--threads", str(args.threads)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return child_json(tree, [__file__, "--child", job, "--threads", str(args.threads)],
+                      {**os.environ, "OMP_NUM_THREADS": str(args.threads)})
 
 
 def main(argv=None) -> int:
@@ -90,14 +89,14 @@ def main(argv=None) -> int:
     import ticlust
     x, y = dataset(args.data, args.fit + args.new, args.data_dir)
     fitted = ticlust.fit(x[:args.fit], args.method, k=10, device="cpu", seed=0, progress=False, aligned=False)
-    trees = {"A (this tree)": HERE.parent, "B (--base)": Path(args.base).resolve()}
+    trees = [("A (this tree)", HERE.parent), ("B (--base)", Path(args.base).resolve())]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         job = str(Path(tmp) / "job.pkl")
         with open(job, "wb") as f:
             pickle.dump((fitted, x[args.fit:], y[args.fit:]), f)
         for r in range(args.rounds):
-            for name, tree in (list(trees.items()) if r % 2 == 0 else list(trees.items())[::-1]):
+            for name, tree in in_turn(trees, r):
                 row = {"round": r + 1, "tree": name, **run_child(tree, job, args)}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
@@ -107,7 +106,7 @@ def main(argv=None) -> int:
              "| round | tree | objects/s | wall s | CPU s | ACC | load before / after |", "|---|---|---|---|---|---|---|"]
     lines += [f"| {r['round']} | {r['tree']} | {r['rate']} | {r['wall_s']} | {r['cpu_s']} | {r['acc']} | "
               f"{r['load_before']} / {r['load_after']} |" for r in rows]
-    for name in trees:
+    for name, _ in trees:
         walls = sorted(r["wall_s"] for r in rows if r["tree"] == name)
         lines.append(f"\n{name}: median {args.new / walls[len(walls) // 2]:.0f} objects/s")
     print("\n".join(lines))
