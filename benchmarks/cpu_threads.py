@@ -74,7 +74,6 @@ def main(argv=None) -> int:
     ap.add_argument("--out")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    sys.path.insert(0, str(HERE))
     if args.child:
         child(args)
         return 0
