@@ -83,6 +83,7 @@ def write_cluster_labels(store, result, *, name: str = DEFAULT_NAME, overwrite: 
     callable taking Progress events. Returns a :class:`LabelsWritten`."""
     from .run import PREDICTIONS, part_digest
     from .store import ObjectStore, Reporter, busy, store_lock
+    from .view import field_rows
 
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
     source = check_labels_target(store, name)
@@ -106,7 +107,7 @@ def write_cluster_labels(store, result, *, name: str = DEFAULT_NAME, overwrite: 
             report("writing labels", done, len(fields))
             _sweep(target)
             if not _holds(target, digest):
-                picked = rows["field_index"] == target.index
+                picked = field_rows(store, target.index)     # one block: the table is in field order
                 _write_field(target, {c: v[picked] for c, v in rows.items()}, loaded, digest)
                 written += 1
             _register(target)
