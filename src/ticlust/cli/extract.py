@@ -3,16 +3,18 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import InputError
 from .common import cluster_options, crop_options, notes, route_defaults
 
 
 def z_choice(text: str):
-    """An argparse type: ``--z`` as a plane index or ``max``."""
-    if text.strip().lower() == "max":
-        return "max"
-    if not text.strip().isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a Z plane (0, 1, ...) or max")
-    return int(text)
+    """An argparse type: ``--z`` as a plane index or ``max``, read by ``plate.store.z_option`` as the API reads it."""
+    from ..plate.store import z_option
+
+    try:
+        return z_option(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from None
 
 
 def add_parser(sub, common) -> None:
