@@ -92,11 +92,7 @@ def move(result: ClusteringResult, objects, cluster: int, store_objects: int) ->
     cluster = curation.check_cluster(result, cluster)
     inside, outside = _split_sample(result, objects)
     edited = curation.move(result, inside, cluster) if len(inside) else result
-    if len(outside) == 0:
-        return edited
-    pins = outside_pins(edited)
-    pins.update({int(o): cluster for o in outside})
-    return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": cluster})
+    return _pin_outside(edited, outside, cluster)
 
 
 def mark_outliers(result: ClusteringResult, objects, store_objects: int) -> ClusteringResult:
@@ -107,11 +103,7 @@ def mark_outliers(result: ClusteringResult, objects, store_objects: int) -> Clus
     objects = objects_of(objects, store_objects, "mark as outliers")
     inside, outside = _split_sample(result, objects)
     edited = curation.mark_outliers(result, inside) if len(inside) else result
-    if len(outside) == 0:
-        return edited
-    pins = outside_pins(edited)
-    pins.update({int(o): OUTLIER for o in outside})
-    return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": OUTLIER})
+    return _pin_outside(edited, outside, OUTLIER)
 
 
 def split_off(result: ClusteringResult, objects, store_objects: int) -> ClusteringResult:
@@ -128,11 +120,17 @@ def split_off(result: ClusteringResult, objects, store_objects: int) -> Clusteri
                          "objects), so Refine could not learn a new cluster from them: select more objects, or move "
                          "them to an existing cluster.")
     edited = curation.split_off(result, inside)
+    return _pin_outside(edited, outside, edited.k - 1)
+
+
+def _pin_outside(edited: ClusteringResult, outside: np.ndarray, cluster: int) -> ClusteringResult:
+    """``edited`` with the store objects ``outside`` the fit sample pinned to ``cluster`` (an outlier with OUTLIER) in
+    its config, the pin logged as an edit; ``edited`` itself when there are none."""
     if len(outside) == 0:
         return edited
     pins = outside_pins(edited)
-    pins.update({int(o): edited.k - 1 for o in outside})
-    return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": edited.k - 1})
+    pins.update({int(o): cluster for o in outside})
+    return _with_pins(edited, pins, {"op": "pin", "objects": outside.tolist(), "cluster": cluster})
 
 
 def merge(result: ClusteringResult, a: int, b: int) -> ClusteringResult:
