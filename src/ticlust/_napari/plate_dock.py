@@ -306,7 +306,7 @@ class PredictSection(Section):
         from ..plate.run import sample_agreement
 
         kept = f" ({done.skipped} of {done.parts} fields were predicted by this result already)" if done.skipped else ""
-        sample = "" if sample_agreement(done) is None else f"; {sample_agreement(done)}"
+        sample = "" if (agreement := sample_agreement(done)) is None else f"; {agreement}"
         self.owner.predicted_with(result, f"Assigned {done.objects} objects of {done.parts} fields in "
                                           f"{done.seconds:.1f} s{kept}{sample}.")
 
@@ -453,7 +453,7 @@ class CurateSection(Section):
         from ..plate.run import sample_agreement
 
         how = "renumbered (nothing aligned)" if done.relabelled else "predicted anew"
-        sample = "" if sample_agreement(done) is None else f"; {sample_agreement(done)}"
+        sample = "" if (agreement := sample_agreement(done)) is None else f"; {agreement}"
         self.owner.predicted_with(result, f"Re-predicted: {done.objects} objects {how} in {done.seconds:.1f} s, "
                                           f"{done.by_hand} set by hand, {done.outliers} outliers{sample}.")
 

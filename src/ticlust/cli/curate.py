@@ -107,8 +107,8 @@ def _curate_store(args, result) -> int:
     how = "renumbered (nothing aligned)" if redone.relabelled else "predicted anew"
     print(f"{redone.objects} objects of {redone.parts} fields {how} in {redone.seconds:.1f} s; {redone.by_hand} set "
           f"by hand, {redone.outliers} outliers")
-    if sample_agreement(redone) is not None:
-        print(sample_agreement(redone))
+    if (agreement := sample_agreement(redone)) is not None:
+        print(agreement)
     for path in redone.outputs:
         print(f"wrote {path}")
     return 0

@@ -72,8 +72,8 @@ def _predict_store(args) -> int:
                              scheduler=args.scheduler, save_aligned=args.save_aligned)
     kept = f" ({done.skipped} of {done.parts} parts were predicted by this result already)" if done.skipped else ""
     print(f"{done.method}: {done.objects} objects of {done.parts} fields assigned in {done.seconds:.1f} s{kept}")
-    if sample_agreement(done) is not None:
-        print(sample_agreement(done))
+    if (agreement := sample_agreement(done)) is not None:
+        print(agreement)
     for path in done.outputs:
         print(f"wrote {path}")
     if args.write_labels:
