@@ -255,11 +255,11 @@ def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, p
 def test_the_fit_progress_names_the_stage_and_gives_an_eta_for_rigid_kmeans(predicted, plate_dock, qtbot, monkeypatch):
     """A non-AI aligning method fitted from the plate dock: its status line names each stage (the seeds, the rigid
     search's Lloyd iteration, the object map) and, once a stage has shown its pace, gives an ETA."""
-    from ticlust._napari import store_panel
+    from ticlust._napari import workers
     from ticlust.core import execute
 
     monkeypatch.setattr(execute, "ETA_MIN_SECONDS", 0.0)          # the two-second floor lifted for this short fit
-    monkeypatch.setattr(store_panel, "SAY_EVERY_S", 0.0)          # every step said, none skipped
+    monkeypatch.setattr(workers, "PROGRESS_EVERY_S", 0.0)         # every step said, none skipped
     store, _ = predicted
     viewer, panel = plate_dock(store.path)
     panel.fit.form.method.value = "rigid-kmeans"

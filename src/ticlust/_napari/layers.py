@@ -230,7 +230,8 @@ def load_text_glyphs(widget) -> None:
     qt_viewer = window if isinstance(window, QtViewer) else window.findChild(QtViewer)
     info = getattr(getattr(qt_viewer, "canvas", None), "font_info", None)
     if callable(info):
-        font = info().font_manager.get_font(info().face)
+        fonts = info()
+        font = fonts.font_manager.get_font(fonts.face)
         for char in MEASURED_GLYPHS:
             font[char]                                # rendered and kept by the font on first use
 

@@ -16,7 +16,6 @@ on an object of the field (or a gallery tile) shows it in the inspector (:mod:`t
 No ``from __future__ import annotations``: napari finds the viewer parameter by its annotation object.
 """
 import gc
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from qtpy.QtGui import QColor, QPainter
 from qtpy.QtWidgets import QWidget
 
 from ..errors import InputError
-from ..events import Progress, progress_line
+from ..events import Progress
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
                           field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
@@ -39,7 +38,7 @@ from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
 from .map_panel import PlateMap
 from .plate_inspector import PlateInspector
-from .workers import RunButton, said, start_worker
+from .workers import RunButton, said, show_progress, start_worker
 
 #: The panel's name in napari.yaml (Plugins > ticlust > …).
 STORE_PANEL = "Plate (object store)"
@@ -47,8 +46,6 @@ PANEL_WIDTH = 380     # the dock's width in pixels, as the ticlust widget's
 NO_STORE = ("No store open: press Open store… or drag a STORE.zarr folder onto napari. Load result… and Apply "
             "result also assign the objects of an image layer and its labels layer.")
 TRANSPARENT = np.zeros(4)
-#: The shortest time between two progress lines in the status (the bar moves at every step).
-SAY_EVERY_S = 0.25
 #: The "apply to" choice that means the store's current field (the others are (image, labels) layer names).
 FIELD = "field"
 
@@ -364,17 +361,10 @@ class StorePanel(Container):
         self.progress.max, self.progress.value = 1, 0
 
     def show_progress(self, event) -> None:
-        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line (at most every
-        SAY_EVERY_S, and each stage's last step)."""
-        if not isinstance(event, Progress):
-            return
-        now = time.perf_counter()
-        if now - self._said_at < SAY_EVERY_S and event.step < event.total:
-            return                 # a new status line re-lays the dock out, a new bar value repaints it at once (Qt):
-        self._said_at = now        # a few times a second is enough
-        self.progress.max = max(event.total, 1)
-        self.progress.value = min(event.step, event.total)
-        self.say(progress_line(event))
+        """A job's Progress: the bar, and the stage, step, loss and ETA in the status line (``workers.show_progress``:
+        a few times a second, and each stage's last step)."""
+        if isinstance(event, Progress):
+            self._said_at = show_progress(self.progress, self.say, event, self._said_at)
 
     def failed(self, exc: Exception) -> None:
         """A job stopped on an error: one sentence in the status line, the layers it touched put back."""

@@ -19,7 +19,7 @@ from .. import api
 from ..errors import InputError
 from ..core.validation import channels_last
 from ..core.device import DEVICE_CHOICES
-from ..events import Done, Progress, Snapshot, progress_line
+from ..events import Done, Progress, Snapshot
 from ..methods import get_method
 from ..objects.route import objects_route
 from ..objects.crops import labels_fit
@@ -31,12 +31,9 @@ from .curation_panel import CurationPanel
 from .map_panel import ResultMap
 from .method_form import MethodForm, crop_options
 from .store_panel import STORE_PANEL
-from .workers import RunButton, start_worker
+from .workers import RunButton, show_progress, start_worker
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
-#: At most this often (and at each stage's last step) the progress bar and status line follow a run: a progress
-#: bar's new value repaints the whole window at once, the napari canvas included (tens of ms on a 2-core CPU).
-PROGRESS_EVERY_S = 0.25
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
 SETTINGS = ("seed", "runs")
 NO_LABELS = "none"
@@ -262,13 +259,8 @@ class TiclustWidget(Container):
         if isinstance(event, Objects):
             self._show_objects(event)
         elif isinstance(event, Progress):
-            now = time.perf_counter()
-            if now - self._last_progress < PROGRESS_EVERY_S and event.step < event.total:
-                return
-            self._last_progress = now
-            self.progress.max = max(event.total, 1)
-            self.progress.value = min(event.step, event.total)
-            self.status.value = progress_line(event)
+            self._last_progress = show_progress(self.progress, lambda line: setattr(self.status, "value", line), event,
+                                                self._last_progress)
         elif isinstance(event, Snapshot):
             now = time.perf_counter()
             layer = self.viewer.layers[self.result_layer_name] if self.result_layer_name in self.viewer.layers else None

@@ -16,10 +16,28 @@ from napari.qt.threading import create_worker
 from qtpy.QtCore import QObject, Signal
 
 from ..errors import InputError
+from ..events import progress_line
 
 CANCEL = "Cancel"
 #: The shortest time between two Progress events relayed from a library call to the dock (the last one always is).
 RELAY_EVERY_S = 0.05
+#: At most this often (and at each stage's last step) a dock's progress bar and status line follow a run: a new bar
+#: value repaints the whole window at once, the napari canvas included (tens of ms on a 2-core CPU), and a new status
+#: line re-lays the dock out; a few times a second is enough.
+PROGRESS_EVERY_S = 0.25
+
+
+def show_progress(bar, say, event, last: float) -> float:
+    """A run's Progress ``event`` on a dock: the ``bar`` and, through ``say``, its stage, step, loss and ETA
+    (``events.progress_line``), unless it came within PROGRESS_EVERY_S of the one shown at ``last`` (perf_counter
+    seconds) and is not its stage's last step. Returns when it was shown (``last`` when it was not)."""
+    now = time.perf_counter()
+    if now - last < PROGRESS_EVERY_S and event.step < event.total:
+        return last
+    bar.max = max(event.total, 1)
+    bar.value = min(event.step, event.total)
+    say(progress_line(event))
+    return now
 
 
 class Cancelled(Exception):
