@@ -8,15 +8,15 @@ is rigid-kmeans' or a :class:`RigidLloydConfig`: what the search and the loop re
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from ..core.stack import from_nchw
-from ..events import Forecast, Progress, Snapshot
-from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, rigid_search, shift_pixels
+from ..events import Forecast, Progress, Snapshot, drain
+from ..transforms.rigid import SHIFT_FRACTION, RigidMatch, aligned_items, rigid_search_blocks, shift_pixels
 from .kmeans import keep_pinned
 
 #: Items carried onto their prototype's frame at once (centroid means, aligned outputs).
@@ -41,8 +41,7 @@ class RigidLloydConfig:
 def rigid_match(x, mu: torch.Tensor, cfg: Any) -> RigidMatch:
     """The best rigid pose of every item x (N, C, H, W; a tensor or a StackImages, read ``cfg.batch_size`` at a time)
     against every prototype mu (K, C, H, W), on the config's angles, flip and shift window."""
-    return rigid_search(x, mu, n_angles=cfg.angles or None, flip=cfg.flip,
-                        max_shift=shift_pixels(cfg.max_shift, tuple(x.shape[-2:])), block=cfg.batch_size)
+    return drain(rigid_match_blocks(x, mu, cfg, lambda done, blocks: None))
 
 
 def rigid_kmeans_plus_plus(x, cfg: Any, rng: np.random.Generator):
@@ -62,14 +61,16 @@ def rigid_kmeans_plus_plus(x, cfg: Any, rng: np.random.Generator):
 
 
 def rigid_match_blocks(x, mu: torch.Tensor, cfg: Any, told):
-    """:func:`rigid_match` a block of ``cfg.batch_size`` items at a time (the same poses: each item's depends on it
-    alone), as a generator yielding ``told(blocks done, blocks)`` (a Progress) after each block; returns the match."""
-    starts = range(0, x.shape[0], cfg.batch_size)
-    parts = []
-    for i, s in enumerate(starts):
-        parts.append(rigid_match(x[s:s + cfg.batch_size], mu, cfg))
-        yield told(i + 1, len(starts))
-    return RigidMatch(*(torch.cat([getattr(part, f.name) for part in parts]) for f in fields(RigidMatch)))
+    """:func:`rigid_match` as a generator yielding ``told(blocks done, blocks)`` (a Progress) after each block of
+    ``cfg.batch_size`` items searched (one search: the prototypes turned and shifted once); returns the match."""
+    search = rigid_search_blocks(x, mu, n_angles=cfg.angles or None, flip=cfg.flip,
+                                 max_shift=shift_pixels(cfg.max_shift, tuple(x.shape[-2:])), block=cfg.batch_size)
+    while True:
+        try:
+            done, blocks = next(search)
+        except StopIteration as stop:
+            return stop.value
+        yield told(done, blocks)
 
 
 def lloyd_stage(iteration: int, done: int, blocks: int) -> str:

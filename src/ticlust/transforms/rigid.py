@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ..events import drain
 from .core import assigned_pair, identity_points, warp
 
 #: Angular step: a point on the inscribed circle moves at most this many pixels between two angles tried.
@@ -178,6 +179,14 @@ def rigid_search(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None,
     ``device``, ``x[s:t]``), so a stack's images read block by block (``core.stack.StackImages``) are never held
     whole. Ties keep the first pose (angle 0 unflipped first).
     """
+    return drain(rigid_search_blocks(x, mu, n_angles, flip, max_shift, engine, block))
+
+
+def rigid_search_blocks(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None, flip: bool = False,
+                        max_shift: int | None = None, engine: str = "auto", block: int = 256):
+    """:func:`rigid_search` as a generator that yields (blocks done, blocks) after each block of ``block`` items, for a
+    caller's progress; returns the RigidMatch. The prototypes are turned and shifted (or transformed) once for all
+    blocks."""
     size = tuple(x.shape[-2:])
     n_angles = angle_count(size) if n_angles is None else int(n_angles)
     angles = torch.arange(n_angles, device=x.device, dtype=torch.float32) * (2 * math.pi / n_angles)
@@ -195,7 +204,8 @@ def rigid_search(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None,
     copies = shifted_copies(flat, window) if engine == "gemm" else None
     spectra = torch.fft.rfft2(flat, s=_fft_size(size, window)) if engine == "fft" else None
     best_score, best_index = [], []
-    for s in range(0, x.shape[0], block):
+    starts = range(0, x.shape[0], block)
+    for done, s in enumerate(starts, 1):
         xb = x[s:s + block]
         if engine == "fft":
             corr = _correlate_fft(xb, spectra, window)
@@ -210,6 +220,7 @@ def rigid_search(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None,
         val, idx = d2.min(-1)
         best_score.append(val.clamp_min(0))
         best_index.append(idx)
+        yield done, len(starts)
     score, idx = torch.cat(best_score), torch.cat(best_index)
     pose, cell = idx // n_shifts, idx % n_shifts
     sy = cell // (2 * window[1] + 1) - window[0]
