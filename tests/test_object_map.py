@@ -278,3 +278,18 @@ def test_bad_input_is_one_sentence(make_napari_viewer, qtbot):
     settle(qtbot, widget)
     assert widget.legend.text() == "one colour: no columns" and widget.color_combo.count() == 0
     assert widget.select_box(-1, -1, 1, 1).tolist() == [0, 1, 2]
+
+
+def test_the_maps_worker_pool_ends_with_the_widget(make_napari_viewer, qtbot):
+    """The map's worker thread pool is shut down when the widget goes, also when a garbage collection frees it (a slot
+    on ``destroyed`` could be cleared by that collection before Qt called it: a TypeError in the Qt event loop)."""
+    import gc
+
+    widget = ObjectMap(make_napari_viewer())
+    pool = widget._pool
+    widget.deleteLater()
+    del widget
+    qtbot.wait(50)
+    gc.collect()
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(print)

@@ -11,6 +11,7 @@ points kept sorted by x and by y, so a box, a polygon or a click reads only the 
 """
 from __future__ import annotations
 
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -444,7 +445,9 @@ class ObjectMap(QWidget):
         self._render_timer.timeout.connect(self.render)
         self.view.sigRangeChanged.connect(lambda *_: self._render_timer.start())
         self.view.sigResized.connect(lambda *_: self._render_timer.start())
-        self.destroyed.connect(lambda *_, pool=self._pool: pool.shutdown(wait=False, cancel_futures=True))
+        # the pool ends with this widget: a finalizer, not a slot on ``destroyed``: a garbage collection that frees the
+        # widget's cycle may clear a slot's lambda (its default arguments) before Qt emits ``destroyed`` to it
+        weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
 
     @property
     def busy(self) -> bool:
