@@ -274,6 +274,29 @@ def test_eta_comes_from_the_current_stage_pace_only():
     assert format_eta(None) == "ETA estimating…" and "pace" in format_eta(61.0) and "1m01s" in format_eta(61.0)
 
 
+def test_the_eta_counts_what_a_method_says_its_later_stages_cost(monkeypatch):
+    """A stage's ETA is its pace times its own steps left plus the steps' worth the method forecasts for the stages
+    after it (``Progress.later``: a fit's last passes and its object map); an unknown rest (inf: DTI's identity epochs,
+    which skip the encoder) shows no ETA rather than a wrong one."""
+    from ticlust.core import execute
+    from ticlust.events import Progress
+
+    class Clock:                         # one second per event: a pace of 1 s per step
+        now = 0.0
+
+        @classmethod
+        def perf_counter(cls):
+            cls.now += 1.0
+            return cls.now
+    monkeypatch.setattr(execute, "time", Clock)
+    monkeypatch.setattr(execute, "ETA_MIN_SECONDS", 0.0)
+    events = [Progress(i, 10, stage="identity", later=float("inf")) for i in range(6)]
+    events += [Progress(i, 10, stage="identity+affine", later=5.0) for i in range(10)]
+    shown = [e.eta for e in execute.with_eta(iter(events))]
+    assert shown[:6] == [None] * 6                                      # the rest unknown at this pace
+    assert shown[6 + 3:] == [pytest.approx(10 - i + 5.0) for i in range(3, 10)]   # 1 s/step × (own left + later)
+
+
 # ---- result --------------------------------------------------------------------------------------
 def test_result_save_load_round_trip(tmp_path):
     x, _ = blobs()

@@ -240,7 +240,7 @@ def test_rigid_kmeans_progress_names_each_batch_and_forecasts_its_iterations(one
     """Progress: a Progress per k-means++ seed, then one per batch searched, every Lloyd event one stage up to its numbers
     (so an ETA comes within the first iteration), a total of the iterations the labels' changes forecast (the run
     stops well before max_iter = 20: the last total is the steps done), and with a refinement to follow, its
-    iterations counted in the rigid stage's total. The same labels as a search of every item at once."""
+    iterations counted in the ETA as the steps still to come after the rigid stage's (``Progress.later``). The same labels as a search of every item at once."""
     from ticlust.core import execute
     from ticlust.events import Progress
     from ticlust.methods.base import MAP_STAGE
@@ -264,5 +264,6 @@ def test_rigid_kmeans_progress_names_each_batch_and_forecasts_its_iterations(one
     refined = [e for e in ticlust.run(x, "rigid-kmeans", k=3, device="cpu", seed=0, angles=32, max_iter=20, batch_size=8,
                                       refine="affine", refine_iter=2) if isinstance(e, Progress)]
     rigid = [e for e in refined if "(rigid search)" in e.stage]
-    assert rigid[0].total == (20 + 2) * 5 and rigid[-1].total == rigid[-1].step + 2 * 5   # the refinement still to come
+    assert rigid[0].total == 20 * 5 and rigid[-1].total == rigid[-1].step                   # the rigid stage's own steps
+    assert all(e.later == 2 * 5 for e in rigid) and rigid[3].eta is not None    # and the refinement still to come
     assert any(e.stage.startswith("Lloyd iteration 1 (affine warps") for e in refined)

@@ -17,13 +17,16 @@ import numpy as np
 
 @dataclass
 class Progress:
-    """A step of training: ``step`` of ``total`` done, the current loss, and what stage this is."""
+    """A step of training: ``step`` of ``total`` done, the current loss, and what stage this is. ``later``: what the
+    run's stages after this one will cost, in this stage's steps (a method's cost model: a fit's last passes and its
+    object map), so that the ETA covers the run to its end and not this stage's steps alone."""
 
     step: int
     total: int
     loss: float = float("nan")
     stage: str = ""
     eta: float | None = None  # seconds left, filled in by core.execute.with_eta (or plate.store.Reporter)
+    later: float = 0.0
 
 
 @dataclass

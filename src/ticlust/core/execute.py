@@ -21,6 +21,7 @@ imports only ``device``, ``cpus``, ``events`` and ``cluster``), so a method and 
 from __future__ import annotations
 
 import inspect
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -138,7 +139,7 @@ def best_of(candidates, label: Callable[[int, int], str]):
             elif isinstance(event, Progress) and n > 1:
                 last = event.step
                 yield Progress(before + event.step, before + (n - i) * event.total, event.loss,
-                               f"{label(i, n)}: {event.stage}")
+                               f"{label(i, n)}: {event.stage}", later=event.later)
             else:
                 yield event
         results.append(result)
@@ -152,17 +153,18 @@ def best_of(candidates, label: Callable[[int, int], str]):
 
 # ---- progress ------------------------------------------------------------------------------------
 def with_eta(events):
-    """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace)."""
+    """Pass events through, filling in each Progress' ETA from the current stage's pace (StagePace): its steps left and
+    the steps' worth its method says the later stages take (``Progress.later``)."""
     pace = StagePace()
 
     def fill(event):
-        event.eta = pace.eta(event.stage, event.step, event.total - event.step)
+        event.eta = pace.eta(event.stage, event.step, event.total - event.step + event.later)
     return (yield from each_progress(events, fill))
 
 
 class StagePace:
     """Seconds left, from the pace of the current stage only, or None ("estimating…") until that stage
-    has shown ETA_MIN_STEPS steps and ETA_MIN_SECONDS seconds.
+    has shown ETA_MIN_STEPS steps and ETA_MIN_SECONDS seconds, or while the steps left are unknown (inf).
 
     Setup before the first step (k-means++ seeding, a network build) and earlier, faster or slower
     stages (DTI adds a module, PSSC goes from scattering to PCA) no longer skew the estimate: the
@@ -178,14 +180,14 @@ class StagePace:
         self.t0 = 0.0
         self.step0 = 0
 
-    def eta(self, stage: str, step: int, left: int, now: float | None = None) -> float | None:
+    def eta(self, stage: str, step: int, left: float, now: float | None = None) -> float | None:
         now = time.perf_counter() if now is None else now
         key = "".join(ch for ch in stage if not ch.isdigit())
         if key != self.key or step < self.step0:
             self.key, self.t0, self.step0 = key, now, step
             return None
         done, spent = step - self.step0, now - self.t0
-        if done < ETA_MIN_STEPS or spent < ETA_MIN_SECONDS:
+        if done < ETA_MIN_STEPS or spent < ETA_MIN_SECONDS or math.isinf(left):   # inf: this pace says nothing of the rest
             return None
         return spent / done * max(left, 0)
 

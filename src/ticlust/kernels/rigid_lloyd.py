@@ -99,28 +99,29 @@ def aligned_stack(x, theta: torch.Tensor) -> torch.Tensor:
     return torch.cat([aligned_items(x[s:s + WARP_BLOCK], theta[s:s + WARP_BLOCK]) for s in range(0, x.shape[0], WARP_BLOCK)])
 
 
-def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torch.Tensor | None = None, later: int = 0):
+def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torch.Tensor | None = None,
+                later: float = 0.0):
     """Lloyd iterations from centroids mu (generator: a Progress per block of items searched, a Snapshot of the
     centroids in the stack's layout after each update) until no label changes or ``cfg.max_iter``; ``pinned`` ≥ 0
-    keeps those items in that cluster. ``later``: Lloyd iterations of a stage that follows (rigid-kmeans' refine),
-    counted in the total so the ETA covers them at this stage's pace. Returns (centroids, the last search's
-    RigidMatch, labels, distortion history, iterations)."""
+    keeps those items in that cluster. ``later``: what the stages that follow (rigid-kmeans' refine, rigid-pssc's
+    PSSC) cost, in Lloyd iterations of this one (``Progress.later``: the ETA covers them). Returns (centroids, the
+    last search's RigidMatch, labels, distortion history, iterations)."""
     blocks = -(-x.shape[0] // cfg.batch_size)
     forecast = Forecast(cfg.max_iter)           # the total: the iterations the labels' changes say are left
-    total = (cfg.max_iter + later) * blocks
+    total, after = cfg.max_iter * blocks, later * blocks
     history, prev, it = [], None, 0
-    yield Progress(0, total, stage=lloyd_stage(1, 0, blocks))          # the pace's start
+    yield Progress(0, total, stage=lloyd_stage(1, 0, blocks), later=after)          # the pace's start
     for it in range(1, cfg.max_iter + 1):
         loss = history[-1] if history else float("nan")
         match = yield from rigid_match_blocks(x, mu, cfg, lambda b, nb, it=it, loss=loss, total=total: Progress(
-            (it - 1) * nb + b, total, loss, lloyd_stage(it, b, nb)))
+            (it - 1) * nb + b, total, loss, lloyd_stage(it, b, nb), later=after))
         labels = keep_pinned(match.score.argmin(1), pinned)
         own = match.score.gather(1, labels[:, None])[:, 0]
         history.append(float(own.sum()) / x.shape[0])
         stop = prev is not None and torch.equal(prev, labels)
         expected = it if stop else forecast.total(None if prev is None else int((prev != labels).sum()))
-        total = (expected + later) * blocks
-        yield Progress(it * blocks, total, history[-1], lloyd_stage(it, blocks, blocks))
+        total = expected * blocks
+        yield Progress(it * blocks, total, history[-1], lloyd_stage(it, blocks, blocks), later=after)
         if stop:
             break
         mu = rigid_centroids(x, mu, match.assigned(labels).theta, labels, own)
@@ -129,7 +130,7 @@ def rigid_lloyd(x, mu: torch.Tensor, cfg: Any, channels_last: bool, pinned: torc
     return mu, match, labels, history, it
 
 
-def rigid_kmeans_steps(x, cfg: Any, rng: np.random.Generator, channels_last: bool, later: int = 0):
+def rigid_kmeans_steps(x, cfg: Any, rng: np.random.Generator, channels_last: bool, later: float = 0.0):
     """Rigid k-means from k-means++ seeds (generator, as :func:`rigid_lloyd`, which it returns the end of)."""
     mu = yield from rigid_kmeans_plus_plus(x, cfg, rng)
     return (yield from rigid_lloyd(x, mu, cfg, channels_last, later=later))

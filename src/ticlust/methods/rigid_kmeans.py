@@ -117,7 +117,7 @@ class RigidKMeans(Method):
         rng = seed_everything(seed)
         x = StackImages(stack, device)   # read block by block on every pass, never whole
         first = dataclasses.replace(cfg, k=min(cfg.k * cfg.overcluster, stack.n))
-        later = cfg.refine_iter if cfg.refine != "none" else 0     # the refinement's iterations, in the ETA's total
+        later = cfg.refine_iter if cfg.refine != "none" else 0     # the refinement's iterations, for the ETA
         mu, match, labels, history, iters = yield from rigid_kmeans_steps(x, first, rng, stack.channels > 1, later)
         if cfg.overcluster > 1:
             yield Progress(0, 1, stage=f"merging {first.k} prototypes into {cfg.k}")

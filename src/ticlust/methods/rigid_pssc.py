@@ -48,6 +48,13 @@ class RigidPSSCState(PSSCState):
 PREDICT_SEARCH_BLOCK = 256
 
 
+#: What PSSC after the rigid stage costs (scattering, PCA, U-SPEC, k-means, the object map), counted as searches of every
+#: item against one prototype at every angle (a rigid Lloyd iteration is K of them), for the rigid stage's ETA. Both sides
+#: grow with the items; measured: the PSSC stages took as long as 12.4 rigid Lloyd iterations of K = 10 on 2,000 MNIST
+#: digits (benchmarks/eta.py).
+PSSC_AS_SEARCHES = 120.0
+
+
 def _rigid_cfg(cfg: RigidPSSCConfig, n: int) -> RigidLloydConfig:
     """The rigid stage: rigid k-means with ``frames`` (or K, at most N) prototypes."""
     return RigidLloydConfig(k=min(cfg.frames or cfg.k, n), flip=cfg.flip, angles=cfg.rigid_angles, max_shift=cfg.max_shift,
@@ -73,7 +80,8 @@ class RigidPSSC(Method):
         check_images(stack, self.name)
         x = StackImages(stack, device)
         rcfg = _rigid_cfg(cfg, stack.n)
-        mu, match, labels, _, _ = yield from rigid_kmeans_steps(x, rcfg, seed_everything(seed), stack.channels > 1)
+        mu, match, labels, _, _ = yield from rigid_kmeans_steps(x, rcfg, seed_everything(seed), stack.channels > 1,
+                                                                later=PSSC_AS_SEARCHES / rcfg.k)
         frames = common_frame(mu, n_angles=rcfg.angles or None, flip=cfg.flip, max_shift=shift_pixels(rcfg.max_shift, x.shape[-2:]))
         own = match.theta[torch.arange(stack.n, device=labels.device), labels]
         return _posed(stack, x, compose(own, frames[labels])), mu, frames

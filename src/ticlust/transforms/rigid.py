@@ -21,6 +21,7 @@ cross-correlation sees them. :func:`angle_count` picks the angular step from the
 from __future__ import annotations
 
 import math
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -93,6 +94,12 @@ class RigidMatch:
     def assigned(self, labels: torch.Tensor) -> "RigidMatch":
         """Each item's pose onto its own prototype ``labels`` (B,): every field with the prototype axis taken away."""
         return RigidMatch(*(assigned_pair(t, labels) for t in (self.angle, self.flip, self.shift, self.score, self.theta)))
+
+    def put(self, rows: torch.Tensor, match: "RigidMatch") -> None:
+        """Set rows ``rows`` of this match of one pose per item (fields (B, ...)) from a search of those items against a
+        single prototype (``match``'s fields (b, 1, ...))."""
+        for field in dataclasses.fields(self):
+            getattr(self, field.name)[rows] = getattr(match, field.name)[:, 0]
 
 
 def pose_theta(angle: torch.Tensor, flip: torch.Tensor, shift: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:

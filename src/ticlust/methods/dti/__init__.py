@@ -361,6 +361,11 @@ def loss_setup(cfg, size, device) -> tuple[torch.Tensor, bool]:
 
 SPLIT_SAMPLE_BYTES = 256 * 2 ** 20   # the split move's residuals: every item of a small set, a sample of a large one
 REPORT_EVERY_S = 0.5   # the loss shown in Progress is read back from the device at most this often
+#: For the ETA, what a fit's end costs: the pass aligning every item (a forward of each through the network, every
+#: prototype warped onto it) and the object map (each item pulled back through its inverse warp), as training epochs
+#: with every module in (measured: 1.7), and the map as passes of that alignment (1.8); both grow with the items as an
+#: epoch does (benchmarks/eta.py, 400 MNIST digits).
+AFTER_TRAINING_EPOCHS, MAP_AS_ALIGNMENT = 2.0, 1.5
 
 
 class EpochTally:
@@ -449,12 +454,20 @@ class DTIRun:
             self.step += 1
             if self.step == 1 or time.perf_counter() - self.reported_at >= REPORT_EVERY_S:
                 self.reported, self.reported_at = float(report), time.perf_counter()   # the one read-back
-            yield Progress(min(self.step, self.total), self.total, self.reported, _stage_name(self.modules, self.curriculum))
+            yield Progress(min(self.step, self.total), self.total, self.reported, _stage_name(self.modules, self.curriculum),
+                           later=self.later_steps())
         self.history.append(float(loss_sum) / n)
         self.epoch_end.append(time.perf_counter() - self.start)
         if labels is not None:
             self.epoch_labels.append(labels)
         return tally
+
+    def later_steps(self) -> float:
+        """What the run's end costs (every item aligned, the object map) in training steps, for the ETA; unknown
+        (inf: no ETA) while only the identity trains, whose steps skip the encoder and say nothing of the modules' pace."""
+        if self.curriculum.active == 0 and self.modules:
+            return math.inf
+        return AFTER_TRAINING_EPOCHS * math.ceil(len(self.x) / self.batch_size)
 
     def end_epoch(self, tally: EpochTally) -> None:
         """The moves between epochs: re-seed tiny clusters, advance the curriculum, and before a new
@@ -639,7 +652,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
     spatial = any(mod.spatial for mod in model.sequence.modules[:active])
     losses = np.empty(stack.n, np.float32)   # per-item losses: their float32 mean is the run's final loss
     n_batches = -(-stack.n // batch_size)
-    yield Progress(0, n_batches, float("nan"), "Aligning every image")     # the pace's start
+    yield Progress(0, n_batches, float("nan"), "Aligning every image", later=n_batches * MAP_AS_ALIGNMENT)  # the pace's start
     for i, (s, batch) in enumerate(stack.batches(batch_size)):
         xb = to_nchw(torch.from_numpy(batch).to(device))
         params, recon, score = _align_batch(model, xb, active, weights, autocast, gmm, cfg, encoder)
@@ -659,7 +672,7 @@ def _infer(model: DTIModel, stack: Stack, device, cfg, weights, autocast, batch_
             fields["grids"] = (model.sequence.display_grid([p.double() for p in chosen], lattice).float() if spatial
                                else model_lattice(model.size, lattice, len(labels), device))
         out.write(s, fields)
-        yield Progress(i + 1, n_batches, float("nan"), "Aligning every image")
+        yield Progress(i + 1, n_batches, float("nan"), "Aligning every image", later=n_batches * MAP_AS_ALIGNMENT)
     result = dict(aligned_kind="prototype-on-item", extras={}, **out.result_fields())
     if gmm:
         var = (model.variances.abs() + cfg.sigma_min ** 2).detach()
