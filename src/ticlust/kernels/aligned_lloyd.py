@@ -476,9 +476,10 @@ class AlignedRun:
         return dict(aligned_kind="item-on-prototype", **out.result_fields())
 
 
-def settled(prev: torch.Tensor, labels: torch.Tensor, tol: float) -> bool:
-    """Whether a Lloyd iteration moved at most the fraction ``tol`` of the items to another cluster (none with 0)."""
-    return int((prev != labels).sum()) <= math.floor(tol * len(labels))
+def settled(moved: int, n: int, tol: float) -> bool:
+    """Whether a Lloyd iteration that moved ``moved`` of ``n`` items to another cluster moved at most the fraction
+    ``tol`` of them (none with 0)."""
+    return moved <= math.floor(tol * n)
 
 
 def lloyd_ticker(run: AlignedRun, stages: int = 1) -> Ticker:
@@ -511,7 +512,8 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
         labels, sums, counts = yield from _e_steps(run, run.aligner.pyramid(mu), pairs, first if it == 1 else warm,
                                                    pinned, done + it)
         history.append(float(pairs.losses.gather(1, labels[:, None]).sum()) / n)
-        expected = forecast.total(None if prev is None else int((prev != labels).sum()))
+        moved = None if prev is None else int((prev != labels).sum())
+        expected = forecast.total(moved)
         ticker.total = max(ticker.step + 1, start + expected * per_iteration + later)
         yield Progress(ticker.step, ticker.total, history[-1], lloyd_stage(run, done + it, len(chunks(n, cfg.chunk))))
         if it == cfg.max_iter:
@@ -519,7 +521,7 @@ def aligned_lloyd(run: AlignedRun, mu: torch.Tensor, pinned: torch.Tensor | None
         move = reseed(run.aligner, run.x.full, pairs, labels, cfg.chunk, mu) if cfg.reseed and pinned is None else None
         if move is not None:            # labels moved: the members' warped sums are taken again
             run.repairs.append((done + it, *move))
-        if prev is not None and move is None and settled(prev, labels, tol):
+        if moved is not None and move is None and settled(moved, n, tol):
             break
         mu = _means(sums, counts, pairs, labels, run.x.full) if move is None else \
             centroid_update(run.aligner, run.x.full, mu, pairs, labels, cfg.chunk)
