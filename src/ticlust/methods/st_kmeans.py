@@ -33,6 +33,7 @@ from ..core.validation import check_images, check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..core.scratch import RowScratch, host_index
 from ..transforms.align import AdamState, Aligner, Alignments, Moments, Schedule, Ticker, lower
+from ..transforms.fast_fit import TPS_DAMPING
 from ..events import Progress, Snapshot, drain
 from ..kernels import Rows, kmeans_plus_plus
 from ..kernels.aligned_lloyd import (LLOYD_TOL, AlignedRun, aligned_lloyd, aligner_for, chunks, lloyd_ticker,
@@ -106,9 +107,6 @@ PREDICT_BLOCK = 4096   # images read from a (lazy) stack at once when assigning 
 #: it is within 0.004 of the exact path; ST's TPS goes on from the screened affine map (a full-resolution affine stage
 #: before it lost 0.01: 0.8615 vs 0.8710 with 4 candidates and 3 TPS iterations).
 PREDICT_ITERATIONS = {False: (2, 2, 0), True: (3, 0, 5)}
-#: The TPS stage's starting Levenberg-Marquardt damping: its least-squares optimum bends an image onto wrong centroids
-#: too (damping 0.01: ACC 0.83 vs 0.888 exact on MNIST), damped steps bend it about as far as the exact path's Adam.
-TPS_DAMPING = 1.0
 
 
 class _MomentScratch:
