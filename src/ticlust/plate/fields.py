@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import InputError
 from ..io.readers import (IMAGE_SUFFIXES, VENDOR_SUFFIXES, BioField, ChannelStack, bioio_scenes, read_by_bioio,
                           read_image, vendor_suffix)
-from .manifest import manifest_listing
+from .manifest import manifest_listing, scene_index
 from .spec import CHANNEL_PREFIX, FieldSpec, beside, blank, first_line, repeated
 from .spec import ASSIGN_COLUMNS, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS  # noqa: F401 - offered here, as before
 
@@ -479,14 +479,14 @@ def row_spec(source: Path, row, index: int) -> FieldSpec:
         value = row.get("scene")
         if blank(value):
             scene = 0
-        elif isinstance(value, (int, float, np.integer, np.floating)) or str(value).strip().isdigit():
-            scene = int(float(value))
-        else:                          # a manifest's scene by name
+        elif source.suffix.lower() != ".csv":      # a folder's or a file's listing writes the scene's index
+            scene = int(value)
+        else:                                      # a manifest's cell, read as the listing read it
             names = bioio_scenes(image)
-            if str(value) not in names:
-                raise InputError(f"{Path(image).name} has no scene {value!r} any more: its scenes are "
+            scene = scene_index(value, names)
+            if scene is None:
+                raise InputError(f"{Path(image).name} has no scene {str(value).strip()!r} any more: its scenes are "
                                  f"{', '.join(names[:4])}.")
-            scene = names.index(str(value))
     return FieldSpec(index, image, beside(base, row["labels"]), scene=scene, channels=channels)
 
 
