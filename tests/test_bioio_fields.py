@@ -152,3 +152,41 @@ def test_a_scene_without_its_mask_fails_alone_naming_the_mask_it_needs(tmp_path)
                                              "p_s0_masks.tif or p_s0.labels.tif (any image type) beside it, or give "
                                              "its path in a manifest's labels column.")
     assert set(store.table["scene"]) == {1}
+
+
+class _DigitScenes:
+    """A real bioio image of a file on disk whose scenes are called "1" and "0": OME-TIFF's scene names are its
+    image IDs, which ome-types rewrites to ``Image:<n>``, so the names of a vendor file that numbers its
+    positions are put on here; every pixel still comes from the file."""
+
+    scenes = ("1", "0")
+
+    def __init__(self, image):
+        self._image = image
+
+    def __getattr__(self, name):
+        return getattr(self._image, name)
+
+
+def test_scene_cells_that_name_a_scene_pick_it_when_cut_and_when_opened_again(tmp_path, monkeypatch):
+    from ticlust.plate.manifest import scene_index
+
+    assert scene_index("0", ("1", "0")) == 1 and scene_index(0, ("1", "0")) == 1 and scene_index(1.0, ("1", "0")) == 0
+    assert scene_index("1", ("Image:0", "Image:1")) == 1 and scene_index("Image:0", ("Image:0", "Image:1")) == 0
+    assert scene_index("2", ("1", "0")) is None and scene_index("x", ("1", "0")) is None
+    real = readers.open_bioimage
+    monkeypatch.setattr(readers, "open_bioimage", lambda path: _DigitScenes(real(path)))
+    made = scenes()
+    write_ome(tmp_path / "p.ome.tif", made)
+    for s, (_, labels) in enumerate(made):
+        tifffile.imwrite(tmp_path / f"p_s{s}_cp_masks.tif", labels)
+    pd.DataFrame({"image": ["p.ome.tif"] * 2, "labels": ["p_s1_cp_masks.tif", "p_s0_cp_masks.tif"],
+                  "scene": [0, 1]}).to_csv(tmp_path / "m.csv", index=False)    # the scene called "0" is the second
+    listed = ticlust.extract(tmp_path / "m.csv", tmp_path / "m.zarr")
+    folder = ticlust.extract(tmp_path, tmp_path / "f.zarr")        # the folder's fields: scene by index
+    assert list(folder.fields["scene"]) == [0, 1]
+    for field, scene in ((0, 1), (1, 0)):
+        assert np.array_equal(field_picture(listed, field).image, made[scene][0])      # opened again: the same scene
+        assert np.array_equal(field_picture(folder, scene).image, made[scene][0])
+        assert np.array_equal(np.asarray(listed.crops[np.flatnonzero(listed.table["field_index"] == field)]),
+                              np.asarray(folder.crops[np.flatnonzero(folder.table["field_index"] == scene)]))

@@ -132,6 +132,21 @@ def test_channel_picks_channels_by_name_or_index_in_the_order_given(tmp_path, ca
     assert "has no channel 'GFP': its channels are DNA, ER, Mito" in err and not (tmp_path / "bad.zarr").exists()
 
 
+
+def test_a_channel_text_given_in_python_means_what_it_means_typed(tmp_path):
+    """channel="0,2" is the indices 0 and 2, as --channel 0,2 is (not channels named "0" and "2")."""
+    made = write_channels(tmp_path)
+    csv = channel_manifest(tmp_path, made)
+    full = np.asarray(ticlust.extract(csv, tmp_path / "all.zarr").crops[:])
+    assert main(["extract", str(csv), "-o", str(tmp_path / "cli.zarr"), "--channel", "0,2", "--quiet"]) == 0
+    typed = np.asarray(ticlust.open_objects(tmp_path / "cli.zarr").crops[:])
+    given = ticlust.extract(csv, tmp_path / "api.zarr", channel="0,2")
+    assert given.options["channel"] == [0, 2] and np.array_equal(np.asarray(given.crops[:]), typed)
+    assert np.array_equal(typed, full[..., [0, 2]])
+    one = ticlust.extract(csv, tmp_path / "one.zarr", channel=" 2 ")
+    assert one.channels is None and np.array_equal(np.asarray(one.crops[:]), full[..., 2])
+    assert ticlust.extract(csv, tmp_path / "names.zarr", channel="Mito, DNA").options["channel"] == ["Mito", "DNA"]
+
 def _bad_missing_channel_file(root, made):
     (root / "images" / "A01_ER.tif").unlink()
     return channel_manifest(root, {"A01": made["A01"]}), {}, "There is no ER channel file at"

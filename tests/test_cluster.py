@@ -327,7 +327,11 @@ def test_a_local_cluster_starts_its_workers_without_dasks_malloc_trim(monkeypatc
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpus, "allowed_cores", lambda: [0, 1])          # a quiet 2-core machine
     monkeypatch.setattr(cpus, "busy_cores", lambda interval=cpus.PROBE_S: 0.0)
-    with DaskBackend(workers=1) as backend:
-        (trim, threads, torch_threads), = backend.map(_worker_environment, [0])
+    cpus.forget_probe()                                                  # measured on the staged machine
+    try:
+        with DaskBackend(workers=1) as backend:
+            (trim, threads, torch_threads), = backend.map(_worker_environment, [0])
+    finally:
+        cpus.forget_probe()
     assert trim is None and threads == "2" and 1 <= torch_threads <= 2      # no trim setting; both cores its share
     assert "MALLOC_TRIM_THRESHOLD_" not in os.environ and "OMP_NUM_THREADS" not in os.environ

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from ticlust.core import cpus
-from ticlust.core.backends import local_cluster
+from ticlust.core.backends import local_cluster, worker_environ
 from ticlust.core.shared_setting import SharedSetting
 
 
@@ -25,10 +25,25 @@ def two_cores(monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(cpus, "allowed_cores", lambda: [0, 1])
     monkeypatch.setattr(cpus, "busy_cores", lambda interval=cpus.PROBE_S: busy[0])
-    monkeypatch.setattr(cpus, "_probe", None)
+    cpus.forget_probe()
     # a fresh shared setting: a run another test left going in a thread (a dock's worker) would hold the old one
     monkeypatch.setattr(cpus, "_threads", SharedSetting())
-    return busy
+    yield busy
+    cpus.forget_probe()                    # the staged machine's answer is not left for the next test
+
+
+def test_a_local_clusters_share_comes_from_the_probe_free_cores_made(two_cores, monkeypatch):
+    """worker_environ shares out free_cores' answer: a probe made in the last PROBE_REUSE_S seconds is not made
+    again (each probe samples the cores for PROBE_S), and forget_probe makes the next one measure."""
+    probes = []
+    monkeypatch.setattr(cpus, "busy_cores", lambda interval=cpus.PROBE_S: probes.append(interval) or two_cores[0])
+    two_cores[0] = 1.0
+    assert cpus.free_cores() == 1
+    two_cores[0] = 0.0                     # the other job ended, but the probe is recent
+    assert worker_environ(1)["distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS"] == 1 and len(probes) == 1
+    cpus.forget_probe()
+    assert worker_environ(1)["distributed.nanny.pre-spawn-environ.OMP_NUM_THREADS"] == 2 and len(probes) == 2
+    assert worker_environ(2)["distributed.nanny.pre-spawn-environ.MKL_NUM_THREADS"] == 1 and len(probes) == 2
 
 
 def test_cpu_threads_sets_the_free_cores_and_puts_the_count_back(two_cores):

@@ -42,13 +42,13 @@ WORKER_ENV_UNSET = {"distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
 
 def worker_environ(workers: int) -> dict:
     """The dask config that starts ``workers`` local worker processes: without dask's malloc trim setting
-    (:data:`WORKER_ENV_UNSET`) and with each worker's share of the free cores as its torch / BLAS thread count
-    (``cpus.plan_threads``; dask's default is 1, which leaves cores idle when there are more cores than workers),
-    or ``OMP_NUM_THREADS`` as this process's environment sets it."""
-    from .cpus import allowed_cores, busy_cores, plan_threads, threads_fixed
+    (:data:`WORKER_ENV_UNSET`) and with each worker's share of the free cores (``cpus.free_cores``: the probe this
+    process made last, when recent) as its torch / BLAS thread count (dask's default is 1,
+    which leaves cores idle when there are more cores than workers), or ``OMP_NUM_THREADS`` as this process's
+    environment sets it."""
+    from .cpus import free_cores, plan_threads, threads_fixed
 
-    threads = os.environ["OMP_NUM_THREADS"].strip() if threads_fixed() else \
-        plan_threads(len(allowed_cores()), busy_cores(), workers)
+    threads = os.environ["OMP_NUM_THREADS"].strip() if threads_fixed() else plan_threads(free_cores(), 0.0, workers)
     prefix = "distributed.nanny.pre-spawn-environ."
     return {**WORKER_ENV_UNSET, **{prefix + name: threads for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                         "OPENBLAS_NUM_THREADS")}}

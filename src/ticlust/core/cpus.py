@@ -70,6 +70,13 @@ def free_cores() -> int:
     return _probe[1]
 
 
+def forget_probe() -> None:
+    """Drop the last probe of the free cores, so that the next :func:`free_cores` measures again (the load changed,
+    or a test stages another machine)."""
+    global _probe
+    _probe = None
+
+
 def threads_fixed() -> bool:
     """Whether the environment fixes the thread count (``OMP_NUM_THREADS``, as a dask worker's): then it is kept."""
     return bool(os.environ.get("OMP_NUM_THREADS", "").strip())
@@ -95,4 +102,4 @@ def cpu_threads(device):
         yield
 
 
-__all__ = ["allowed_cores", "plan_threads", "busy_cores", "free_cores", "threads_fixed", "cpu_threads"]
+__all__ = ["allowed_cores", "plan_threads", "busy_cores", "free_cores", "forget_probe", "threads_fixed", "cpu_threads"]

@@ -34,7 +34,7 @@ import numpy as np
 from ..errors import InputError
 from ..io.readers import (IMAGE_SUFFIXES, VENDOR_SUFFIXES, BioField, ChannelStack, bioio_scenes, read_by_bioio,
                           read_image, vendor_suffix)
-from .manifest import manifest_listing
+from .manifest import manifest_listing, scene_index
 from .spec import CHANNEL_PREFIX, FieldSpec, beside, blank, first_line, repeated
 from .spec import ASSIGN_COLUMNS, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS  # noqa: F401 - offered here, as before
 
@@ -108,17 +108,8 @@ def _folder_listing(folder: Path):
     per scene."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix.lower() in FIELD_SUFFIXES
                                                                     or vendor_suffix(p) in VENDOR_SUFFIXES))
-    masks: dict[str, list[Path]] = {}
-    images = []
-    for p in files:
-        stem = _stem(p)
-        ending = next((e for e in MASK_ENDINGS if stem.endswith(e)), None)
-        if stem.endswith(SIDE_ENDINGS):
-            continue
-        if ending is None:
-            images.append(p)
-        else:
-            masks.setdefault(stem[:-len(ending)], []).append(p)
+    masks = _masks_by_stem(files)
+    images = [p for p in files if _mask_ending(_stem(p)) is None and not _stem(p).endswith(SIDE_ENDINGS)]
     if not images:
         raise InputError(f"The folder {folder} holds no field images ({', '.join(FIELD_SUFFIXES + VENDOR_SUFFIXES)}) "
                          "beside masks: put each field image beside its mask.")
@@ -139,6 +130,23 @@ def _folder_listing(folder: Path):
     return rows, [replace(specs[i], index=n) for n, i in enumerate(order)]
 
 
+def _mask_ending(stem: str) -> str | None:
+    """The mask ending (:data:`MASK_ENDINGS`) a file's stem ends with, None for an image."""
+    return next((e for e in MASK_ENDINGS if stem.endswith(e)), None)
+
+
+def _masks_by_stem(files) -> dict[str, list[Path]]:
+    """``{image stem: [mask files]}`` of the masks among ``files`` (in their order), by the stem of the image each
+    is named after."""
+    masks: dict[str, list[Path]] = {}
+    for p in files:
+        stem = _stem(p)
+        ending = _mask_ending(stem)
+        if ending is not None:
+            masks.setdefault(stem[:-len(ending)], []).append(p)
+    return masks
+
+
 def _one_mask(image: Path, found: list[Path]):
     """The one mask found for ``image`` (or None), refusing two."""
     if len(found) > 1:
@@ -153,12 +161,7 @@ def _scene_listing(folder: Path, files: list[Path], masks: dict | None = None):
     is refused when no scene of it has a mask."""
     alone = masks is None
     if alone:
-        masks = {}
-        for p in sorted(folder.iterdir()):
-            stem = _stem(p)
-            ending = next((e for e in MASK_ENDINGS if stem.endswith(e)), None)
-            if p.is_file() and ending is not None and p.suffix.lower() in FIELD_SUFFIXES:
-                masks.setdefault(stem[:-len(ending)], []).append(p)
+        masks = _masks_by_stem(sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in FIELD_SUFFIXES))
     rows, specs = [], []
     for image in files:
         scenes = bioio_scenes(image)
@@ -479,14 +482,14 @@ def row_spec(source: Path, row, index: int) -> FieldSpec:
         value = row.get("scene")
         if blank(value):
             scene = 0
-        elif isinstance(value, (int, float, np.integer, np.floating)) or str(value).strip().isdigit():
-            scene = int(float(value))
-        else:                          # a manifest's scene by name
+        elif source.suffix.lower() != ".csv":      # a folder's or a file's listing writes the scene's index
+            scene = int(value)
+        else:                                      # a manifest's cell, read as the listing read it
             names = bioio_scenes(image)
-            if str(value) not in names:
-                raise InputError(f"{Path(image).name} has no scene {value!r} any more: its scenes are "
+            scene = scene_index(value, names)
+            if scene is None:
+                raise InputError(f"{Path(image).name} has no scene {str(value).strip()!r} any more: its scenes are "
                                  f"{', '.join(names[:4])}.")
-            scene = names.index(str(value))
     return FieldSpec(index, image, beside(base, row["labels"]), scene=scene, channels=channels)
 
 

@@ -100,17 +100,19 @@ def write_cluster_labels(store, result, *, name: str = DEFAULT_NAME, overwrite: 
             raise InputError(f"K = {loaded.k} clusters do not fit a uint16 label image beside the outlier value "
                              f"{OUTLIER_VALUE}.")
         fields, skipped = _fields(store, source, name)
-        _check_targets(fields, digest, name, overwrite)
+        made = {f.index: _provenance(f.target) if f.target.exists() else None for f in fields}
+        _check_targets(fields, made, digest, name, overwrite)
         rows = _prediction_rows(store)
         report, written, paths = Reporter(progress), 0, []
         for done, target in enumerate(fields):
             report("writing labels", done, len(fields))
             _sweep(target)
-            if not _holds(target, digest):
+            fmt = None
+            if not _holds(made[target.index], digest):
                 picked = field_rows(store, target.index)     # one block: the table is in field order
-                _write_field(target, {c: v[picked] for c, v in rows.items()}, loaded, digest)
+                fmt = _write_field(target, {c: v[picked] for c, v in rows.items()}, loaded, digest)
                 written += 1
-            _register(target)
+            _register(target, fmt)
             paths.append(target.target)
         report("writing labels", len(fields), len(fields))
         report.close()
@@ -196,25 +198,25 @@ def _provenance(path: Path) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _check_targets(fields: list[_Field], digest: str, name: str, overwrite: bool) -> None:
+def _check_targets(fields: list[_Field], made: dict, digest: str, name: str, overwrite: bool) -> None:
     """Refuse, before anything is written, label images under ``name`` that are not ticlust's, or another result's
-    unless ``overwrite``."""
-    foreign = [f for f in fields if f.target.exists() and _provenance(f.target) is None]
+    unless ``overwrite``. ``made``: each field's label image's provenance (:func:`_provenance`) by field index."""
+    foreign = [f for f in fields if f.target.exists() and made[f.index] is None]
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise InputError(f"{foreign[0].image}/labels/{name}{more} is a label image ticlust did not write: give the "
                          "cluster labels another name.")
-    other = [f for f in fields if f.target.exists() and _provenance(f.target).get("result") != digest]
+    other = [f for f in fields if f.target.exists() and made[f.index].get("result") != digest]
     if other and not overwrite:
-        theirs = _provenance(other[0].target).get("result")
+        theirs = made[other[0].index].get("result")
         raise InputError(f"{len(other)} field(s) hold labels {name!r} of another result (digest {theirs}, e.g. "
                          f"{other[0].image}): give --overwrite-labels (overwrite=True) to replace them, or another "
                          "--labels-name (name=).")
 
 
-def _holds(target: _Field, digest: str) -> bool:
-    """Whether the field's label image is there, written whole by the result ``digest``."""
-    made = _provenance(target.target)
+def _holds(made: dict | None, digest: str) -> bool:
+    """Whether a field's label image, of provenance ``made`` (None: none there), was written whole by the result
+    ``digest``."""
     return made is not None and made.get("result") == digest and made.get("complete") is True
 
 
@@ -222,22 +224,17 @@ def _prediction_rows(store) -> dict:
     """field_index, label, frame and the value to paint (cluster + 1, OUTLIER_VALUE) of every object."""
     import pyarrow.parquet as pq
 
-    from .run import PREDICTIONS
+    from .view import predictions_path, read_predictions
 
-    path = store.path / PREDICTIONS
-    names = pq.read_schema(path).names
-    columns = ["field_index", "label", "frame", "cluster"] + [c for c in ("outlier", "rejected") if c in names]
-    table = pq.read_table(path, columns=columns)
-    if table.num_rows != len(store):
-        raise InputError(f"{path} holds {table.num_rows} rows but the store {len(store)} objects: predict the store "
-                         "again (ticlust predict RESULT STORE).")
-    cluster = table.column("cluster").to_numpy().astype(np.int64)
+    names = pq.read_schema(predictions_path(store)).names
+    flags = [c for c in ("outlier", "rejected") if c in names]
+    table = read_predictions(store, ["field_index", "label", "frame", "cluster"] + flags)
+    cluster = table["cluster"].to_numpy().astype(np.int64)
     outlier = cluster < 0
-    for c in ("outlier", "rejected"):
-        if c in names:
-            outlier |= table.column(c).to_numpy(zero_copy_only=False).astype(bool)
-    return {"field_index": table.column("field_index").to_numpy(), "label": table.column("label").to_numpy(),
-            "frame": table.column("frame").to_numpy(), "value": np.where(outlier, OUTLIER_VALUE, cluster + 1)}
+    for c in flags:
+        outlier |= table[c].to_numpy().astype(bool)
+    return {"field_index": table["field_index"].to_numpy(), "label": table["label"].to_numpy(),
+            "frame": table["frame"].to_numpy(), "value": np.where(outlier, OUTLIER_VALUE, cluster + 1)}
 
 
 def _sweep(target: _Field) -> None:
@@ -262,9 +259,9 @@ def _format_of(group):
     return fmt if fmt.zarr_format == group.metadata.zarr_format else check_format(group)
 
 
-def _write_field(target: _Field, rows: dict, result, digest: str) -> None:
+def _write_field(target: _Field, rows: dict, result, digest: str):
     """The field's label image, every pyramid level of the segmentation painted, written under a temporary name and
-    renamed into the labels group (replacing another result's)."""
+    renamed into the labels group (replacing another result's). Returns the NGFF format it was written in."""
     import zarr
     from ome_zarr.writer import get_metadata, write_multiscale_labels
 
@@ -299,6 +296,7 @@ def _write_field(target: _Field, rows: dict, result, digest: str) -> None:
         os.rename(made, target.target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return fmt
 
 
 def _painted(level: np.ndarray, names: list[str] | None, rows: dict) -> np.ndarray:
@@ -329,8 +327,9 @@ def _label_metadata(rows: dict, k: int) -> tuple[list, list]:
     return colors, properties
 
 
-def _register(target: _Field) -> None:
-    """List the label image in its labels group's ``labels`` (once), in the group's own NGFF version."""
+def _register(target: _Field, fmt=None) -> None:
+    """List the label image in its labels group's ``labels`` (once), in the group's own NGFF version: ``fmt``, the
+    format the label image was just written in (None: the segmentation's, read when the list needs it)."""
     import zarr
     from ome_zarr.writer import add_metadata, get_metadata
 
@@ -339,7 +338,8 @@ def _register(target: _Field) -> None:
     listed = list(meta.get("labels", []))
     if target.target.name in listed:
         return
-    fmt = _format_of(zarr.open_group(target.image / "labels" / target.source, mode="r"))
+    if fmt is None:
+        fmt = _format_of(zarr.open_group(target.image / "labels" / target.source, mode="r"))
     # NGFF 0.5 wants the version beside the list (ome-zarr-py 0.18 leaves it out of the labels group)
     version = {} if fmt.zarr_format == 2 or "version" in meta else {"version": fmt.version}
     add_metadata(group, {"labels": listed + [target.target.name], **version}, fmt=fmt)

@@ -8,8 +8,8 @@
 
 Paths are relative to the CSV's folder unless absolute. Every other column is carried to every object row; a
 ``Metadata_<Name>`` column (CellProfiler's) is carried as ``<Name>`` unless that name is taken. A ``scene`` column
-picks the scene (index or name) of a file read through bioio. Only names are read here, and a bioio file's
-list of scenes.
+picks the scene of a file read through bioio: a cell that names a scene is that scene, any other whole number
+an index (:func:`scene_index`). Only names are read here, and a bioio file's list of scenes.
 """
 from __future__ import annotations
 
@@ -180,9 +180,27 @@ def _cell_path(record: dict, column) -> str | None:
     return name if folder is None else str(Path(folder) / name)
 
 
+def scene_index(value, scenes) -> int | None:
+    """The scene a manifest's ``scene`` cell picks among a file's ``scenes`` (their names, in order), or None when
+    it picks none. A cell that names a scene exactly is that scene, even when the name is a number (scenes named
+    ``"1"``, ``"0"``); otherwise a whole number is an index from 0. A whole number that pandas read as a float (a
+    column of numbers with a blank cell) is read as the number typed. The listing and a field opened again from
+    its row both read the cell here, so they pick the same scene."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    text = str(value).strip()
+    if text in scenes:
+        return list(scenes).index(text)
+    try:
+        number = float(text)
+    except ValueError:
+        return None
+    return int(number) if number.is_integer() and 0 <= number < len(scenes) else None
+
+
 def _scene(csv: Path, row: int, image: str | None, value, seen: dict) -> int | None:
-    """The scene index of a row whose image bioio reads (its ``scene`` cell, an index or a scene's name; a file of
-    one scene needs none); None for an image ticlust reads itself."""
+    """The scene index of a row whose image bioio reads (its ``scene`` cell, read by :func:`scene_index`; a file
+    of one scene needs none); None for an image ticlust reads itself."""
     if image is None or not read_by_bioio(image) or not Path(image).is_file():
         return None                    # a missing file fails when its field is cut, as any other
     if image not in seen:
@@ -193,14 +211,8 @@ def _scene(csv: Path, row: int, image: str | None, value, seen: dict) -> int | N
             raise InputError(f"{Path(image).name} (row {row + 2} of {csv.name}) has {len(scenes)} scenes: add a scene "
                              "column giving each row's scene (its index from 0, or its name), one row per scene.")
         return 0
-    text = str(value).strip()
-    if text in scenes:
-        return scenes.index(text)
-    try:
-        number = float(text)
-    except ValueError:
-        number = float("nan")
-    if not (number.is_integer() and 0 <= number < len(scenes)):
-        raise InputError(f"{Path(image).name} (row {row + 2} of {csv.name}) has no scene {text!r}: give an index from "
-                         f"0 to {len(scenes) - 1} or one of its scene names ({', '.join(scenes[:4])}).")
-    return int(number)
+    index = scene_index(value, scenes)
+    if index is None:
+        raise InputError(f"{Path(image).name} (row {row + 2} of {csv.name}) has no scene {str(value).strip()!r}: give "
+                         f"an index from 0 to {len(scenes) - 1} or one of its scene names ({', '.join(scenes[:4])}).")
+    return index

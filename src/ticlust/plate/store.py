@@ -287,10 +287,11 @@ def _options(crop_size, keep_border, channel, orient, normalize, rescale, z=None
 
 
 def channel_option(channel):
-    """A channel choice as a store records it: None, an index, a name, or a list of indices and names (a name
-    with commas is split: ``"DNA,ER"`` is ``["DNA", "ER"]``); one sentence for anything else or a repeat."""
-    if isinstance(channel, str) and "," in channel:
-        channel = [c.strip() for c in channel.split(",")]
+    """A channel choice as a store records it: None, an index, a name, or a list of indices and names; one sentence
+    for anything else or a repeat. A text means what it means typed (:func:`typed_channels`): ``"DNA,ER"`` is
+    ``["DNA", "ER"]``, ``"0,2"`` the indices ``[0, 2]`` as ``--channel 0,2`` is."""
+    if isinstance(channel, str) and channel.strip():
+        channel = typed_channels(channel)
     if channel is None or (isinstance(channel, (int, np.integer)) and not isinstance(channel, bool)):
         return None if channel is None else int(channel)
     picks = list(channel) if isinstance(channel, (list, tuple)) else [channel]
