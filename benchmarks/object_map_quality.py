@@ -95,6 +95,7 @@ def one(kind: str, method: str, params: dict, seed: int, n: int) -> list[dict]:
     from ticlust.methods import get_method
     from ticlust.kernels.embedding import neighbour_agreement
     from ticlust.metrics import evaluate
+    from ticlust.events import drain
 
     x, y, feats = field(kind, seed, n)
     order = np.random.default_rng(seed).permutation(len(x))
@@ -107,7 +108,7 @@ def one(kind: str, method: str, params: dict, seed: int, n: int) -> list[dict]:
     t = time.perf_counter()
     r.embedding = r.map = None
     spec = get_method(method)
-    r = mapped(spec, prepare(x[fit], spec), seed)(r, torch.device("cpu"))   # timed alone
+    r = drain(mapped(spec, prepare(x[fit], spec), seed)(r, torch.device("cpu")))   # timed alone (a generator of Progress)
     learn_s = time.perf_counter() - t
     t = time.perf_counter()
     p = ticlust.predict(r, x[new], device="cpu")
