@@ -226,8 +226,9 @@ def _styled_set(seed: int):
 
 def test_rigid_kmeans_overcluster_keeps_two_styles_of_one_kind_together(one_thread):
     x, y = _styled_set(seed=1)
-    opts = dict(k=3, device="cpu", seed=1, angles=32, max_iter=5)
-    # with K prototypes, this seed spends two on kind 0's styles and lets kinds 1 and 2 share one
+    opts = dict(k=3, device="cpu", seed=5, angles=32, max_iter=5)
+    # with K prototypes, this seed spends two on kind 0's styles and lets kinds 1 and 2 share one (since the greedy
+    # seeding, most seeds find the three kinds with K alone: seeds 0-4 do here)
     assert ticlust.evaluate(y, ticlust.fit(x, "rigid-kmeans", **opts).labels)["acc"] < 1.0
     merged = ticlust.fit(x, "rigid-kmeans", overcluster=3, **opts)
     assert ticlust.evaluate(y, merged.labels)["acc"] == 1.0
