@@ -11,7 +11,6 @@ points kept sorted by x and by y, so a box, a polygon or a click reads only the 
 """
 from __future__ import annotations
 
-import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from qtpy.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton,
 
 from ..errors import InputError
 from .layers import cluster_color
+from .workers import on_destroyed
 
 POINTS_BELOW = 50_000       # the points themselves are drawn when fewer than this are in the drawn region
 PAD = 0.25                  # the drawn region reaches this fraction of the view beyond each side (pans stay filled)
@@ -445,9 +445,7 @@ class ObjectMap(QWidget):
         self._render_timer.timeout.connect(self.render)
         self.view.sigRangeChanged.connect(lambda *_: self._render_timer.start())
         self.view.sigResized.connect(lambda *_: self._render_timer.start())
-        # the pool ends with this widget: a finalizer, not a slot on ``destroyed``: a garbage collection that frees the
-        # widget's cycle may clear a slot's lambda (its default arguments) before Qt emits ``destroyed`` to it
-        weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+        on_destroyed(self, self._pool.shutdown, wait=False, cancel_futures=True)     # the pool ends with the widget
 
     @property
     def busy(self) -> bool:

@@ -24,7 +24,7 @@ from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
 from napari.layers import Image, Labels
 from napari.utils.notifications import show_error
 from napari.viewer import Viewer
-from qtpy.QtCore import QEvent, QObject, QRectF, Qt
+from qtpy.QtCore import QRectF, Qt
 from qtpy.QtGui import QColor, QPainter
 from qtpy.QtWidgets import QWidget
 
@@ -38,7 +38,7 @@ from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
 from .map_panel import PlateMap
 from .plate_inspector import PlateInspector
-from .workers import RunButton, said, show_progress, start_worker
+from .workers import RunButton, said, show_progress, start_worker, when_closed
 
 #: The panel's name in napari.yaml (Plugins > ticlust > …).
 STORE_PANEL = "Plate (object store)"
@@ -229,23 +229,6 @@ def _same(a, b) -> bool:
     return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
 
 
-class _CloseWatch(QObject):
-    """Calls ``closed()`` when the watched widget leaves the dock it was put in: napari's close button on a dock
-    takes the widget out and deletes the dock."""
-
-    def __init__(self, closed):
-        super().__init__()
-        self.closed, self.docked = closed, False
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.ParentChange:
-            if watched.parent() is not None:
-                self.docked = True
-            elif self.docked:
-                self.closed()
-        return False
-
-
 class StorePanel(Container):
     """Dock widget for a plate: a field with its objects by cluster, a gallery, shares, Apply result, and the tabs
     that extract, fit, predict, curate and export it."""
@@ -320,9 +303,7 @@ class StorePanel(Container):
         self.object_map = PlateMap(self)     # every predicted object on a map, docked when a store opens
         viewer.mouse_drag_callbacks.append(self.inspector.on_click)
         self.importing = start_worker(_warm_up, finished=self._methods_ready, alive=self.alive)
-        self._close_watch = _CloseWatch(self._dock_closed)
-        self.native.installEventFilter(self._close_watch)
-        self.native.destroyed.connect(lambda _=None: self._dock_closed())
+        when_closed(self, StorePanel._dock_closed)
 
     def _make_tabs(self) -> None:
         """The work in tabs (the dock fits a 1000-pixel screen): Extract, Fit, Predict (with Load/Apply result),
