@@ -305,3 +305,27 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
     qtbot.waitUntil(lambda: not widget.object_map.busy, timeout=60_000)
     assert widget.result.map is not None and len(mp.map.xy) == 120 and mp.compute_button.isHidden()
     assert not mp.map.isHidden()
+
+
+@pytest.mark.parametrize("closed", ["dock", "viewer"])
+def test_the_maps_worker_pool_ends_with_the_ticlust_widget(make_napari_viewer, qtbot, closed):
+    """The ticlust widget's dock closed (its close button, or the viewer's window): its object map's dock goes and
+    the map's worker pool is shut down."""
+    from qtpy.QtWidgets import QDockWidget
+
+    viewer = make_napari_viewer()
+    widget = widget_dock(viewer)
+    pool = widget.object_map.ensure().map._pool
+    assert widget.object_map.title in viewer.window._dock_widgets
+    if closed == "dock":
+        dock = widget.native
+        while not isinstance(dock, QDockWidget):
+            dock = dock.parent()
+        dock.destroyOnClose()                                     # what the dock's close button does
+        assert widget.object_map.panel is None and widget.object_map.title not in viewer.window._dock_widgets
+    else:
+        viewer.close()
+    qtbot.wait(50)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(print)
+

@@ -230,12 +230,13 @@ class MapLink:
         return self.panel
 
     def close(self) -> None:
-        """Take the panel's dock away (its host closed)."""
+        """Take the panel's dock away and delete the panel (its host closed): the map's worker pool ends with it."""
         if self.alive_panel() is not None:
             try:
                 self.viewer.window.remove_dock_widget(self.panel)
             except (LookupError, RuntimeError, AttributeError):   # the viewer is closing: its docks go with it
                 pass
+            self.panel.deleteLater()
             self.panel = None
 
     def count_columns(self) -> list[str]:
