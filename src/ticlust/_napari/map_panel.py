@@ -21,6 +21,7 @@ import pandas as pd
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ..errors import InputError
+from ..plate.view import object_fields
 from . import layers as L
 from .object_map import ObjectMap
 from .workers import said, start_worker
@@ -528,10 +529,8 @@ class PlateMap(MapLink):
         painted = self.viewer.layers[name] if name in self.viewer.layers and picture is not None else None
         values = np.zeros(0, np.int64)
         if painted is not None:
-            start = int(owner.starts[picture.field_index]) if owner.starts is not None else 0
-            chosen = self.selected()
-            inside = chosen[(chosen >= start) & (chosen < start + len(picture.table))]
-            values = inside - start + 1
+            fields, places = object_fields(owner.starts, self.selected())
+            values = places[fields == picture.field_index] + 1
         ring_objects(self.viewer, painted, values, self.names()["ring"])
 
     def field_painted(self, picture) -> None:
@@ -543,7 +542,7 @@ class PlateMap(MapLink):
         """A point clicked: its field is opened and the object inspected (and picked for the Curate tab)."""
         owner = self.owner
         obj = int(self.objects[row])
-        field = int(np.searchsorted(owner.starts, obj, side="right") - 1)
+        field = int(object_fields(owner.starts, obj)[0])
         owner.picked = [obj]
         if owner.picture is None or owner.picture.field_index != field:
             owner.pick(field)

@@ -32,7 +32,8 @@ from ..errors import InputError
 from ..events import Progress
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
-                          field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
+                          field_picture, field_starts, field_title, gallery_sample, load_store_result, read_predictions,
+                          write_shares)
 from ..plate.store import ObjectStore
 from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
@@ -158,8 +159,6 @@ def opened_store(path, field_index: int | None = None) -> OpenedStore:
     """Open the store at ``path`` and read what the panel shows first (the first field, or ``field_index``), and
     where each field's objects start in the table; an InputError when it is no (finished) store or its
     predictions do not match it."""
-    import pyarrow.parquet as pq
-
     store = ObjectStore(path)
     choices = condition_columns(store) + ["image"]
     predictions = read_predictions(store, ["field_index", "cluster", *choices])
@@ -173,10 +172,8 @@ def opened_store(path, field_index: int | None = None) -> OpenedStore:
         picture, problem = field_picture(store, first), None
     except InputError as exc:
         picture, problem = None, str(exc)
-    fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-    starts = np.searchsorted(fields, np.arange(int(store.attributes["input"]["fields"]) + 1))
     return OpenedStore(store, predictions, make_gallery(store, predictions), by, shares, first, picture, problem,
-                       starts)
+                       field_starts(store))
 
 
 def _warm_up() -> None:
