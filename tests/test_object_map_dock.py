@@ -329,3 +329,17 @@ def test_the_maps_worker_pool_ends_with_the_ticlust_widget(make_napari_viewer, q
     with pytest.raises(RuntimeError, match="after shutdown"):
         pool.submit(print)
 
+
+def test_an_edit_works_out_the_renumbering_of_the_predictions_once(predicted, plate_dock, qtbot, monkeypatch):
+    """A merge in the dock: the field's painting, the map's colours and banner and the status line all need the
+    store's predictions renumbered to the edited result; the edits are replayed once for them all."""
+    store, km = predicted
+    viewer, panel = plate_dock(store.path, km)
+    calls = []
+    replay = curate.cluster_map
+    monkeypatch.setattr(curate, "cluster_map", lambda *a: calls.append(1) or replay(*a))
+    panel.apply_edit(curate.merge(panel.result, 0, 1), "Merged")
+    settle(qtbot, panel)
+    assert len(calls) == 1 and panel.object_map.panel.map.banner.isHidden()
+    assert panel.object_map.panel.map.columns["cluster"].max() == 1                # the map, renumbered
+    assert viewer.layers[panel.names()["objects"]].features["cluster"].max() == 1  # the field, renumbered

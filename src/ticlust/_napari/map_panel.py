@@ -460,10 +460,8 @@ class PlateMap(MapLink):
 
     def stale_reason(self) -> str | None:
         """Why the places shown are not the dock's result's (a Refine, a split, another fit), or None."""
-        from ..plate.curate import cluster_map
-
         result, predicted = self.owner.result, self.owner.predicted
-        if result is None or predicted is None or result is predicted or cluster_map(predicted, result) is not None:
+        if result is None or predicted is None or result is predicted or self.owner.renumbering() is not None:
             return None
         return "the result changed since the store was predicted: Re-predict places every object anew"
 

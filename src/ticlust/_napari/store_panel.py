@@ -254,6 +254,7 @@ class StorePanel(Container):
         self.model = None                # the last fitted result of the dock's lineage (what aligns objects)
         self.predicted = None            # the result whose predictions the store holds, when the dock knows it
         self.undo_stack: list = []       # the dock's results before each edit
+        self._renumbered: tuple | None = None   # (predicted, result, their renumbering): :meth:`renumbering`
         self.picked: list[int] = []      # store objects picked on the field or in the gallery
         self.starts = None               # where each field's objects start in the store's table
         self.runners: list = []          # the tabs' Run/Cancel buttons
@@ -388,7 +389,7 @@ class StorePanel(Container):
     # ---- the dock's result: fitted, edited, predicted ------------------------------------------------
     def forget_results(self) -> None:
         """Another store: nothing the dock fitted, edited or loaded applies to it."""
-        self.result = self.model = self.predicted = self.result_path = None
+        self.result = self.model = self.predicted = self.result_path = self._renumbered = None
         self.undo_stack.clear()
         self.picked = []
         self.inspector.forget()
@@ -455,12 +456,21 @@ class StorePanel(Container):
         """What the store's predictions lack of the dock's result."""
         if self.result is None or self.result is self.predicted:
             return ""
-        from ..plate.curate import cluster_map
-
-        if self.predicted is not None and self.result.state is None and \
-                cluster_map(self.predicted, self.result) is None:
+        if self.predicted is not None and self.result.state is None and self.renumbering() is None:
             return "Refine, then Re-predict, to carry it to every object."
         return "Re-predict carries it to every object."
+
+    def renumbering(self) -> np.ndarray | None:
+        """The store's predictions' clusters in the dock's result's numbering when the result is the one they were
+        made with, edited by merges, moves and outlier marks only (``plate.curate.cluster_map``, which replays those
+        edits), else None (a Refine, a split, another fit). Worked out once per pair of predictions and result: the
+        field's painting, the map's colours, its out-of-date banner and the status line each ask after an edit."""
+        from ..plate.curate import cluster_map
+
+        result, predicted = self.result, self.predicted
+        if self._renumbered is None or self._renumbered[0] is not predicted or self._renumbered[1] is not result:
+            self._renumbered = (predicted, result, cluster_map(predicted, result))
+        return self._renumbered[2]
 
     def pending(self) -> str:
         """A note for exports made while the dock's edits are not re-predicted yet."""
@@ -864,12 +874,12 @@ class StorePanel(Container):
     def previewed(self, table, objects: np.ndarray):
         """Predicted rows (of store objects ``objects``) with the dock's edits not yet re-predicted shown on them
         (clusters renumbered, hand-set clusters and outliers: ``plate.curate``), and a note saying so."""
-        from ..plate.curate import cluster_map, pin_columns, plate_pins, relabel_columns
+        from ..plate.curate import pin_columns, plate_pins, relabel_columns
 
         result, predicted = self.result, self.predicted
         if result is None or predicted is None or result is predicted:
             return table, ""
-        mapping = cluster_map(predicted, result)
+        mapping = self.renumbering()
         if mapping is None:
             return table, "; the edited result differs from them: Refine and Re-predict to paint it"
         columns = {c: table[c].to_numpy() for c in ("cluster", "runner_up", "runner_up_score")}
