@@ -210,7 +210,6 @@ def on_destroyed(widget: QObject, callback, *args, **kwargs) -> weakref.finalize
     the finalizers' registry is outside every cycle. Neither the callback nor its arguments may refer to the widget
     (it would never be collected)."""
     finalizer = weakref.finalize(widget, callback, *args, **kwargs)
-    finalizer.atexit = False
     widget.destroyed.connect(finalizer)
     return finalizer
 
@@ -238,6 +237,7 @@ def when_closed(dock, close) -> weakref.finalize:
     dock itself is held weakly, so that the watch keeps nothing alive. A dock collected together with its widget is
     not closed down: nothing of it runs then (a running worker or a viewer's callback would hold it)."""
     closing = on_destroyed(dock.native, _close_alive, close, weakref.ref(dock))
+    closing.atexit = False          # not at the interpreter's exit: the close-down works on Qt widgets, gone by then
     dock.native.installEventFilter(_CloseWatch(closing, parent=dock.native))    # Qt keeps it while the widget is
     return closing
 
