@@ -32,8 +32,8 @@ from ..errors import InputError
 from ..events import Progress
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
-                          field_picture, field_starts, field_title, gallery_sample, load_store_result, read_predictions,
-                          write_shares)
+                          field_picture, field_span, field_starts, field_title, gallery_sample, load_store_result,
+                          read_predictions, write_shares)
 from ..plate.store import ObjectStore
 from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
@@ -868,7 +868,7 @@ class StorePanel(Container):
 
     def field_objects(self, field_index: int, count: int) -> np.ndarray:
         """The store object numbers of a field's ``count`` objects (its rows of the table)."""
-        start = int(self.starts[int(field_index)]) if self.starts is not None else 0
+        start = field_span(self.starts, field_index)[0] if self.starts is not None else 0
         return np.arange(start, start + count)
 
     def previewed(self, table, objects: np.ndarray):

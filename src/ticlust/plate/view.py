@@ -88,6 +88,12 @@ def field_starts(store: ObjectStore) -> np.ndarray:
     return np.searchsorted(store.field_index, np.arange(int(store.attributes["input"]["fields"]) + 1))
 
 
+def field_span(starts: np.ndarray, field_index: int) -> tuple[int, int]:
+    """Field ``field_index``'s first store object and one past its last, from the fields' starts
+    (:func:`field_starts`)."""
+    return int(starts[int(field_index)]), int(starts[int(field_index) + 1])
+
+
 def object_fields(starts: np.ndarray, objects) -> tuple[np.ndarray, np.ndarray]:
     """The field each store object (a row of the table) belongs to, and its place among that field's objects, from
     the fields' starts (:func:`field_starts`); a number gives two numbers (0-d arrays)."""
@@ -336,7 +342,7 @@ def _item_words(shape, landmarks: bool) -> str:
 
 
 __all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_starts",
-           "object_fields", "field_table",
+           "field_span", "object_fields", "field_table",
            "FieldPicture", "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample",
            "load_store_result", "assign_field", "assign_items", "route_options", "record_route", "assign_objects",
            "GALLERY_PER_CLUSTER"]
