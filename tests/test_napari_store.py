@@ -59,6 +59,22 @@ def field_file(manifest, store, field_index: int):
 
 
 # ---- napari-free ---------------------------------------------------------------------------------
+def test_each_objects_field_and_place_agree_with_the_fields_rows(plate):
+    """``field_starts``, ``field_span`` and ``object_fields`` (which field a store object is on, its place there)
+    against each field's rows; a field without objects owns none (its start is the next field's)."""
+    _, store, _, _ = plate
+    starts = plate_view.field_starts(store)
+    assert starts[0] == 0 and starts[-1] == len(store) and len(starts) == len(store.fields) + 1
+    for f in range(len(store.fields)):
+        rows = plate_view.field_rows(store, f)
+        fields, places = plate_view.object_fields(starts, rows)
+        assert (fields == f).all() and places.tolist() == list(range(len(rows)))
+        assert plate_view.field_span(starts, f) == (rows[0], rows[-1] + 1)
+    fields, places = plate_view.object_fields(np.array([0, 3, 3, 5]), np.arange(5))
+    assert fields.tolist() == [0, 0, 0, 2, 2] and places.tolist() == [0, 1, 2, 0, 1]
+    assert tuple(map(int, plate_view.object_fields(starts, starts[1]))) == (1, 0)
+
+
 def test_shares_sum_to_one_per_well_and_their_csv_round_trips(plate, tmp_path):
     _, store, _, predictions = plate
     shares = plate_view.cluster_shares(predictions, "well")

@@ -305,3 +305,41 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
     qtbot.waitUntil(lambda: not widget.object_map.busy, timeout=60_000)
     assert widget.result.map is not None and len(mp.map.xy) == 120 and mp.compute_button.isHidden()
     assert not mp.map.isHidden()
+
+
+@pytest.mark.parametrize("closed", ["dock", "viewer"])
+def test_the_maps_worker_pool_ends_with_the_ticlust_widget(make_napari_viewer, qtbot, closed):
+    """The ticlust widget's dock closed (its close button, or the viewer's window): its object map's dock goes and
+    the map's worker pool is shut down."""
+    from qtpy.QtWidgets import QDockWidget
+
+    viewer = make_napari_viewer()
+    widget = widget_dock(viewer)
+    pool = widget.object_map.ensure().map._pool
+    assert widget.object_map.title in viewer.window._dock_widgets
+    if closed == "dock":
+        dock = widget.native
+        while not isinstance(dock, QDockWidget):
+            dock = dock.parent()
+        dock.destroyOnClose()                                     # what the dock's close button does
+        assert widget.object_map.panel is None and widget.object_map.title not in viewer.window._dock_widgets
+    else:
+        viewer.close()
+    qtbot.wait(50)
+    with pytest.raises(RuntimeError, match="after shutdown"):
+        pool.submit(print)
+
+
+def test_an_edit_works_out_the_renumbering_of_the_predictions_once(predicted, plate_dock, qtbot, monkeypatch):
+    """A merge in the dock: the field's painting, the map's colours and banner and the status line all need the
+    store's predictions renumbered to the edited result; the edits are replayed once for them all."""
+    store, km = predicted
+    viewer, panel = plate_dock(store.path, km)
+    calls = []
+    replay = curate.cluster_map
+    monkeypatch.setattr(curate, "cluster_map", lambda *a: calls.append(1) or replay(*a))
+    panel.apply_edit(curate.merge(panel.result, 0, 1), "Merged")
+    settle(qtbot, panel)
+    assert len(calls) == 1 and panel.object_map.panel.map.banner.isHidden()
+    assert panel.object_map.panel.map.columns["cluster"].max() == 1                # the map, renumbered
+    assert viewer.layers[panel.names()["objects"]].features["cluster"].max() == 1  # the field, renumbered

@@ -575,3 +575,45 @@ def test_drawings_in_turns_of_their_own_let_a_timer_run_between_them(plate_dock,
     order = list(log)
     a, b, c = order.index("a"), order.index("b"), order.index("c")
     assert "tick" in order[a:b] and "tick" in order[b:c], order
+
+
+def test_a_close_down_runs_once_when_its_widget_is_deleted_or_collected(qtbot):
+    """``on_destroyed``: the callback runs once when Qt deletes the widget, and once when a garbage collection frees
+    the widget's reference cycle (a lambda slot on ``destroyed`` is cleared in that collection and never runs)."""
+    import gc
+
+    from qtpy.QtWidgets import QWidget
+
+    from ticlust._napari.workers import on_destroyed
+
+    calls = []
+    widget = QWidget()
+    on_destroyed(widget, calls.append, "deleted")
+    widget.deleteLater()
+    qtbot.waitUntil(lambda: calls == ["deleted"], timeout=5_000)
+    del widget
+    gc.collect()
+    for i in range(3):
+        widget = QWidget()
+        widget.me = widget                      # a cycle: only a garbage collection frees it
+        on_destroyed(widget, calls.append, i)
+        del widget
+        gc.collect()
+    qtbot.wait(20)
+    assert calls == ["deleted", 0, 1, 2]
+
+
+def test_the_docks_close_down_runs_when_its_widget_is_deleted(make_napari_viewer, qtbot):
+    """The dock's widget deleted without its dock's close button (never docked here): the dock closes down — the heap
+    given back, its inspector's click callback taken from the viewer."""
+    import gc
+
+    from ticlust._napari.store_panel import StorePanel
+
+    viewer = make_napari_viewer()
+    panel = StorePanel(viewer)
+    qtbot.waitUntil(lambda: panel.importing is None, timeout=120_000)      # the warm-up done: the heap frozen
+    assert gc.get_freeze_count() > 0 and panel.inspector.on_click in viewer.mouse_drag_callbacks
+    panel.native.deleteLater()
+    qtbot.waitUntil(lambda: panel.closed, timeout=5_000)
+    assert gc.get_freeze_count() == 0 and panel.inspector.on_click not in viewer.mouse_drag_callbacks

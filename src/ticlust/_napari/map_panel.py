@@ -21,6 +21,7 @@ import pandas as pd
 from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
 
 from ..errors import InputError
+from ..plate.view import field_span, object_fields
 from . import layers as L
 from .object_map import ObjectMap
 from .workers import said, start_worker
@@ -230,12 +231,13 @@ class MapLink:
         return self.panel
 
     def close(self) -> None:
-        """Take the panel's dock away (its host closed)."""
+        """Take the panel's dock away and delete the panel (its host closed): the map's worker pool ends with it."""
         if self.alive_panel() is not None:
             try:
                 self.viewer.window.remove_dock_widget(self.panel)
             except (LookupError, RuntimeError, AttributeError):   # the viewer is closing: its docks go with it
                 pass
+            self.panel.deleteLater()
             self.panel = None
 
     def count_columns(self) -> list[str]:
@@ -458,10 +460,8 @@ class PlateMap(MapLink):
 
     def stale_reason(self) -> str | None:
         """Why the places shown are not the dock's result's (a Refine, a split, another fit), or None."""
-        from ..plate.curate import cluster_map
-
         result, predicted = self.owner.result, self.owner.predicted
-        if result is None or predicted is None or result is predicted or cluster_map(predicted, result) is not None:
+        if result is None or predicted is None or result is predicted or self.owner.renumbering() is not None:
             return None
         return "the result changed since the store was predicted: Re-predict places every object anew"
 
@@ -527,10 +527,9 @@ class PlateMap(MapLink):
         painted = self.viewer.layers[name] if name in self.viewer.layers and picture is not None else None
         values = np.zeros(0, np.int64)
         if painted is not None:
-            start = int(owner.starts[picture.field_index]) if owner.starts is not None else 0
-            chosen = self.selected()
-            inside = chosen[(chosen >= start) & (chosen < start + len(picture.table))]
-            values = inside - start + 1
+            start, stop = field_span(owner.starts, picture.field_index)
+            chosen = self.selected()                 # up to every object: two comparisons, not a search each
+            values = chosen[(chosen >= start) & (chosen < stop)] - start + 1
         ring_objects(self.viewer, painted, values, self.names()["ring"])
 
     def field_painted(self, picture) -> None:
@@ -542,7 +541,7 @@ class PlateMap(MapLink):
         """A point clicked: its field is opened and the object inspected (and picked for the Curate tab)."""
         owner = self.owner
         obj = int(self.objects[row])
-        field = int(np.searchsorted(owner.starts, obj, side="right") - 1)
+        field = int(object_fields(owner.starts, obj)[0])
         owner.picked = [obj]
         if owner.picture is None or owner.picture.field_index != field:
             owner.pick(field)

@@ -11,7 +11,6 @@ points kept sorted by x and by y, so a box, a polygon or a click reads only the 
 """
 from __future__ import annotations
 
-import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from qtpy.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton,
 
 from ..errors import InputError
 from .layers import cluster_color
+from .workers import on_destroyed
 
 POINTS_BELOW = 50_000       # the points themselves are drawn when fewer than this are in the drawn region
 PAD = 0.25                  # the drawn region reaches this fraction of the view beyond each side (pans stay filled)
@@ -445,9 +445,7 @@ class ObjectMap(QWidget):
         self._render_timer.timeout.connect(self.render)
         self.view.sigRangeChanged.connect(lambda *_: self._render_timer.start())
         self.view.sigResized.connect(lambda *_: self._render_timer.start())
-        # the pool ends with this widget: a finalizer, not a slot on ``destroyed``: a garbage collection that frees the
-        # widget's cycle may clear a slot's lambda (its default arguments) before Qt emits ``destroyed`` to it
-        weakref.finalize(self, self._pool.shutdown, wait=False, cancel_futures=True)
+        on_destroyed(self, self._pool.shutdown, wait=False, cancel_futures=True)     # the pool ends with the widget
 
     @property
     def busy(self) -> bool:
@@ -469,14 +467,7 @@ class ObjectMap(QWidget):
         self.xy, self.columns, self.data = xy, columns, None
         self.highlighted = self.selection = np.zeros(0, dtype=np.int64)
         self.outline.setData([], [])
-        names = [str(c) for c in columns.columns]
-        self.color_combo.blockSignals(True)
-        self.color_combo.clear()
-        self.color_combo.addItems(names)
-        first = next((c for c in ("cluster", "well") if c in names), names[0] if names else None)
-        if first is not None:
-            self.color_combo.setCurrentText(first)
-        self.color_combo.blockSignals(False)
+        first = self._list_columns(columns, ("cluster", "well"))
         self._fit_view = True              # the new map is shown whole once its extent is known
         self.legend.setText(f"indexing {len(xy):,} objects…")
         self._submit_data(map_data, xy, columns, first)
@@ -489,17 +480,23 @@ class ObjectMap(QWidget):
         if not isinstance(columns, pd.DataFrame) or len(columns) != len(self.xy):
             raise InputError(f"columns must be a pandas DataFrame with one row per point ({len(self.xy):,}).")
         self.columns = columns
+        name = self._list_columns(columns, (self.color_combo.currentText(),))
+        if name is not None:
+            self._submit_data(recolored, self._data_future, self.data, self.xy, self.columns, name)
+
+    def _list_columns(self, columns: pd.DataFrame, preferred: tuple[str, ...]) -> str | None:
+        """The colour picker lists ``columns``' names, the first of ``preferred`` that is one of them chosen (else
+        the first name), without signalling a choice (the caller colours the map). Returns the name chosen, or None
+        when there are no columns."""
         names = [str(c) for c in columns.columns]
-        current = self.color_combo.currentText()
+        name = next((c for c in preferred if c in names), names[0] if names else None)
         self.color_combo.blockSignals(True)
         self.color_combo.clear()
         self.color_combo.addItems(names)
-        name = current if current in names else (names[0] if names else None)
         if name is not None:
             self.color_combo.setCurrentText(name)
         self.color_combo.blockSignals(False)
-        if name is not None:
-            self._submit_data(recolored, self._data_future, self.data, self.xy, self.columns, name)
+        return name
 
     def color_by(self, column_name: str) -> None:
         """Colour the points by this column: categories (clusters in the field painting's colours, other

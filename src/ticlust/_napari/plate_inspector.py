@@ -93,7 +93,7 @@ class PlateInspector:
         """Align every prototype of the dock's fitted result onto store object ``obj`` in a worker and show it. While
         one is aligned, the latest object asked for waits and is inspected next. Returns the worker (None: waits)."""
         from ..plate.explore import inspect_object
-        from ..plate.view import field_table
+        from ..plate.view import field_table, object_fields
 
         panel = self.panel
         if panel.model is None:
@@ -104,12 +104,12 @@ class PlateInspector:
             self._pending = obj
             return None
         store, model, device = panel.store, panel.model, panel.device()
-        field = int(np.searchsorted(panel.starts, obj, side="right") - 1)
+        field, place = map(int, object_fields(panel.starts, obj))
 
         def job():
             try:
                 seen = inspect_object(store, model, obj, device)
-                row = field_table(store, field).iloc[[obj - int(panel.starts[field])]].reset_index(drop=True)
+                row = field_table(store, field).iloc[[place]].reset_index(drop=True)
                 return seen, row, field, None
             except InputError as exc:
                 return None, None, field, str(exc)

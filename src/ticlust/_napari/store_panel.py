@@ -24,7 +24,7 @@ from magicgui.widgets import ComboBox, Container, Label, ProgressBar, PushButton
 from napari.layers import Image, Labels
 from napari.utils.notifications import show_error
 from napari.viewer import Viewer
-from qtpy.QtCore import QEvent, QObject, QRectF, Qt
+from qtpy.QtCore import QRectF, Qt
 from qtpy.QtGui import QColor, QPainter
 from qtpy.QtWidgets import QWidget
 
@@ -32,13 +32,14 @@ from ..errors import InputError
 from ..events import Progress
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
-                          field_picture, field_title, gallery_sample, load_store_result, read_predictions, write_shares)
+                          field_picture, field_span, field_starts, field_title, gallery_sample, load_store_result,
+                          read_predictions, write_shares)
 from ..plate.store import ObjectStore
 from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
 from .map_panel import PlateMap
 from .plate_inspector import PlateInspector
-from .workers import RunButton, said, show_progress, start_worker
+from .workers import RunButton, said, show_progress, start_worker, when_closed
 
 #: The panel's name in napari.yaml (Plugins > ticlust > …).
 STORE_PANEL = "Plate (object store)"
@@ -158,8 +159,6 @@ def opened_store(path, field_index: int | None = None) -> OpenedStore:
     """Open the store at ``path`` and read what the panel shows first (the first field, or ``field_index``), and
     where each field's objects start in the table; an InputError when it is no (finished) store or its
     predictions do not match it."""
-    import pyarrow.parquet as pq
-
     store = ObjectStore(path)
     choices = condition_columns(store) + ["image"]
     predictions = read_predictions(store, ["field_index", "cluster", *choices])
@@ -173,10 +172,8 @@ def opened_store(path, field_index: int | None = None) -> OpenedStore:
         picture, problem = field_picture(store, first), None
     except InputError as exc:
         picture, problem = None, str(exc)
-    fields = pq.read_table(store.path / "table.parquet", columns=["field_index"]).column("field_index").to_numpy()
-    starts = np.searchsorted(fields, np.arange(int(store.attributes["input"]["fields"]) + 1))
     return OpenedStore(store, predictions, make_gallery(store, predictions), by, shares, first, picture, problem,
-                       starts)
+                       field_starts(store))
 
 
 def _warm_up() -> None:
@@ -229,23 +226,6 @@ def _same(a, b) -> bool:
     return np.shape(a) == np.shape(b) and bool(np.array_equal(a, b))
 
 
-class _CloseWatch(QObject):
-    """Calls ``closed()`` when the watched widget leaves the dock it was put in: napari's close button on a dock
-    takes the widget out and deletes the dock."""
-
-    def __init__(self, closed):
-        super().__init__()
-        self.closed, self.docked = closed, False
-
-    def eventFilter(self, watched, event) -> bool:
-        if event.type() == QEvent.Type.ParentChange:
-            if watched.parent() is not None:
-                self.docked = True
-            elif self.docked:
-                self.closed()
-        return False
-
-
 class StorePanel(Container):
     """Dock widget for a plate: a field with its objects by cluster, a gallery, shares, Apply result, and the tabs
     that extract, fit, predict, curate and export it."""
@@ -274,6 +254,7 @@ class StorePanel(Container):
         self.model = None                # the last fitted result of the dock's lineage (what aligns objects)
         self.predicted = None            # the result whose predictions the store holds, when the dock knows it
         self.undo_stack: list = []       # the dock's results before each edit
+        self._renumbered: tuple | None = None   # (predicted, result, their renumbering): :meth:`renumbering`
         self.picked: list[int] = []      # store objects picked on the field or in the gallery
         self.starts = None               # where each field's objects start in the store's table
         self.runners: list = []          # the tabs' Run/Cancel buttons
@@ -320,9 +301,7 @@ class StorePanel(Container):
         self.object_map = PlateMap(self)     # every predicted object on a map, docked when a store opens
         viewer.mouse_drag_callbacks.append(self.inspector.on_click)
         self.importing = start_worker(_warm_up, finished=self._methods_ready, alive=self.alive)
-        self._close_watch = _CloseWatch(self._dock_closed)
-        self.native.installEventFilter(self._close_watch)
-        self.native.destroyed.connect(lambda _=None: self._dock_closed())
+        when_closed(self, StorePanel._dock_closed)
 
     def _make_tabs(self) -> None:
         """The work in tabs (the dock fits a 1000-pixel screen): Extract, Fit, Predict (with Load/Apply result),
@@ -410,7 +389,7 @@ class StorePanel(Container):
     # ---- the dock's result: fitted, edited, predicted ------------------------------------------------
     def forget_results(self) -> None:
         """Another store: nothing the dock fitted, edited or loaded applies to it."""
-        self.result = self.model = self.predicted = self.result_path = None
+        self.result = self.model = self.predicted = self.result_path = self._renumbered = None
         self.undo_stack.clear()
         self.picked = []
         self.inspector.forget()
@@ -477,12 +456,21 @@ class StorePanel(Container):
         """What the store's predictions lack of the dock's result."""
         if self.result is None or self.result is self.predicted:
             return ""
-        from ..plate.curate import cluster_map
-
-        if self.predicted is not None and self.result.state is None and \
-                cluster_map(self.predicted, self.result) is None:
+        if self.predicted is not None and self.result.state is None and self.renumbering() is None:
             return "Refine, then Re-predict, to carry it to every object."
         return "Re-predict carries it to every object."
+
+    def renumbering(self) -> np.ndarray | None:
+        """The store's predictions' clusters in the dock's result's numbering when the result is the one they were
+        made with, edited by merges, moves and outlier marks only (``plate.curate.cluster_map``, which replays those
+        edits), else None (a Refine, a split, another fit). Worked out once per pair of predictions and result: the
+        field's painting, the map's colours, its out-of-date banner and the status line each ask after an edit."""
+        from ..plate.curate import cluster_map
+
+        result, predicted = self.result, self.predicted
+        if self._renumbered is None or self._renumbered[0] is not predicted or self._renumbered[1] is not result:
+            self._renumbered = (predicted, result, cluster_map(predicted, result))
+        return self._renumbered[2]
 
     def pending(self) -> str:
         """A note for exports made while the dock's edits are not re-predicted yet."""
@@ -880,18 +868,18 @@ class StorePanel(Container):
 
     def field_objects(self, field_index: int, count: int) -> np.ndarray:
         """The store object numbers of a field's ``count`` objects (its rows of the table)."""
-        start = int(self.starts[int(field_index)]) if self.starts is not None else 0
+        start = field_span(self.starts, field_index)[0] if self.starts is not None else 0
         return np.arange(start, start + count)
 
     def previewed(self, table, objects: np.ndarray):
         """Predicted rows (of store objects ``objects``) with the dock's edits not yet re-predicted shown on them
         (clusters renumbered, hand-set clusters and outliers: ``plate.curate``), and a note saying so."""
-        from ..plate.curate import cluster_map, pin_columns, plate_pins, relabel_columns
+        from ..plate.curate import pin_columns, plate_pins, relabel_columns
 
         result, predicted = self.result, self.predicted
         if result is None or predicted is None or result is predicted:
             return table, ""
-        mapping = cluster_map(predicted, result)
+        mapping = self.renumbering()
         if mapping is None:
             return table, "; the edited result differs from them: Refine and Re-predict to paint it"
         columns = {c: table[c].to_numpy() for c in ("cluster", "runner_up", "runner_up_score")}

@@ -31,7 +31,7 @@ from .curation_panel import CurationPanel
 from .map_panel import ResultMap
 from .method_form import MethodForm, crop_options
 from .store_panel import STORE_PANEL
-from .workers import RunButton, show_progress, start_worker
+from .workers import RunButton, show_progress, start_worker, when_closed
 
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes layer is redrawn
 FORM_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
@@ -116,6 +116,12 @@ class TiclustWidget(Container):
         viewer.mouse_drag_callbacks.append(self._on_click)
         self._on_method()
         QTimer.singleShot(0, lambda: start_worker(warm_up))    # once the window is drawn, off the GUI thread
+        when_closed(self, TiclustWidget._closed)
+
+    def _closed(self) -> None:
+        """The widget's dock was closed (or the viewer's window): its object map goes with it (the map's dock, and
+        its worker pool with the map)."""
+        self.object_map.close()
 
     # ---- form ------------------------------------------------------------------------------------
     @property

@@ -8,12 +8,16 @@ worker (at its next ``yield``) when the button is pressed again. A library call 
 events reach the dock in the GUI thread, and Cancel makes the sink raise :class:`Cancelled` at the call's next
 event, so the call stops through its own clean-up (locks let go, nothing half-committed) before the button reads
 its idle text again.
+
+A dock's close-down (its workers stopped, its object map taken away) runs once when its widget goes:
+:func:`when_closed` (napari's close button, or the widget deleted) and :func:`on_destroyed` (the widget deleted).
 """
 import threading
 import time
+import weakref
 
 from napari.qt.threading import create_worker
-from qtpy.QtCore import QObject, Signal
+from qtpy.QtCore import QEvent, QObject, Signal
 
 from ..errors import InputError
 from ..events import progress_line
@@ -195,3 +199,50 @@ class RunButton:
                 self._stop.set()
             self.worker.quit()
             self.worker = None
+
+
+# ---- a dock's close-down --------------------------------------------------------------------------------------
+def on_destroyed(widget: QObject, callback, *args, **kwargs) -> weakref.finalize:
+    """Call ``callback(*args, **kwargs)`` once, when ``widget`` goes: Qt deletes it (its ``destroyed`` signal) or its
+    Python wrapper is collected, whichever comes first; the finalizer returned calls it at once when called. A
+    finalizer holds the callback, not a slot on ``destroyed``: a garbage collection that frees the widget's reference
+    cycle may clear a slot's lambda (its closure, its default arguments) before Qt emits ``destroyed`` to it, and
+    the finalizers' registry is outside every cycle. Neither the callback nor its arguments may refer to the widget
+    (it would never be collected)."""
+    finalizer = weakref.finalize(widget, callback, *args, **kwargs)
+    widget.destroyed.connect(finalizer)
+    return finalizer
+
+
+class _CloseWatch(QObject):
+    """Calls ``closed()`` when the watched widget leaves the dock it was put in: napari's close button on a dock
+    takes the widget out and deletes the dock."""
+
+    def __init__(self, closed, parent: QObject):
+        super().__init__(parent)
+        self.closed, self.docked = closed, False
+
+    def eventFilter(self, watched, event) -> bool:
+        if event.type() == QEvent.Type.ParentChange:
+            if watched.parent() is not None:
+                self.docked = True
+            elif self.docked:
+                self.closed()
+        return False
+
+
+def when_closed(dock, close) -> weakref.finalize:
+    """Call ``close(dock)`` once, when the magicgui widget ``dock`` is closed: napari's close button on its dock, or
+    its Qt widget deleted (the viewer's window closed). ``close`` is a function of the dock (``Class.method``): the
+    dock itself is held weakly, so that the watch keeps nothing alive. A dock collected together with its widget is
+    not closed down: nothing of it runs then (a running worker or a viewer's callback would hold it)."""
+    closing = on_destroyed(dock.native, _close_alive, close, weakref.ref(dock))
+    closing.atexit = False          # not at the interpreter's exit: the close-down works on Qt widgets, gone by then
+    dock.native.installEventFilter(_CloseWatch(closing, parent=dock.native))    # Qt keeps it while the widget is
+    return closing
+
+
+def _close_alive(close, dock) -> None:
+    dock = dock()
+    if dock is not None:
+        close(dock)

@@ -82,6 +82,26 @@ def field_rows(store: ObjectStore, field_index: int) -> np.ndarray:
     return np.arange(start, stop)
 
 
+def field_starts(store: ObjectStore) -> np.ndarray:
+    """Where each field's objects start in the store's table (it is in field order), and where the last one ends:
+    field ``f``'s objects are ``starts[f]:starts[f + 1]`` (none for a field without objects)."""
+    return np.searchsorted(store.field_index, np.arange(int(store.attributes["input"]["fields"]) + 1))
+
+
+def field_span(starts: np.ndarray, field_index: int) -> tuple[int, int]:
+    """Field ``field_index``'s first store object and one past its last, from the fields' starts
+    (:func:`field_starts`)."""
+    return int(starts[int(field_index)]), int(starts[int(field_index) + 1])
+
+
+def object_fields(starts: np.ndarray, objects) -> tuple[np.ndarray, np.ndarray]:
+    """The field each store object (a row of the table) belongs to, and its place among that field's objects, from
+    the fields' starts (:func:`field_starts`); a number gives two numbers (0-d arrays)."""
+    objects = np.asarray(objects, np.int64)
+    fields = np.searchsorted(starts, objects, side="right") - 1
+    return fields, objects - np.asarray(starts)[fields]
+
+
 def field_table(store: ObjectStore, field_index: int):
     """One field's rows of the table, in object order, with cluster, score and runner-up when the store has
     predictions: read from Parquet with a filter, so the rest of the plate stays on disk."""
@@ -321,7 +341,8 @@ def _item_words(shape, landmarks: bool) -> str:
     return f"{shape[0]}×{shape[1]} crops" + (f" with {shape[2]} channels" if len(shape) > 2 else "")
 
 
-__all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_table",
+__all__ = ["read_predictions", "condition_columns", "field_title", "check_field", "field_rows", "field_starts",
+           "field_span", "object_fields", "field_table",
            "FieldPicture", "field_picture", "object_values", "cluster_shares", "write_shares", "gallery_sample",
            "load_store_result", "assign_field", "assign_items", "route_options", "record_route", "assign_objects",
            "GALLERY_PER_CLUSTER"]
