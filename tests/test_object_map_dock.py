@@ -116,6 +116,12 @@ def test_click_a_point_opens_its_field_and_inspector_a_field_click_rings_it(pred
     assert panel.picture.field_index == field and panel.picked == [last]
     assert panel.inspector.shown == last and panel.status.value.startswith(f"object {last} (")
     assert mp.map.highlighted.tolist() == [last]
+    # the field read (again) after the object was inspected leaves the object's line said (a map click on a plate
+    # reads the well's first field, then this one: the second read could come after the inspector's line)
+    said = panel.status.value
+    panel.show_field(field)
+    settle(qtbot, panel)
+    assert panel.status.value == said
     # a click on an object of the field rings it on the map
     objects = viewer.layers[panel.names()["objects"]]
     ys, xs = np.nonzero(objects.data == 2)                 # the field's second object

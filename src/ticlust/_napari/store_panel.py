@@ -33,7 +33,7 @@ from ..events import Progress
 from ..objects.crops import labels_fit
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, assign_objects, cluster_shares, condition_columns,
                           field_picture, field_span, field_starts, field_title, gallery_sample, load_store_result,
-                          read_predictions, write_shares)
+                          object_fields, read_predictions, write_shares)
 from ..plate.store import ObjectStore
 from . import layers as L
 from .plate_dock import CurateSection, ExportSection, ExtractSection, FitSection, PredictSection
@@ -786,8 +786,17 @@ class StorePanel(Container):
         self.reading = start_worker(job, returned=lambda done: self._on_field_read(store, index, *done),
                                     finished=self._on_read_finished, alive=self.alive)
         self._waiting()
-        self.say(f"Reading {field_title(store.fields.iloc[index])}…")
+        if not self._says_object_of(index):
+            self.say(f"Reading {field_title(store.fields.iloc[index])}…")
         return self.reading
+
+    def _says_object_of(self, field_index: int) -> bool:
+        """Whether the status line says the inspected object and it is on field ``field_index``: a map click inspects
+        an object while its field is read (after the well's first field, at times), and reading or painting that field
+        then leaves the object's line said."""
+        shown = self.inspector.shown
+        return (shown is not None and self.starts is not None and self.status.value == self.inspector.line
+                and int(object_fields(self.starts, shown)[0]) == int(field_index))
 
     def _on_field_read(self, store, field_index: int, picture, problem: str | None) -> None:
         if store is self.store and field_index == self._wanted:
@@ -863,7 +872,7 @@ class StorePanel(Container):
             layer = self.viewer.add_labels(picture.values, name=name, colormap=colormap, features=table, opacity=0.6)
         layer.metadata["field_index"] = picture.field_index
         self.object_map.field_painted(picture)
-        if self.status.value != self.inspector.line:     # an object inspected meanwhile (a map click) stays said
+        if not self._says_object_of(picture.field_index):     # an object of the field inspected meanwhile stays said
             self.say(f"{field_title(self.store.fields.iloc[picture.field_index])}: {len(table)} objects, {how}.")
 
     def field_objects(self, field_index: int, count: int) -> np.ndarray:
