@@ -66,6 +66,9 @@ class DTIKMeansConfig:
                             low=0.0, high=1.0)
     stage_share: float = param(0.5, "Plateau: the most of the epochs left before the final ones that a module stage "
                                "(the identity stage included, not the last module's) may use", low=0.05, high=1.0)
+    prototype_lr: float = param(1.0, "Learning rate of the prototypes (and the GMM's variances and weights) as a multiple "
+                                "of the network's: Adam moves each pixel by about lr a step, so prototypes that must "
+                                "travel far in few epochs need more", low=0.1, high=100.0, gui=False)
     lr_scaling: bool = param(True, "Batches larger than 128 (a GPU's): learning rate × batch/128, warmed up linearly "
                              "over warmup_epochs (Goyal et al.'s rule); no effect at 128 or below", gui=False)
     warmup_epochs: int = param(2, "Epochs of learning-rate warm-up for batches larger than 128", low=0, gui=False)
@@ -422,8 +425,10 @@ class DTIRun:
         large = cfg.lr_scaling and self.batch_size > 128
         self.lr = cfg.lr * self.batch_size / 128 if large else cfg.lr
         self.warmup_steps = cfg.warmup_epochs * math.ceil(len(self.x) / self.batch_size) if large else 0
-        self.optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
-                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=self.lr)
+        self.optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0, "scale": cfg.prototype_lr},
+                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay, "scale": 1.0}],
+                                          lr=self.lr)
+        self.set_lr(self.lr)
         self.weights, self.autocast = loss_setup(cfg, size, device)
         self.autocast = self.autocast or bool(cfg.cpu_bfloat16_fit and cfg.mixed_precision and device.type == "cpu"
                                               and cpu_bfloat16())
@@ -455,8 +460,7 @@ class DTIRun:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.step < self.warmup_steps:
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.lr * (self.step + 1) / self.warmup_steps
+                self.set_lr(self.lr * (self.step + 1) / self.warmup_steps)
             self.optimizer.step()
             own, runner_up, _ = own_and_runner_up(dist, assigned)
             tally.add(assigned, own, runner_up)
@@ -498,15 +502,18 @@ class DTIRun:
         if self.held_until and (epoch >= self.held_until or self.curriculum.done):
             self.pinned, self.held_until = None, 0
         if change == "lr" and cfg.lr_decay == "step":
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr / 10
+            self.set_lr(self.lr / 10)
         elif cfg.lr_decay != "step" and self.curriculum.active:
             if self.decay_from is None:
                 self.decay_from = epoch                                   # the last epoch without modules
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr * lr_factor(cfg, epoch - self.decay_from, cfg.max_epochs - self.decay_from)
+            self.set_lr(self.lr * lr_factor(cfg, epoch - self.decay_from, cfg.max_epochs - self.decay_from))
         if change:
             self.stage_log.append((epoch, time.perf_counter() - self.start, change))
+
+    def set_lr(self, lr: float) -> None:
+        """The network's learning rate ``lr``; the prototypes' ``lr`` × prototype_lr."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["scale"]
 
     @torch.no_grad()
     def cluster_halves(self) -> tuple[np.ndarray, dict]:
