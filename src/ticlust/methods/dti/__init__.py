@@ -61,11 +61,13 @@ class DTIKMeansConfig:
     lr: float = param(1e-3, "Adam learning rate (divided by 10 for the final epochs, or decayed: lr_decay)", low=1e-7, high=1.0)
     lr_decay: str = param("step", "Learning rate once the first module is in: kept, then divided by 10 for the final "
                           "epochs (step); or decayed every epoch from lr to lr × lr_floor at max_epochs, along a "
-                          "half cosine or a line (then the final epochs drop nothing)", choices=("step", "cosine", "linear"))
+                          "half cosine or a line (then the final epochs drop nothing)", choices=("step", "cosine", "linear"),
+                          gui=False)
     lr_floor: float = param(0.1, "lr_decay cosine or linear: the learning rate reached at max_epochs, as a fraction of lr",
-                            low=0.0, high=1.0)
+                            low=0.0, high=1.0, gui=False)
     stage_share: float = param(0.5, "Plateau: the most of the epochs left before the final ones that a module stage "
-                               "(the identity stage included, not the last module's) may use", low=0.05, high=1.0)
+                               "(the identity stage included, not the last module's) may use", low=0.05, high=1.0,
+                               gui=False)
     prototype_lr: float = param(1.0, "Learning rate of the prototypes (and the GMM's variances and weights) as a multiple "
                                 "of the network's: Adam moves each pixel by about lr a step, so prototypes that must "
                                 "travel far in few epochs need more", low=0.1, high=100.0, gui=False)
