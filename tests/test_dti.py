@@ -444,3 +444,41 @@ def test_progress_names_every_curriculum_stage_in_full_then_aligning_and_the_obj
                       "identity+affine+morpho+tps (lr/10)", "Aligning every image", MAP_STAGE]
     aligning = [e.step for e in events if e.stage == "Aligning every image"]
     assert aligning == [0, 1, 2] and events[-1].step == events[-1].total      # 64 images, 32 at a time
+
+
+def test_lr_decay_follows_its_schedule_and_replaces_the_final_drop(tiny):
+    """lr_decay: the learning rate stays at lr through the identity stage, then falls every epoch (linear here) to
+    lr × lr_floor at max_epochs; the curriculum's final-phase event divides nothing. The prototypes' rate is
+    prototype_lr times the network's all along."""
+    from ticlust.core.validation import as_stack
+    from ticlust.events import drain
+
+    cfg = dti.DTIKMeansConfig(k=2, transforms=("affine",), curriculum="milestones", milestones=(2, 3), max_epochs=6,
+                              batch_size=32, lr_decay="linear", lr_floor=0.2, encoder_width=0.25, prototype_lr=3.0)
+    run = dti.DTIRun(as_stack(tiny[0]), cfg, torch.device("cpu"), 0, False)
+    seen = []
+    while not run.curriculum.done:
+        run.end_epoch(drain(run.run_epoch()))
+        prototypes, network = (group["lr"] for group in run.optimizer.param_groups)
+        assert prototypes == pytest.approx(3 * network)
+        seen.append(network)
+    # the module comes in after epoch 2: epochs 3-6 run at 1, 0.8, 0.6, 0.4 of the way from lr to lr × 0.2
+    assert seen[:4] == pytest.approx([1e-3, 1e-3, 1e-3 * (0.2 + 0.8 * 0.75), 1e-3 * (0.2 + 0.8 * 0.5)])
+    assert seen[-1] == pytest.approx(1e-3 * 0.2) and len(seen) == 6
+    cosine = dti.DTIKMeansConfig(lr_decay="cosine", lr_floor=0.0)
+    assert [dti.lr_factor(cosine, d, 4) for d in (0, 2, 4, 9)] == pytest.approx([1.0, 0.5, 0.0, 0.0])
+
+
+def test_stage_share_bounds_the_module_stages():
+    """A stage that never plateaus ends when it has used stage_share of the epochs left; the last module gets the rest."""
+    cfg = dti.DTIKMeansConfig(max_epochs=40, final_epochs=0, stage_share=0.25, min_stage_epochs=100)
+    cur = dti.Curriculum(cfg, 2)
+    changes = {e: c for e in range(1, 41) if (c := cur.update(e, 1.0 / e))}
+    assert changes == {10: "module", 18: "module"} and cur.done
+
+
+@pytest.mark.parametrize("bad", [dict(lr_decay="exponential"), dict(lr_floor=1.5), dict(stage_share=0.0),
+                                 dict(prototype_lr=0.0)])
+def test_schedule_parameters_refuse_bad_values(tiny, bad):
+    with pytest.raises(InputError, match=next(iter(bad))):
+        ticlust.fit(tiny[0], method="dti-kmeans", k=2, **bad, **FAST)

@@ -58,7 +58,19 @@ class DTIKMeansConfig:
     plateau_tol: float = param(0.01, "Plateau: smallest relative improvement between windows that counts as progress", low=0.0)
     min_stage_epochs: int = param(6, "Plateau: fewest epochs in each curriculum stage", low=1)
     final_epochs: int = param(10, "Epochs at the reduced learning rate once every module is in (plateau mode)", low=0)
-    lr: float = param(1e-3, "Adam learning rate (divided by 10 for the final epochs)", low=1e-7, high=1.0)
+    lr: float = param(1e-3, "Adam learning rate (divided by 10 for the final epochs, or decayed: lr_decay)", low=1e-7, high=1.0)
+    lr_decay: str = param("step", "Learning rate once the first module is in: kept, then divided by 10 for the final "
+                          "epochs (step); or decayed every epoch from lr to lr × lr_floor at max_epochs, along a "
+                          "half cosine or a line (then the final epochs drop nothing)", choices=("step", "cosine", "linear"),
+                          gui=False)
+    lr_floor: float = param(0.1, "lr_decay cosine or linear: the learning rate reached at max_epochs, as a fraction of lr",
+                            low=0.0, high=1.0, gui=False)
+    stage_share: float = param(0.5, "Plateau: the most of the epochs left before the final ones that a module stage "
+                               "(the identity stage included, not the last module's) may use", low=0.05, high=1.0,
+                               gui=False)
+    prototype_lr: float = param(1.0, "Learning rate of the prototypes (and the GMM's variances and weights) as a multiple "
+                                "of the network's: Adam moves each pixel by about lr a step, so prototypes that must "
+                                "travel far in few epochs need more", low=0.1, high=100.0, gui=False)
     lr_scaling: bool = param(True, "Batches larger than 128 (a GPU's): learning rate × batch/128, warmed up linearly "
                              "over warmup_epochs (Goyal et al.'s rule); no effect at 128 or below", gui=False)
     warmup_epochs: int = param(2, "Epochs of learning-rate warm-up for batches larger than 128", low=0, gui=False)
@@ -231,10 +243,10 @@ class Curriculum:
         if epoch >= cfg.max_epochs:
             self.done = True
             return None
-        # budget: a stage may use at most half of the epochs left before the final phase (the last
-        # module all of them), so every module gets its turn within max_epochs
+        # budget: a stage may use at most stage_share (half) of the epochs left before the final phase
+        # (the last module all of them), so every module gets its turn within max_epochs
         left = cfg.max_epochs - cfg.final_epochs - self.stage_start
-        share = left if self.active == self.n_modules else left / 2
+        share = left if self.active == self.n_modules else left * cfg.stage_share
         if epoch - self.stage_start >= max(share, 1):
             return self._next(epoch)
         p = cfg.patience
@@ -257,6 +269,15 @@ class Curriculum:
         if self.cfg.curriculum == "plateau" and self.cfg.final_epochs == 0:
             self.done = True
         return "lr"
+
+
+def lr_factor(cfg, done: int, total: int) -> float:
+    """The learning rate of the next epoch over ``lr`` under ``lr_decay`` cosine or linear, ``done`` of the ``total``
+    epochs with modules having run: 1 before the first, ``lr_floor`` at the end (a smooth decay instead of one drop,
+    so every module stage trains at a falling rate and the last one ends annealed)."""
+    t = min(max(done / max(total, 1), 0.0), 1.0)
+    shape = 0.5 * (1 + math.cos(math.pi * t)) if cfg.lr_decay == "cosine" else 1 - t
+    return cfg.lr_floor + (1 - cfg.lr_floor) * shape
 
 
 def copy_cluster(model: DTIModel, optimizer, i: int, j: int, noise: float, generator: torch.Generator) -> None:
@@ -411,8 +432,10 @@ class DTIRun:
         large = cfg.lr_scaling and self.batch_size > 128
         self.lr = cfg.lr * self.batch_size / 128 if large else cfg.lr
         self.warmup_steps = cfg.warmup_epochs * math.ceil(len(self.x) / self.batch_size) if large else 0
-        self.optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0},
-                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay}], lr=self.lr)
+        self.optimizer = torch.optim.Adam([{"params": model.cluster_parameters(), "weight_decay": 0.0, "scale": cfg.prototype_lr},
+                                           {"params": model.network_parameters(), "weight_decay": cfg.weight_decay, "scale": 1.0}],
+                                          lr=self.lr)
+        self.set_lr(self.lr)
         self.weights, self.autocast = loss_setup(cfg, size, device)
         self.autocast = self.autocast or bool(cfg.cpu_bfloat16_fit and cfg.mixed_precision and device.type == "cpu"
                                               and cpu_bfloat16())
@@ -424,6 +447,7 @@ class DTIRun:
         self.reported = float("nan")      # the last loss read back from the device, for Progress
         self.pinned: torch.Tensor | None = None   # (N,) clusters the user fixed items to (-1: free), for Refine
         self.held_until = 0                        # training holds the last split's halves (in pinned) until this epoch
+        self.decay_from: int | None = None         # lr_decay: the last epoch without modules, after which the lr decays
         model.train()
 
     def run_epoch(self):
@@ -443,8 +467,7 @@ class DTIRun:
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if self.step < self.warmup_steps:
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.lr * (self.step + 1) / self.warmup_steps
+                self.set_lr(self.lr * (self.step + 1) / self.warmup_steps)
             self.optimizer.step()
             own, runner_up, _ = own_and_runner_up(dist, assigned)
             tally.add(assigned, own, runner_up)
@@ -493,11 +516,19 @@ class DTIRun:
                     self.pinned, self.held_until = held.to(self.device), epoch + cfg.split_hold
         if self.held_until and (epoch >= self.held_until or self.curriculum.done):
             self.pinned, self.held_until = None, 0
-        if change == "lr":
-            for group in self.optimizer.param_groups:
-                group["lr"] = self.lr / 10
+        if change == "lr" and cfg.lr_decay == "step":
+            self.set_lr(self.lr / 10)
+        elif cfg.lr_decay != "step" and self.curriculum.active:
+            if self.decay_from is None:
+                self.decay_from = epoch                                   # the last epoch without modules
+            self.set_lr(self.lr * lr_factor(cfg, epoch - self.decay_from, cfg.max_epochs - self.decay_from))
         if change:
             self.stage_log.append((epoch, time.perf_counter() - self.start, change))
+
+    def set_lr(self, lr: float) -> None:
+        """The network's learning rate ``lr``; the prototypes' ``lr`` × prototype_lr."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr * group["scale"]
 
     @torch.no_grad()
     def cluster_halves(self) -> tuple[np.ndarray, dict]:
