@@ -190,3 +190,38 @@ def test_scene_cells_that_name_a_scene_pick_it_when_cut_and_when_opened_again(tm
         assert np.array_equal(field_picture(folder, scene).image, made[scene][0])
         assert np.array_equal(np.asarray(listed.crops[np.flatnonzero(listed.table["field_index"] == field)]),
                               np.asarray(folder.crops[np.flatnonzero(folder.table["field_index"] == scene)]))
+
+
+def test_channel_files_of_several_scenes_are_read_at_each_rows_scene(tmp_path):
+    """A manifest whose channel columns name OME-TIFFs of two scenes each (one channel per file): every row is cut
+    from its own scene and its picture shows that scene (both read the first scene before), the same pixels as the
+    scenes given as plain per-channel TIFFs."""
+    made = scenes()
+    for c, name in enumerate(NAMES[:2]):
+        with tifffile.TiffWriter(tmp_path / f"plate_{name}.ome.tif", ome=True) as tw:
+            for image, _ in made:
+                tw.write(image[c], photometric="minisblack", metadata={"axes": "YX", "Channel": {"Name": [name]}})
+    for s, (image, labels) in enumerate(made):
+        tifffile.imwrite(tmp_path / f"s{s}_masks.tif", labels)
+        for c, name in enumerate(NAMES[:2]):
+            tifffile.imwrite(tmp_path / f"s{s}_{name}.tif", image[c])
+    order = (1, 0)
+    pd.DataFrame({"image_DNA": ["plate_DNA.ome.tif"] * 2, "image_ER": ["plate_ER.ome.tif"] * 2,
+                  "labels": [f"s{s}_masks.tif" for s in order], "scene": list(order)}).to_csv(tmp_path / "m.csv", index=False)
+    pd.DataFrame({"image_DNA": [f"s{s}_DNA.tif" for s in order], "image_ER": [f"s{s}_ER.tif" for s in order],
+                  "labels": [f"s{s}_masks.tif" for s in order]}).to_csv(tmp_path / "t.csv", index=False)
+    scened = ticlust.extract(tmp_path / "m.csv", tmp_path / "m.zarr")
+    plain = ticlust.extract(tmp_path / "t.csv", tmp_path / "t.zarr")
+    assert scened.channels == 2 and len(scened) == len(plain) > 0
+    assert np.array_equal(np.asarray(scened.crops[:]), np.asarray(plain.crops[:]))
+    picture = field_picture(scened, 0)                                  # the first row: scene 1
+    assert np.array_equal(np.asarray(picture.image), made[1][0][:2])     # channels first, as napari shows them
+
+
+def test_a_channel_column_naming_a_file_of_several_channels_is_one_sentence(tmp_path):
+    made = scenes(1)
+    write_ome(tmp_path / "all.ome.tif", made)
+    tifffile.imwrite(tmp_path / "m_masks.tif", made[0][1])
+    pd.DataFrame({"image_DNA": ["all.ome.tif"], "labels": ["m_masks.tif"]}).to_csv(tmp_path / "m.csv", index=False)
+    with pytest.raises(InputError, match=r"all.ome.tif, the DNA channel's file, is 88×104×3, not one grey plane"):
+        ticlust.extract(tmp_path / "m.csv", tmp_path / "m.zarr")

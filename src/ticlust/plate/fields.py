@@ -408,7 +408,7 @@ def field_source(spec: FieldSpec, channel=None, z=None):
         raise InputError(f"{Path(spec.image or spec.channels[0][1] or '').name} is a 2-D image: --z (z=) applies to "
                          "images with Z planes (OME-Zarr, OME-TIFF, microscope files).")
     if spec.channels:                  # the image first, then its mask: a missing image is what a user hears of
-        image, caxis = _channel_files(spec, channel)
+        image, caxis = _channel_files(spec, channel, z)
         return image, _read(spec.labels, "mask"), caxis, None
     if spec.scene is not None:
         image = BioField(spec.image, spec.scene, z)
@@ -421,9 +421,9 @@ def field_source(spec: FieldSpec, channel=None, z=None):
     return image, _read(spec.labels, "mask"), None, _indices(channel, None, Path(spec.image).name)
 
 
-def _channel_files(spec: FieldSpec, channel):
+def _channel_files(spec: FieldSpec, channel, z=None):
     """``(image, channel_axis)`` of a field given as one file per channel: the picked channels' files stacked along
-    a last axis (one channel picked alone: that file as a grey image)."""
+    a last axis (one channel picked alone: that file as a grey image), each read by :func:`_channel_file`."""
     names = [name for name, _ in spec.channels]
     picks = _indices(channel, tuple(names), f"The field of {Path(spec.image or '').name or 'this row'}")
     chosen = list(range(len(names))) if picks is None else picks if isinstance(picks, list) else [picks]
@@ -432,11 +432,26 @@ def _channel_files(spec: FieldSpec, channel):
         name, path = spec.channels[i]
         if path is None:
             raise InputError(f"This manifest row names no file for the channel {name}: give every channel's file.")
-        arrays.append(_read(path, f"{name} channel"))
+        arrays.append(_channel_file(path, name, spec.scene, z))
     if isinstance(picks, int):
         return arrays[0], None
     stack = ChannelStack(arrays, [names[i] for i in chosen], [spec.channels[i][1] for i in chosen])
     return stack, stack.ndim - 1
+
+
+def _channel_file(path: str, name: str, scene: int | None, z):
+    """One channel's file as a grey image: through bioio where it reads the type (the row's scene and Z plane, as a
+    file given whole is read; a microscope format ticlust does not read itself), else as ticlust reads a TIFF."""
+    if not read_by_bioio(path):
+        return _read(path, f"{name} channel")
+    if not Path(path).is_file():
+        raise InputError(f"There is no {name} channel file at {path}: check the path.")
+    image = BioField(path, 0 if scene is None else scene, z)
+    if image.ndim != 2:
+        raise InputError(f"{Path(path).name}, the {name} channel's file, is {'×'.join(map(str, image.shape))}, not one "
+                         "grey plane: a manifest's channel columns name one single-channel image per file (a file of "
+                         "several channels goes in the image column).")
+    return image
 
 
 def _indices(channel, names, where: str):
@@ -478,7 +493,7 @@ def row_spec(source: Path, row, index: int) -> FieldSpec:
                      if str(c).startswith(CHANNEL_PREFIX))
     image = beside(base, row["image"])
     scene = None
-    if image is not None and read_by_bioio(image) and not channels:
+    if image is not None and read_by_bioio(image):     # with channel files: the first one's scenes, as listed
         value = row.get("scene")
         if blank(value):
             scene = 0
