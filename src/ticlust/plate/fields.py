@@ -444,9 +444,7 @@ def _channel_file(path: str, name: str, scene: int | None, z):
     file given whole is read; a microscope format ticlust does not read itself), else as ticlust reads a TIFF."""
     if not read_by_bioio(path):
         return _read(path, f"{name} channel")
-    if not Path(path).is_file():
-        raise InputError(f"There is no {name} channel file at {path}: check the path.")
-    image = BioField(path, 0 if scene is None else scene, z)
+    image = BioField(_existing(path, f"{name} channel"), 0 if scene is None else scene, z)
     if image.ndim != 2:
         raise InputError(f"{Path(path).name}, the {name} channel's file, is {'×'.join(map(str, image.shape))}, not one "
                          "grey plane: a manifest's channel columns name one single-channel image per file (a file of "
@@ -508,11 +506,17 @@ def row_spec(source: Path, row, index: int) -> FieldSpec:
     return FieldSpec(index, image, beside(base, row["labels"]), scene=scene, channels=channels)
 
 
-def _read(path: str, what: str):
-    """One image or mask file, or an InputError naming it."""
+def _existing(path: str, what: str) -> Path:
+    """``path`` as a Path, or an InputError when no file is there (``what``: the image, the mask, a channel)."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"There is no {what} file at {p}: check the path.")
+    return p
+
+
+def _read(path: str, what: str):
+    """One image or mask file, or an InputError naming it."""
+    p = _existing(path, what)
     try:
         return read_image(p)
     except Exception as exc:

@@ -93,7 +93,7 @@ class RigidMatch:
 
     def assigned(self, labels: torch.Tensor) -> "RigidMatch":
         """Each item's pose onto its own prototype ``labels`` (B,): every field with the prototype axis taken away."""
-        return RigidMatch(*(assigned_pair(t, labels) for t in (self.angle, self.flip, self.shift, self.score, self.theta)))
+        return RigidMatch(*(assigned_pair(getattr(self, field.name), labels) for field in dataclasses.fields(self)))
 
     def put(self, rows: torch.Tensor, match: "RigidMatch") -> None:
         """Set rows ``rows`` of this match of one pose per item (fields (B, ...)) from a search of those items against a
