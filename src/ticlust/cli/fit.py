@@ -11,12 +11,10 @@ import numpy as np
 from ..core.atomic import check_outputs
 from ..errors import InputError
 from ..io.readers import IMAGE_SUFFIXES, folder_images, read_input
+from ..plate import STORE_FIT_ALL
 from ..result import npz_path
 from .common import (CROP_NEEDS_LABELS, check_in_process, check_writable, cluster_options, crop_given, crop_options,
                      notes)
-
-#: A store is fitted whole without --fit-sample up to this many objects.
-STORE_FIT_ALL = 50_000
 
 
 def add_parser(sub, common) -> None:
