@@ -1,0 +1,159 @@
+"""Cell K-means: K-means on crops of real cells read as a lab reads them (``features.cells``): each crop's
+background level taken off per channel, optionally its object's mask applied and its pose undone (centre of
+mass to the crop's centre, major axis along +x), then every channel smoothed at a scale set by the objects' own
+size before the crops are compared. Channels keep the stack's units (no per-object or per-channel
+normalisation), so a channel's integrated intensity — DNA content on a DNA stain — weighs as much as the data
+give it.
+
+Why smoothing (benchmarks/results/real_cells.md): on real cells the crops differ by much that is not the class
+(texture noise, the exact outline, debris); at a smoothing of about the objects' radius what is left is each
+channel's amount and spread, which is what tells cell-cycle phases apart. ``scale`` 0 compares every pixel
+(pixel K-means on background-free crops). The prototypes are the members' mean crops at full resolution.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..core.stack import Stack
+from ..errors import InputError
+from ..events import Progress
+from ..features import cells
+from ..kernels import assign, kmeans_plus_plus_steps, lloyd_steps, partition_means
+from ..result import ClusteringResult, FittedState
+from .base import Method, param, register, seed_everything
+
+#: Items whose masks set the smoothing scale (a seeded sample of a larger stack).
+RADIUS_SAMPLE = 2000
+#: Items read and prepared at once.
+BLOCK = 1024
+
+
+@dataclass
+class CellKMeansConfig:
+    k: int = 8
+    scale: float = param(0.8, "Smoothing before crops are compared, as a share of the objects' median radius: about 1 "
+                         "compares each channel's amount and spread (stain content, e.g. DNA for cell-cycle phases), "
+                         "0 compares every pixel (fine structure)", low=0.0, high=4.0, essential=True)
+    pose: str = param("none", "Undo each object's pose before comparing: none, centre (centre of mass to the crop's "
+                      "centre) or centre+axis (and the major axis along +x: any orientation)",
+                      choices=("none", "centre", "centre+axis"), essential=True)
+    mask: bool = param(False, "Set everything outside each object's mask (Otsu on the channels' contrast) to the "
+                       "background: neighbours and debris in the crop no longer count")
+    background: str = param("ring", "Each crop's background level per channel, taken off first: ring (the median of "
+                            "its outer pixels) or none", choices=("ring", "none"))
+    n_init: int = param(10, "K-means runs from different k-means++ starts; the lowest distortion is kept", low=1)
+    max_iter: int = param(300, "Most Lloyd iterations per run", low=1)
+    tol: float = param(1e-4, "Stop when the centroids move less than this (relative to the data's variance)", low=0.0)
+    batch_size: int = param(8192, "Items per batch when computing distances", low=1, gui=False)
+
+
+@dataclass
+class CellKMeansState(FittedState):
+    centers: np.ndarray      # (K, D) centroids of the smoothed crops
+    noise: np.ndarray        # (C,) the background noise per channel (the masks' units)
+    sigma: np.ndarray        # () the smoothing in pixels: scale × the fitted objects' median radius
+
+
+def prepared(x: np.ndarray, cfg: CellKMeansConfig, noise: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Crops (B, H, W, C) background-free, masked and posed as ``cfg`` says; with the poses (B, 3)."""
+    level = cells.border_background(x) if cfg.background == "ring" else np.zeros((len(x), x.shape[-1]), x.dtype)
+    out = x - level[:, None, None, :]
+    pose = np.zeros((len(x), 3))
+    if cfg.mask or cfg.pose != "none":
+        masks = cells.object_masks(x, level, noise)
+        if cfg.mask:
+            out = out * masks[..., None]
+        if cfg.pose != "none":
+            pose = cells.poses(np.abs(out).sum(-1) * masks, cfg.pose == "centre+axis")
+            out = cells.posed(out, pose)
+    return out.astype(np.float32), pose
+
+
+def _channels_last(x: np.ndarray) -> np.ndarray:
+    return x if x.ndim == 4 else x[..., None]
+
+
+class CellKMeans(Method):
+    name, title, paper = "cell-kmeans", "Cell K-means (background-free, smoothed at the cells' size)", "baseline+"
+    config, state, inputs = CellKMeansConfig, CellKMeansState, ("images",)
+    caution = ("For crops of cells or nuclei: compares stain amounts and coarse shape; for fine structure (digits, "
+               "lobed nuclei) set scale 0 or use an aligning method.")
+
+    def train(self, stack: Stack, cfg: CellKMeansConfig, device: torch.device, seed: int):
+        rng = seed_everything(seed)
+        if not stack.is_image:
+            raise InputError("cell-kmeans clusters images: give an image stack (N×H×W or N×H×W×C), not vectors.")
+        noise, sigma = self._scales(stack, cfg, rng)
+        yield Progress(1, 3, float("nan"), "measuring the cells")
+        rows = torch.from_numpy(self._rows(stack, cfg, noise, sigma)).to(device)
+        best = None
+        for run in range(cfg.n_init):
+            centers = yield from kmeans_plus_plus_steps(rows, cfg.k, rng)
+            history, centers, d2, labels = yield from lloyd_steps(rows, centers, cfg, (rows.shape[1],),
+                                                                  f"Lloyd iterations (run {run + 1} of {cfg.n_init})")
+            if best is None or history[-1] < best[0][-1]:
+                best = (history, centers, d2, labels)
+        history, centers, d2, labels = best
+        return self._result(stack, cfg, noise, sigma, centers, d2, labels, history)
+
+    def refine(self, stack: Stack, cfg: CellKMeansConfig, start: ClusteringResult, pinned: torch.Tensor,
+               device: torch.device):
+        """Lloyd iterations from the centroids of the edited partition, the pinned items kept there."""
+        rng = np.random.default_rng(int(start.config.get("seed", 0)) if isinstance(start.config, dict) else 0)
+        noise, sigma = self._scales(stack, cfg, rng)
+        rows = torch.from_numpy(self._rows(stack, cfg, noise, sigma)).to(device)
+        labels = torch.as_tensor(np.asarray(start.labels), device=device).long()
+        centers = partition_means(rows, labels, rows[:cfg.k].clone())
+        history, centers, d2, labels = yield from lloyd_steps(rows, centers, cfg, (rows.shape[1],),
+                                                              "Refine: Lloyd iterations", pinned=pinned)
+        return self._result(stack, cfg, noise, sigma, centers, d2, labels, history)
+
+    def predict(self, result: ClusteringResult, stack: Stack, device: torch.device, batch_size: int | None = None):
+        """Each new crop prepared as the fitted ones were (its own background, the fitted smoothing), then its
+        nearest centroid."""
+        state, cfg = result.state, self.config_of(result)
+        rows = torch.from_numpy(self._rows(stack, cfg, state.noise, float(state.sigma))).to(device)
+        centers = torch.from_numpy(state.centers).to(device)
+        if rows.shape[1] != centers.shape[1]:
+            raise InputError(f"The new crops are {stack.item_shape} but the result was fitted on crops of another size: "
+                             "give crops of the fitted size.")
+        d2, labels = assign(rows, centers)
+        return self.predicted(result, labels=labels.cpu().numpy(), scores=d2.cpu().numpy())
+
+    # ---- the pieces ---------------------------------------------------------------------------------------
+    @staticmethod
+    def _scales(stack: Stack, cfg: CellKMeansConfig, rng: np.random.Generator) -> tuple[np.ndarray, float]:
+        """The background noise per channel and the smoothing in pixels, from a seeded sample's masks."""
+        index = np.sort(rng.choice(stack.n, RADIUS_SAMPLE, replace=False)) if stack.n > RADIUS_SAMPLE else np.arange(stack.n)
+        x = _channels_last(stack.take(index))
+        level = cells.border_background(x) if cfg.background == "ring" else np.zeros((len(x), x.shape[-1]), x.dtype)
+        noise = cells.noise_levels(x, level)
+        radius = np.sqrt(cells.object_masks(x, level, noise).sum((1, 2)) / np.pi)
+        return noise.astype(np.float32), float(cfg.scale * np.median(radius))
+
+    @staticmethod
+    def _rows(stack: Stack, cfg: CellKMeansConfig, noise: np.ndarray, sigma: float) -> np.ndarray:
+        """(N, D) float32: every crop prepared and smoothed, read ``BLOCK`` items at a time."""
+        return np.concatenate([cells.smoothed_rows(prepared(_channels_last(b), cfg, noise)[0], sigma)
+                               for _, b in stack.batches(BLOCK)])
+
+    def _result(self, stack, cfg, noise, sigma, centers, d2, labels, history) -> ClusteringResult:
+        """The result: the members' mean prepared crops (full resolution) as prototypes, each item's pose."""
+        k, labels_np = cfg.k, labels.cpu().numpy()
+        sums = np.zeros((k, *stack.item_shape[:2], stack.channels), np.float64)
+        poses = []
+        for start, b in stack.batches(BLOCK):
+            crops, pose = prepared(_channels_last(b), cfg, noise)
+            np.add.at(sums, labels_np[start:start + len(b)], crops)
+            poses.append(pose)
+        counts = np.bincount(labels_np, minlength=k).astype(np.float64)
+        protos = (sums / np.maximum(counts, 1)[:, None, None, None]).astype(np.float32).reshape(k, *stack.item_shape)
+        state = CellKMeansState(centers.cpu().numpy(), np.asarray(noise, np.float32), np.asarray(sigma, np.float32))
+        return self.result(cfg, state, labels=labels_np, scores=d2.cpu().numpy(), prototypes=protos, history=history,
+                           params={"pose": np.concatenate(poses).astype(np.float32)})
+
+
+register(CellKMeans())
