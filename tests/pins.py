@@ -50,6 +50,7 @@ CASES = {
     "rigid-kmeans": dict(max_iter=3, flip=True),
     "rigid-pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2, rigid_iter=3),
     "rigid-spectral": dict(anchors=12, candidates=8, restarts=3, flip=True),
+    "cell-kmeans": dict(n_init=2, pose="centre+axis", mask=True),
 }
 
 

@@ -35,9 +35,11 @@ def border_background(x: np.ndarray) -> np.ndarray:
 
 def noise_levels(x: np.ndarray, background: np.ndarray) -> np.ndarray:
     """Per channel (C,), the background's noise over the stack: the ring's median absolute deviation from each
-    crop's level, as a standard deviation. Never 0 (a flat background gets the smallest positive float32)."""
+    crop's level, as a standard deviation. A noiseless background (generated or masked crops) gets a thousandth
+    of the channel's range instead (and a blank channel 1), so contrasts in these units stay finite."""
     mad = MAD_SD * np.median(np.abs(ring(x) - background[:, None, :]), axis=(0, 1))
-    return np.maximum(mad, np.finfo(np.float32).tiny)
+    spread = x.reshape(-1, x.shape[-1]).max(0) - x.reshape(-1, x.shape[-1]).min(0)
+    return np.where(mad > 0, mad, np.where(spread > 0, 1e-3 * spread, 1.0))
 
 
 def object_masks(x: np.ndarray, background: np.ndarray, noise: np.ndarray) -> np.ndarray:
