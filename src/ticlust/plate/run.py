@@ -330,6 +330,14 @@ def predict_part(task: PartTask) -> PartReport:
     file + rename: there whole or not at all) and, with ``save_aligned``, ``fields/NNNNN/aligned`` (each
     object aligned with its prototype, written batch by batch into a temporary array, then renamed).
     Skipped when the part holds what was asked for, made by the same result."""
+    from ..core.atomic import owned
+
+    with owned(task.store):            # the part's own files, in the store this step was given
+        return _predict_part(task)
+
+
+def _predict_part(task: PartTask) -> PartReport:
+    """:func:`predict_part`'s work, inside the store it owns for the step."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zarr
@@ -479,31 +487,19 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
 
 
 def check_prediction_outputs(store: ObjectStore, result, csv, parquet) -> None:
-    """Refuse, before anything is predicted, a ``csv`` / ``parquet`` target that would destroy a file: one inside
-    the store's folder (or the folder itself), the store's input (its manifest, a field's image or mask, or
-    anything inside an OME-Zarr input), the result file, an existing folder, or the other target; and one whose
-    folder does not exist."""
+    """Refuse, before anything is predicted, a ``csv`` / ``parquet`` target that would destroy a file: the guard of
+    every output (``core.atomic.check_outputs``) with the store's inputs and the result file as the inputs."""
     from ..core.atomic import check_outputs
 
-    outputs = {flag: Path(t) for flag, t in (("--csv", csv), ("--parquet", parquet)) if t is not None}
-    if not outputs:
-        return
+    inputs = {"RESULT": None if not isinstance(result, (str, os.PathLike)) else result, **store_inputs(store)}
+    check_outputs(inputs, {"--csv": csv, "--parquet": parquet})
+
+
+def store_inputs(store: ObjectStore) -> dict[str, Path]:
+    """What a store was extracted from, as the output guard's inputs (name → path): its input (a folder, a
+    manifest, an OME-Zarr) and every field's image and mask file; nothing may be written onto them."""
     source, files = store.input_files()
-    inputs = {"RESULT": None if not isinstance(result, (str, os.PathLike)) else result, "INPUT": source,
-              **{f"{f.name}, a field's image or mask": f for f in files}}
-    check_outputs(inputs, outputs)
-    inside = [(store.path.resolve(), "in the store")] + ([(source.resolve(), "in the OME-Zarr input")]
-                                                        if source.is_dir() and not files else [])
-    for flag, target in outputs.items():
-        where = target.resolve()
-        for folder, what in inside:
-            if where == folder or where.is_relative_to(folder):
-                raise InputError(f"{flag} {target} lies {what} {folder}: choose a file outside it, so that nothing "
-                                 "of it is overwritten.")
-        if target.is_dir():
-            raise InputError(f"{flag} {target} is a folder: give a file name for the table.")
-        if not target.parent.is_dir():
-            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+    return {"INPUT": source, **{f"{f.name}, a field's image or mask": f for f in files}}
 
 
 @contextmanager
@@ -511,15 +507,18 @@ def _result_file(result, store: ObjectStore):
     """``(result, its file)`` for a prediction's per-part steps, which read the result from a file: a
     ClusteringResult is saved into the store's tmp/ for the run (and removed after it), a file is loaded."""
     from ..api import load_result
+    from ..core.atomic import owned
     from ..result import ClusteringResult
 
     if not isinstance(result, ClusteringResult):
         yield load_result(Path(result)), Path(result)
         return
     temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
-    temp.parent.mkdir(exist_ok=True)
     try:
-        yield result, result.save(temp)
+        with owned(store.path / "tmp"):     # the store's scratch folder, where the parts' workers read it
+            temp.parent.mkdir(exist_ok=True)
+            saved = result.save(temp)
+        yield result, saved
     finally:
         if temp.exists():
             temp.unlink()
@@ -557,7 +556,9 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
     by row group (:func:`_joined`), the result's hand-set clusters applied (``pins.pinned_columns``). Returns (sample objects whose cluster differs from the fit's, sample size)
     when the result was fitted on a sample of this store, else (None, None)."""
-    from ..core.atomic import write_atomic
+    import pyarrow.parquet as pq
+
+    from ..core.atomic import owned, write_atomic
     from .pins import pinned_columns, plate_pins
 
     pins = plate_pins(result)          # clusters set by hand (ticlust.plate.curate), applied over the predictions
@@ -566,31 +567,25 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     index = np.asarray(sample["index"], np.int64) if same_store else None
     picked = np.full(0 if index is None else len(index), -1, np.int64)
     meta = {b"ticlust_result": digest.encode(), b"method": result.method.encode()}
-    partials = []                      # (--parquet / --csv file, its .partial) once begun
 
     def write(tmp):
-        writers, offset = [], 0
+        writer, offset = None, 0
         for table in _joined(store, ids, digest):
             if index is not None:
                 sel = (index >= offset) & (index < offset + table.num_rows)
                 picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
             table = pinned_columns(table, offset, pins)
             offset += table.num_rows
-            if not writers:
-                writers = _joined_writers(tmp, table.schema.with_metadata(meta), parquet, csv, partials)
-            for w, tagged in writers:
-                w.write_table(table.replace_schema_metadata(meta if tagged else None))
-        for w, _ in writers:
-            w.close()
+            writer = writer or pq.ParquetWriter(tmp, table.schema.with_metadata(meta))
+            writer.write_table(table.replace_schema_metadata(meta))
+        if writer is not None:
+            writer.close()
 
-    try:
+    with owned(store.path):
         write_atomic(store.path / PREDICTIONS, write)
-        for final, tmp in partials:
-            os.replace(tmp, final)
-    finally:
-        for _, tmp in partials:
-            if tmp.exists():
-                tmp.unlink()
+    for target in (parquet, csv):
+        if target is not None:
+            copy_table(store.path / PREDICTIONS, target, parquet=target is parquet)
     if index is None:
         return None, None
     return int((picked != np.asarray(result.labels)[:len(index)]).sum()), int(len(index))
@@ -656,21 +651,23 @@ def with_map_columns(part):
     return out
 
 
-def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
-    """(writer, whether its table carries the result's tags) for the joined table: predictions.parquet's temp
-    file ``tmp``, then ``parquet`` and ``csv`` (when given) each into its ``.partial`` file, recorded in
-    ``partials`` to be renamed when all is written."""
+def copy_table(source: Path, path, parquet: bool) -> Path:
+    """A store's table (``source``, Parquet) written whole at ``path`` (through the output guard): as Parquet, the
+    same bytes; else as CSV, row group by row group, without Arrow's metadata."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    writers = [(pq.ParquetWriter(tmp, schema), True)]
-    if parquet is not None:
-        partials.append((parquet, Path(f"{parquet}.partial")))
-        writers.append((pq.ParquetWriter(partials[-1][1], schema), True))
-    if csv is not None:
-        partials.append((csv, Path(f"{csv}.partial")))
-        writers.append((pcsv.CSVWriter(partials[-1][1], schema.remove_metadata()), False))
-    return writers
+    from ..core.atomic import write_atomic
+
+    if parquet:
+        return write_atomic(path, lambda tmp: shutil.copyfile(source, tmp))
+
+    def write(tmp):
+        table = pq.ParquetFile(source)
+        with pcsv.CSVWriter(tmp, table.schema_arrow.remove_metadata()) as writer:
+            for group in range(table.num_row_groups):
+                writer.write_table(table.read_row_group(group).replace_schema_metadata(None))
+    return write_atomic(path, write)
 
 
 def aligned_images(store):

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import write_atomic
+from ..core.atomic import owned, write_atomic, zarr_root
 from ..core.backends import Backend, backend_for, stderr_notice
 from ..errors import InputError, whole_number
 from ..objects.crops import (MAX_AUTO_SIZE, ROUTE_OPTIONS, TABLE_COLUMNS, auto_size, crop_channels, crop_needs,
@@ -163,19 +163,20 @@ def _commit(store: Path, index: int, crops, masks, table) -> None:
 
     tmp = store / "tmp" / f"{part_name(index)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        group = zarr.open_group(tmp, mode="w", attributes={"field": index, "objects": len(crops)})
-        for name, data in (("crops", crops), ("masks", masks)):
-            chunk = max(1, min(len(data), CHUNK_BYTES // max(1, data[0:1].nbytes or data.itemsize)))
-            array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:], dtype=data.dtype,
-                                       config=WHOLE_CHUNKS)
-            if len(data):
-                array[...] = data
-        pq.write_table(pa.table(table), tmp / "rows.parquet")
-        try:
-            os.rename(tmp, store / "fields" / part_name(index))
-        except OSError:
-            if not (store / "fields" / part_name(index)).exists():   # else an earlier worker committed the same part
-                raise
+        with owned(store):             # a worker writes its field's part into the store it was given
+            group = zarr.open_group(tmp, mode="w", attributes={"field": index, "objects": len(crops)})
+            for name, data in (("crops", crops), ("masks", masks)):
+                chunk = max(1, min(len(data), CHUNK_BYTES // max(1, data[0:1].nbytes or data.itemsize)))
+                array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:],
+                                           dtype=data.dtype, config=WHOLE_CHUNKS)
+                if len(data):
+                    array[...] = data
+            pq.write_table(pa.table(table), tmp / "rows.parquet")
+            try:
+                os.rename(tmp, store / "fields" / part_name(index))
+            except OSError:
+                if not (store / "fields" / part_name(index)).exists():   # else an earlier worker committed it
+                    raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -349,22 +350,23 @@ def store_lock(root: Path, busy: str):
     removed again: nothing is left in the user's folder. Where there is no fcntl (Windows) there is no lock."""
     lock = Path(root) / ".lock"
     made = not lock.exists()
-    handle = open(lock, "a")
-    try:
+    with owned(root):                  # the store's own files: written by this run while it holds the lock
+        handle = open(lock, "a")
         try:
-            import fcntl
+            try:
+                import fcntl
 
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except ImportError:
-            pass
-        except OSError:
-            made = False               # another run's lock
-            raise InputError(busy) from None
-        yield
-    finally:
-        handle.close()
-        if made and read_attributes(root) is None:
-            lock.unlink(missing_ok=True)
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except ImportError:
+                pass
+            except OSError:
+                made = False               # another run's lock
+                raise InputError(busy) from None
+            yield
+        finally:
+            handle.close()
+            if made and read_attributes(root) is None:
+                lock.unlink(missing_ok=True)
 
 
 def busy(root, then: str) -> str:
@@ -433,6 +435,10 @@ def _not_the_input(root: Path, input) -> None:
                          "input is never written into.")
     if source.is_dir() and (source / "zarr.json").exists() and store.is_relative_to(source):
         raise InputError(f"The store {root} lies inside the OME-Zarr input {input}: choose a folder outside it.")
+    outer = zarr_root(store.parent)
+    if outer is not None:
+        raise InputError(f"The store {root} lies inside the Zarr hierarchy {outer} (an object store, an OME-Zarr): "
+                         "choose a folder outside it.")
 
 
 def _refuse_foreign(root: Path) -> None:
