@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import InputError, whole_number
 from ..core.backends import LOCAL, Backend
 from .fields import ASSIGN_COLUMNS, MAP_COLUMNS
+from .spec import CHANNEL_PREFIX
 from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, busy, open_objects, part_name,
                     part_objects, part_rows, read_attributes, read_crops, store_lock, store_problem)
 
@@ -178,7 +179,8 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
         job = fit_job(items, method=method, k=k, device=device, seed=seed, runs=runs, **object_params(method, params))
         result = execute(job, report.sink)
     result.config["store"] = {"path": str(store.path.resolve()), "digest": store_digest(store),
-                              "options": store.options, "crop": store.attributes["crop"], "objects": len(store)}
+                              "options": store.options, "crop": store.attributes["crop"], "objects": len(store),
+                              "channel_names": store_channels(store)}
     if landmarks:
         result.config["store"]["n_points"] = n_points
     result.config["fit_sample"] = {"size": int(len(index)), "requested": None if sample is None else int(sample),
@@ -208,31 +210,63 @@ def _loaded(path: str, digest: str):
 
 
 def check_result_for_store(result, store: ObjectStore) -> None:
-    """Refuse, with one sentence, a result that cannot assign this store's objects."""
+    """Refuse, with one sentence, a result that cannot assign this store's objects: the one decision of whether a
+    result and a store go together, from what the store records — its crop options, its crop as the methods see
+    it (:func:`store_item`) and its channels' names in their order (:func:`store_channels`) — against what the
+    result was fitted on. A store always takes the results fitted on it."""
     from ..methods import get_method
 
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
                          "before assigning new items.")
     spec = get_method(result.method)
-    fitted = result.config.get("store")
-    if fitted is not None:
-        theirs = fitted.get("options", {})
-        diff = [k for k in CROP_OPTIONS if k in theirs and theirs[k] != store.options.get(k)]
-        if diff:
-            raise InputError(f"The result was fitted on a store made with "
-                             f"{', '.join(f'{k}={theirs[k]!r}' for k in diff)} but {store.path} was made with "
-                             f"{', '.join(f'{k}={store.options.get(k)!r}' for k in diff)}: extract the plate with the "
-                             "fit's options (or fit on this store).")
+    fitted = result.config.get("store") or {}
+    theirs = fitted.get("options", {})
+    names, fitted_names = store_channels(store), fitted.get("channel_names")
+    named = names is not None and fitted_names is not None      # then the names say which channels, not the option
+    diff = [k for k in CROP_OPTIONS if k in theirs and theirs[k] != store.options.get(k) and not
+            (named and k == "channel")]
+    if diff:
+        raise InputError(f"The result was fitted on a store made with "
+                         f"{', '.join(f'{k}={theirs[k]!r}' for k in diff)} but {store.path} was made with "
+                         f"{', '.join(f'{k}={store.options.get(k)!r}' for k in diff)}: extract the plate with the "
+                         "fit's options (or fit on this store).")
     if spec.inputs == ("landmarks",):
         return
-    item = (store.size, store.size) + ((store.channels,) if store.channels else ())
-    shape = tuple(int(s) for s in np.shape(result.prototypes)[1:])
+    item, shape = store_item(store), tuple(int(s) for s in np.shape(result.prototypes)[1:])
     if shape != item:
         what = lambda s: f"{s[0]}×{s[1]} crops" + (f" with {s[2]} channels" if len(s) > 2 else "")   # noqa: E731
         raise InputError(f"The result was fitted on {what(shape)} but {store.path} holds {what(item)}: extract the "
                          f"plate with --crop-size {shape[0]}{' and the same channels' if shape[2:] != item[2:] else ''}"
                          ", or fit a result on this store.")
+    if named and list(fitted_names) != list(names):
+        raise InputError(f"The result was fitted on the channels {', '.join(fitted_names)} but {store.path} holds "
+                         f"{', '.join(names)}: extract the plate with --channel {','.join(fitted_names)} (in that "
+                         "order), or fit a result on this store.")
+
+
+def store_item(store: ObjectStore) -> tuple[int, ...]:
+    """One crop's shape as a method sees it (``core.validation.channels_last``): (S, S), or (S, S, C) for C > 1
+    channels (a single channel, as a manifest with one image_<Channel> column gives, is a grey crop)."""
+    from ..core.validation import channels_last
+
+    crop = (1, store.size, store.size) + ((store.channels,) if store.channels else ())
+    return channels_last(np.broadcast_to(np.uint8(0), crop), crop, f"crops of {store.path}")[1][1:]
+
+
+def store_channels(store: ObjectStore) -> tuple[str, ...] | None:
+    """The names of the store's crop channels in their order, as the user gave them: the manifest's channel
+    columns (``image_<Channel>``, LoadData's ``FileName_<Channel>``), picked by the store's ``channel`` option;
+    None where the listing does not name the channels (an image file of several channels, an OME-Zarr)."""
+    names = [str(c)[len(CHANNEL_PREFIX):] for c in store.fields.columns if str(c).startswith(CHANNEL_PREFIX)]
+    if not names:
+        return None
+    picked = store.options.get("channel")
+    picks = picked if isinstance(picked, list) else [picked] if picked is not None else list(range(len(names)))
+    try:
+        return tuple(p if isinstance(p, str) else names[int(p)] for p in picks)
+    except (IndexError, ValueError):
+        return None
 
 
 def result_points(result) -> int:
