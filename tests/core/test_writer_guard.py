@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import textwrap
+import threading
 
 import pytest
 
@@ -224,7 +225,7 @@ def test_the_guard_refuses_each_kind_of_target_in_one_sentence(store, tmp_path):
     assert not (tmp_path / "fine.csv").exists()          # the writability probe leaves nothing behind
 
 
-def test_write_atomic_checks_what_no_caller_checked_and_owned_folders_are_tickets_own(store):
+def test_write_atomic_checks_what_no_caller_checked_and_owned_folders_are_ticlusts_own(store):
     s, _ = store
     target = s.path / "mine.csv"
     with pytest.raises(InputError, match="lies inside the object store"):
@@ -236,3 +237,15 @@ def test_write_atomic_checks_what_no_caller_checked_and_owned_folders_are_ticket
     target.unlink()
     with pytest.raises(InputError):    # the ticket ends with the block
         write_atomic(target, lambda tmp: tmp.write_text("x"))
+    refused = []                       # and holds in its own thread only (a dock's action beside a running job)
+
+    def other_thread():
+        try:
+            write_atomic(target, lambda tmp: tmp.write_text("x"))
+        except InputError as exc:
+            refused.append(str(exc))
+    with owned(s.path):
+        worker = threading.Thread(target=other_thread)
+        worker.start()
+        worker.join()
+    assert refused and not target.exists()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
@@ -24,8 +23,7 @@ from ..errors import InputError
 #: The files that make a folder a Zarr node (v3; v2 groups and arrays).
 ZARR_MARKERS = ("zarr.json", ".zgroup", ".zarray")
 
-_owned: Counter = Counter()          # folders being written by ticlust itself (resolved paths), with a count each
-_owned_lock = threading.Lock()
+_owned = threading.local()           # .folders: the folders this thread is writing as ticlust's own (resolved paths)
 
 
 def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
@@ -47,26 +45,24 @@ def write_atomic(path: str | Path, write: Callable[[Path], object]) -> Path:
 
 @contextmanager
 def owned(folder: str | Path):
-    """While the block runs, files inside ``folder`` are ticlust's own to write (an object store it holds the lock
-    of, or its part of one; a labels group it writes a label image into): :func:`write_atomic` writes them without
-    the output checks, and the writer-guard test lets the block write directly."""
-    key = Path(folder).resolve()
-    with _owned_lock:
-        _owned[key] += 1
+    """While the block runs, files inside ``folder`` are ticlust's own to write in this thread (an object store it
+    holds the lock of, or its part of one; a labels group it writes a label image into): :func:`write_atomic`
+    writes them without the output checks, and the writer-guard test lets the block write directly. Another
+    thread (a dock's action while a run holds the store) is checked as ever."""
+    if not hasattr(_owned, "folders"):
+        _owned.folders = []
+    folders = _owned.folders
+    folders.append(Path(folder).resolve())
     try:
-        yield key
+        yield folders[-1]
     finally:
-        with _owned_lock:
-            _owned[key] -= 1
-            if not _owned[key]:
-                del _owned[key]
+        folders.pop()
 
 
 def is_owned(path: str | Path) -> bool:
-    """Whether ``path`` lies in a folder held by :func:`owned` now."""
+    """Whether ``path`` lies in a folder this thread holds by :func:`owned` now."""
     where = Path(path).resolve()
-    with _owned_lock:
-        return any(where == folder or where.is_relative_to(folder) for folder in _owned)
+    return any(where == folder or where.is_relative_to(folder) for folder in getattr(_owned, "folders", []))
 
 
 def check_outputs(inputs: dict[str, object], outputs: dict[str, object], *, folders: bool = False) -> dict[str, Path]:
