@@ -156,27 +156,33 @@ def _cut(spec: FieldSpec, plan: Plan):
 
 
 def _commit(store: Path, index: int, crops, masks, table) -> None:
-    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit)."""
+    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit): files of the store a
+    worker was given, its own to write (``core.atomic.owned``)."""
+    with owned(store):
+        _write_part(store, index, crops, masks, table)
+
+
+def _write_part(store: Path, index: int, crops, masks, table) -> None:
+    """:func:`_commit`'s writes: the part under tmp/, then one rename into fields/."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zarr
 
     tmp = store / "tmp" / f"{part_name(index)}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     try:
-        with owned(store):             # a worker writes its field's part into the store it was given
-            group = zarr.open_group(tmp, mode="w", attributes={"field": index, "objects": len(crops)})
-            for name, data in (("crops", crops), ("masks", masks)):
-                chunk = max(1, min(len(data), CHUNK_BYTES // max(1, data[0:1].nbytes or data.itemsize)))
-                array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:],
-                                           dtype=data.dtype, config=WHOLE_CHUNKS)
-                if len(data):
-                    array[...] = data
-            pq.write_table(pa.table(table), tmp / "rows.parquet")
-            try:
-                os.rename(tmp, store / "fields" / part_name(index))
-            except OSError:
-                if not (store / "fields" / part_name(index)).exists():   # else an earlier worker committed it
-                    raise
+        group = zarr.open_group(tmp, mode="w", attributes={"field": index, "objects": len(crops)})
+        for name, data in (("crops", crops), ("masks", masks)):
+            chunk = max(1, min(len(data), CHUNK_BYTES // max(1, data[0:1].nbytes or data.itemsize)))
+            array = group.create_array(name, shape=data.shape, chunks=(chunk,) + data.shape[1:], dtype=data.dtype,
+                                       config=WHOLE_CHUNKS)
+            if len(data):
+                array[...] = data
+        pq.write_table(pa.table(table), tmp / "rows.parquet")
+        try:
+            os.rename(tmp, store / "fields" / part_name(index))
+        except OSError:
+            if not (store / "fields" / part_name(index)).exists():   # else an earlier worker committed the same part
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -348,25 +354,31 @@ def store_lock(root: Path, busy: str):
     into a store (an extraction, a prediction) takes it, so a second one is refused with ``busy``, one
     sentence. A lock file this call made in a folder that is no store when it ends (a refused extraction) is
     removed again: nothing is left in the user's folder. Where there is no fcntl (Windows) there is no lock."""
+    with owned(root), _flock(root, busy):    # the store's own files: this run's to write while it holds the lock
+        yield
+
+
+@contextmanager
+def _flock(root: Path, busy: str):
+    """:func:`store_lock`'s lock file and its flock."""
     lock = Path(root) / ".lock"
     made = not lock.exists()
-    with owned(root):                  # the store's own files: written by this run while it holds the lock
-        handle = open(lock, "a")
+    handle = open(lock, "a")
+    try:
         try:
-            try:
-                import fcntl
+            import fcntl
 
-                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except ImportError:
-                pass
-            except OSError:
-                made = False               # another run's lock
-                raise InputError(busy) from None
-            yield
-        finally:
-            handle.close()
-            if made and read_attributes(root) is None:
-                lock.unlink(missing_ok=True)
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except ImportError:
+            pass
+        except OSError:
+            made = False               # another run's lock
+            raise InputError(busy) from None
+        yield
+    finally:
+        handle.close()
+        if made and read_attributes(root) is None:
+            lock.unlink(missing_ok=True)
 
 
 def busy(root, then: str) -> str:
