@@ -16,7 +16,6 @@ import pytest
 import torch
 
 import ticlust
-from pins import CASES
 from ticlust.datasets.samples import glyphs_sample
 from ticlust.datasets.shapes import sample_landmarks
 from ticlust.kernels.pca import pca_poc_steps, symmetric_eigh, unit_scale
@@ -33,11 +32,12 @@ def data_of(method: str) -> np.ndarray:
     return glyphs_sample(n_per_class=6, size=16, seed=1)[0].astype(np.float64)
 
 
-def fit_clean(x, method: str, k: int = 3, **params):
-    """Fit and predict with every warning an error; the fit, checked finite."""
+def fit_clean(x, method: str, k: int = 3, fast: dict | None = None, **params):
+    """Fit (with the method's pinned, fast parameters ``fast``) and predict with every warning an error; the fit,
+    checked finite."""
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        result = ticlust.fit(x, method, k=k, device="cpu", seed=0, progress=False, **{**CASES[method], **params})
+        result = ticlust.fit(x, method, k=k, device="cpu", seed=0, progress=False, **{**(fast or {}), **params})
         again = ticlust.predict(result, x[:5], device="cpu")
     for name in ("scores", "prototypes", "map"):
         value = getattr(result, name)
@@ -55,35 +55,34 @@ def unit_fits():
     return {}
 
 
-def check_scales(method, scales, unit_fits, dtype=np.float64, **params):
+def check_scales(method, scales, unit_fits, fast, dtype=np.float64, **params):
     x = data_of(method)
     key = (method, tuple(sorted(params.items())))
     if key not in unit_fits:
-        unit_fits[key] = fit_clean(x, method, **params)
+        unit_fits[key] = fit_clean(x, method, fast=fast, **params)
     for scale in scales:
-        scaled = fit_clean((x * scale).astype(dtype), method, **params)
+        scaled = fit_clean((x * scale).astype(dtype), method, fast=fast, **params)
         assert same_partition(scaled, unit_fits[key]), (method, scale, params)
 
 
-@pytest.mark.parametrize("method", list(CASES))
-def test_every_method_family_fits_data_scaled_by_1e_minus_30_and_1e30(method, unit_fits):
-    check_scales(method, SCALES, unit_fits)
+def test_every_method_family_fits_data_scaled_by_1e_minus_30_and_1e30(pinned_method, pins, unit_fits):
+    check_scales(pinned_method, SCALES, unit_fits, pins.CASES[pinned_method])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("method", list(CASES))
-def test_every_method_family_over_the_whole_range_and_both_float_widths(method, unit_fits):
-    check_scales(method, ALL_SCALES, unit_fits)
-    if method not in LANDMARK_METHODS:
-        check_scales(method, (1e-30, 1e30), unit_fits, dtype=np.float32)
+def test_every_method_family_over_the_whole_range_and_both_float_widths(pinned_method, pins, unit_fits):
+    fast = pins.CASES[pinned_method]
+    check_scales(pinned_method, ALL_SCALES, unit_fits, fast)
+    if pinned_method not in LANDMARK_METHODS:
+        check_scales(pinned_method, (1e-30, 1e30), unit_fits, fast, dtype=np.float32)
 
 
 @pytest.mark.parametrize("params", [dict(scale=False), dict(distance="wasserstein"), dict(distance="fisher-rao-round"),
                                     dict(type=1)])
 def test_the_shape_methods_variants_at_1e30(params, unit_fits):
-    check_scales("shape-kmeans", SCALES, unit_fits, **params)
+    check_scales("shape-kmeans", SCALES, unit_fits, {}, **params)
     if list(params) == ["scale"]:
-        check_scales("procrustes-kmeans", SCALES, unit_fits, **params)
+        check_scales("procrustes-kmeans", SCALES, unit_fits, {}, **params)
 
 
 def _polygon(sides=8):

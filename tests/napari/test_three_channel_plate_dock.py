@@ -23,9 +23,6 @@ from ticlust._napari import layers as L  # noqa: E402
 
 pytestmark = pytest.mark.gui
 
-#: ../shared/datasets/real_fields/example_fly, found from the checkout upwards (a worktree sits one level deeper).
-FLY = next((base / "shared" / "datasets" / "real_fields" / "example_fly" for base in Path(__file__).resolve().parents
-            if (base / "shared" / "datasets" / "real_fields" / "example_fly").is_dir()), Path("example_fly-missing"))
 
 
 def loaddata(rows, path: Path) -> Path:
@@ -54,7 +51,7 @@ def generated_plate(root: Path) -> Path:
     return loaddata(rows, root / "load_data.csv")
 
 
-def fly_plate(root: Path) -> Path:
+def fly_plate(fly: Path, root: Path) -> Path:
     """ExampleFly's three sites, nuclei segmented on the DNA channel (smoothed, Otsu threshold, labelled; clumps
     wider than 60 pixels and specks under 40 dropped), as CellProfiler's LoadData CSV lists them."""
     from skimage.filters import gaussian, threshold_otsu
@@ -63,7 +60,7 @@ def fly_plate(root: Path) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     rows = []
     for site in ("002", "076", "218"):
-        dna = tifffile.imread(FLY / f"01_POS{site}_D.TIF").astype(float)
+        dna = tifffile.imread(fly / f"01_POS{site}_D.TIF").astype(float)
         smooth = gaussian(dna, 2)
         labels = label(smooth > threshold_otsu(smooth))
         for region in regionprops(labels):
@@ -74,7 +71,7 @@ def fly_plate(root: Path) -> Path:
         channels = {"OrigBlue": "D", "OrigGreen": "F", "OrigRed": "R"}
         rows.append({"Metadata_Plate": "01", "Metadata_Site": site,
                      **{f"FileName_{c}": f"01_POS{site}_{ch}.TIF" for c, ch in channels.items()},
-                     **{f"PathName_{c}": str(FLY) for c in channels},
+                     **{f"PathName_{c}": str(fly) for c in channels},
                      "ObjectsFileName_Nuclei": f"POS{site}_nuclei.tif", "ObjectsPathName_Nuclei": str(root)})
     return loaddata(rows, root / "load_data.csv")
 
@@ -119,8 +116,8 @@ def test_an_image_layer_of_another_kind_is_made_anew_not_broken(make_napari_view
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not FLY.is_dir(), reason="needs ../shared/datasets/real_fields/example_fly")
-def test_the_fly_plate_fits_in_the_dock_with_live_prototypes(tmp_path, plate_dock, qtbot, monkeypatch):
-    store = ticlust.extract(fly_plate(tmp_path / "fly"), tmp_path / "fly.zarr", progress=False)
+def test_the_fly_plate_fits_in_the_dock_with_live_prototypes(tmp_path, plate_dock, qtbot, monkeypatch, shared_datasets):
+    fly = shared_datasets("real_fields/example_fly")       # skipped where ../shared is not there
+    store = ticlust.extract(fly_plate(fly, tmp_path / "fly"), tmp_path / "fly.zarr", progress=False)
     assert store.channels == 3 and len(store) > 500
     fit_live(store.path, plate_dock, qtbot, monkeypatch, sample=300)

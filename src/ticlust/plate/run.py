@@ -589,8 +589,8 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     """predictions.parquet: the store's table with the parts' assignments, row group by row group (:func:`_joined`),
     the result's hand-set clusters applied (``pins.pinned_columns``); then --csv / --parquet copied from it
-    (:func:`copy_table`, the same bytes ``export_objects`` writes). Returns (sample objects whose cluster differs from the fit's, sample size)
-    when the result was fitted on a sample of this store, else (None, None)."""
+    (:func:`copy_table`, the same bytes ``export_objects`` writes). Returns (sample objects whose cluster differs
+    from the fit's, sample size) when the result was fitted on a sample of this store, else (None, None)."""
     import pyarrow.parquet as pq
 
     from ..core.atomic import owned, write_atomic
