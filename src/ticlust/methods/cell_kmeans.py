@@ -95,7 +95,7 @@ def _channels_last(x: np.ndarray) -> np.ndarray:
 
 
 class CellKMeans(Method):
-    name, title, paper = "cell-kmeans", "Cell K-means (background-free, smoothed at the cells' size)", "baseline+"
+    name, title, paper = "cell-kmeans", "Cell K-means (background-free, smoothed at the cells' size)", "baseline for real cells"
     config, state, inputs = CellKMeansConfig, CellKMeansState, ("images",)
     caution = ("For crops of cells or nuclei: compares stain amounts and coarse shape; for fine structure (digits, "
                "lobed nuclei) set scale 0 or use an aligning method.")
