@@ -7,7 +7,7 @@ give it.
 
 Why smoothing (benchmarks/results/real_cells.md): on real cells the crops differ by much that is not the class
 (texture noise, the exact outline, debris); at a smoothing of about the objects' radius what is left is each
-channel's amount and spread, which is what tells cell-cycle phases apart. ``scale`` 0 compares every pixel
+channel's amount and where it lies, which is what tells cell-cycle phases apart. ``scale`` 0 compares every pixel
 (pixel K-means on background-free crops). The prototypes are the members' mean crops at full resolution.
 """
 from __future__ import annotations
@@ -33,9 +33,9 @@ BLOCK = 1024
 @dataclass
 class CellKMeansConfig:
     k: int = 8
-    scale: float = param(0.8, "Smoothing before crops are compared, as a share of the objects' median radius: about 1 "
-                         "compares each channel's amount and spread (stain content, e.g. DNA for cell-cycle phases), "
-                         "0 compares every pixel (fine structure)", low=0.0, high=4.0, essential=True)
+    scale: float = param(1.6, "Smoothing before crops are compared, as a share of the objects' median radius: above 1 "
+                         "it compares each channel's amount and where it lies (stain content, e.g. DNA for cell-cycle "
+                         "phases), 0 compares every pixel (fine structure)", low=0.0, high=4.0, essential=True)
     detail: bool = param(True, "Also compare the crops pixel by pixel, the two views (smoothed, pixels) weighted equally "
                          "(each scaled to the same mean spread)", essential=True)
     pose: str = param("none", "Undo each object's pose before comparing: none, centre (centre of mass to the crop's "
