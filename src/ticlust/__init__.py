@@ -16,6 +16,7 @@ _EXPORTS = {"fit": "api", "run": "api", "predict": "plate.predict", "refine": "c
             "read_input": "io.readers", "sample": "datasets.samples", "available_methods": "methods",
             "get_method": "methods", "evaluate": "metrics", "nuclei_field": "datasets.nuclei",
             "objects_from_labels": "objects.crops", "shapes_from_labels": "objects.crops",
+            "segment_nuclei": "objects.segment", "read_labels": "io.readers",
             "ClusteringResult": "result", "load_result": "api", "extract": "plate.store",
             "open_objects": "plate.store", "ObjectStore": "plate.store", "write_cluster_labels": "plate.labels"}
 
