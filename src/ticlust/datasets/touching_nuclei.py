@@ -27,7 +27,7 @@ import numpy as np
 from scipy import ndimage
 
 from ..errors import InputError
-from .nuclei import _count, _shape, window
+from .nuclei import _count, _shape, radius_range, window
 
 #: The difficulties, easiest first.
 DIFFICULTIES = ("separate", "touching", "uneven", "crowded", "saturated")
@@ -62,12 +62,7 @@ def touching_nuclei_field(difficulty: str = "touching", n: int = 150, shape: tup
     if difficulty not in _SETTINGS:
         raise InputError(f"difficulty={difficulty!r} is not known: choose one of {', '.join(DIFFICULTIES)}.")
     n, (h, w) = _count(n), _shape(shape)
-    try:
-        lo, hi = (float(v) for v in radius)
-    except (TypeError, ValueError):
-        raise InputError(f"radius={radius!r} must be a range (low, high) in pixels.") from None
-    if not 3.0 <= lo <= hi:
-        raise InputError(f"radius={radius!r} must be a range (low, high) with 3 ≤ low ≤ high pixels.")
+    lo, hi = radius_range(radius, 3.0)
     attach, press, spread, debris, uneven, saturate = _SETTINGS[difficulty]
     rng = np.random.default_rng(seed)
     r = rng.uniform(lo, hi, n)

@@ -13,7 +13,7 @@ recipe, each step measured in ``benchmarks/results/segmentation.md``:
 3. **Seeds at the expected size**: the peaks, at least 0.3 diameters apart, of a blob response made for nuclei of
    that size: the Laplacian of Gaussian at σ = 0.7 · diameter / (2√2) (a nucleus of that diameter answers with one
    peak at its centre; scaled by its 90th percentile in the mask) plus half the distance to the background (in
-   half diameters), which gives a flat, saturated nucleus its centre too. One seed per nucleus, also where nuclei
+   half diameters, at most one), which gives a flat, saturated nucleus its centre too. One seed per nucleus, also where nuclei
    touch and the mask joins them.
 4. **Split** the foreground between the seeds by a watershed on that same response, so that touching nuclei part
    along the valley between their blobs (and along the mask's waist between them); two neighbours whose parting
@@ -192,12 +192,14 @@ def _fill_small_holes(mask: np.ndarray, diameter: float) -> np.ndarray:
 
 def _blobs(plane: np.ndarray, mask: np.ndarray, diameter: float) -> np.ndarray:
     """The blob response the seeds are the peaks of (step 3 of the module doc): LoG at the nuclei's scale, scaled by
-    its 90th percentile in the mask, plus half the (lightly smoothed) distance to the background in half diameters."""
+    its 90th percentile in the mask, plus half the (lightly smoothed) distance to the background in half diameters,
+    capped at one: a clump's middle is no deeper than a nucleus's centre, so the blobs part a clump."""
     log = -ndimage.gaussian_laplace(plane, 0.7 * diameter / (2 * math.sqrt(2)))
     inside = log[mask]
     level = float(np.percentile(inside, 90)) if inside.size else 0.0
     log /= level if level > 0 else max(float(np.abs(log).max()), 1e-12)
-    distance = ndimage.gaussian_filter(ndimage.distance_transform_edt(mask).astype(np.float32), 1.0)
+    distance = ndimage.distance_transform_edt(mask).astype(np.float32)
+    distance = ndimage.gaussian_filter(np.minimum(distance, diameter / 2), 1.0)
     return log + DISTANCE_WEIGHT * distance / (diameter / 2)
 
 

@@ -240,46 +240,31 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
             z=None, oversize: str = OVERSIZE_DEFAULT, segment: str | None = None, diameter: float | None = None,
             threshold: str | None = None, channel_suffixes=None, workers: int | None = None,
             scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
-    """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``).
+    """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``); docs/store.md.
 
-    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels``, one
-    ``image_<Channel>`` column per channel, or CellProfiler's LoadData; other columns carried to every row), an
-    OME-Zarr image or HCS plate with labels (``labels`` names one), a microscope file bioio reads (its scenes),
-    or one field image with ``labels=MASK`` (:mod:`ticlust.plate.fields`). ``channel``: None (all), a channel's
-    name (as the input names it) or index (grey crops), or a list of them (those, in that order). ``z``: the Z
-    plane of fields that have several (an index) or ``"max"`` (their maximum projection). The crop options
-    are the objects route's (:func:`ticlust.objects.crops.objects_from_labels`; ``orient``, ``normalize`` on);
-    ``crop_size`` None: from a first pass over the masks, a multiple of 4 that holds 99 % of the objects with a
-    10 % margin (:func:`ticlust.objects.crops.plate_size`; the median one with ``rescale``), at most 128.
-    ``oversize``: what becomes of an object larger than the crop — ``"skip"`` (left out and listed in
-    ``ObjectStore.skipped``, as objects of one pixel are) or ``"rescale"`` (zoomed down to the crop); a field
-    never fails for it. ``segment="nuclei"``: the fields come without masks and ticlust finds the nuclei
-    (:func:`ticlust.objects.segment.segment_nuclei`, ``diameter`` in pixels, ``threshold`` method) in the first
-    channel ``channel`` names, writing the masks beside the store (:mod:`ticlust.plate.segment`).
-    ``channel_suffixes`` (``["D", "F", "R"]``): ``input`` is a folder of one file per channel, ``NAME_D.tif``, ...,
-    the channels named by the suffixes.
-    Where the fields are cut (docs/cluster.md): in this process by default; ``workers=N`` starts a
-    local dask cluster of N worker processes (at most one per field) for the run; ``scheduler`` (an
-    address, ``tcp://HOST:PORT``) or ``client`` (a ``distributed.Client``) uses a running cluster, whose
-    workers must see the input and the store at the same paths. The store is the same, byte for byte,
-    wherever it was cut. ``progress``: True for a bar on standard error (and a line with the cluster's
-    dashboard address), or a callable that takes :class:`ticlust.events.Progress` events.
+    ``input``: a folder of fields with masks paired by name (``channel_suffixes=["D", "F"]``: of one file per channel,
+    ``NAME_D.tif``, ...), a CSV manifest (``image,labels``, ``image_<Channel>`` columns, CellProfiler's LoadData or
+    per-image table; other columns carried to every row), an OME-Zarr image or HCS plate with labels (``labels``
+    names one), a microscope file bioio reads, or one field image with ``labels=MASK`` (:mod:`ticlust.plate.fields`).
+    ``segment="nuclei"``: the fields have no masks; ticlust finds the nuclei (``diameter`` in pixels, ``threshold``
+    method) in the first channel ``channel`` names and writes the masks beside the store (:mod:`.segment`).
+    ``channel``: None (all), a channel's name or index (grey crops), or a list of them. ``z``: the Z plane of
+    fields that have several, or ``"max"``. The crop options are the objects route's (``orient``, ``normalize``
+    on); ``crop_size`` None: from a first pass over the masks, 99 % of the objects with a 10 % margin
+    (:func:`ticlust.objects.crops.plate_size`), at most 128. ``oversize``: an object larger than the crop is left
+    out and listed in ``ObjectStore.skipped`` (``"skip"``, as objects of one pixel are) or zoomed down to the crop
+    (``"rescale"``); its field is cut either way. Where (docs/cluster.md): this process; ``workers=N``, a local
+    dask cluster for the run; ``scheduler`` / ``client``, a running one seeing the same paths; the store is the
+    same byte for byte. ``progress``: True (a bar on standard error) or a callable taking Progress events.
 
-    Run it again on the same store to finish an interrupted run; a store made with other options or
-    from another input is refused. Fields that cannot be read or cut are left out, named in one warning
-    and in ``ObjectStore.failed``. Returns the :class:`ObjectStore`.
+    Run it again on the same store to finish an interrupted run; a store made with other options or from another
+    input is refused. Fields that cannot be read or cut are left out, named in one warning and in
+    ``ObjectStore.failed``. Returns the :class:`ObjectStore`.
     """
     options = _options(crop_size, keep_border, channel, orient, normalize, rescale, z, oversize,
                        segmenting.segment_option(segment, diameter, threshold))
-    if segment is not None and labels is not None:
-        raise InputError("labels= (--labels) names masks to cut and segment= (--segment) makes them: give one of the two.")
-    specs, listing = list_fields(input, labels, segment=segment is not None, suffixes=channel_suffixes)
-    _known_channels(specs, options["channel"])
     root = Path(store)
-    _not_the_input(root, input)
-    masks = segmenting.masks_folder(root) if segment is not None else None
-    if masks is not None:
-        specs, listing = segmenting.with_masks(specs, listing, masks)
+    specs, listing, masks = _listing(input, root, labels, options, channel_suffixes)
     # a scheduler that cannot be reached fails here, before the store is touched
     backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
                           tasks=len(specs))
@@ -308,14 +293,35 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
         backend.close()
         report.close(finished)
     result = ObjectStore(root)
-    if failed:
-        shown = "; ".join(f"{r['image']}: {r['error']}" for r in result.failed.head(2).to_dict("records"))
-        more = f"; and {len(failed) - 2} more" if len(failed) > 2 else ""
-        warnings.warn(f"{len(failed)} of {len(specs)} fields were left out (listed in the store's failed table; a "
-                      f"new run tries them again) — {shown}{more}", stacklevel=2)
-    if len(result.skipped):
-        warnings.warn(_skipped_note(result), stacklevel=2)
+    _left_out(result, failed, len(specs))
     return result
+
+
+def _listing(input, root: Path, labels, options: dict, suffixes):
+    """``(specs, listing, masks)``: the input's fields (refused before anything is written when a channel it names
+    is not the input's, or the store would be the input) and, when ticlust segments them, the masks folder beside
+    the store, every field's mask placed in it (:mod:`ticlust.plate.segment`); ``masks`` None otherwise."""
+    segment = options.get("segment") is not None
+    if segment and labels is not None:
+        raise InputError("labels= (--labels) names masks to cut and segment= (--segment) makes them: give one of the two.")
+    specs, listing = list_fields(input, labels, segment=segment, suffixes=suffixes)
+    _known_channels(specs, options["channel"])
+    _not_the_input(root, input)
+    if not segment:
+        return specs, listing, None
+    masks = segmenting.masks_folder(root)
+    return (*segmenting.with_masks(specs, listing, masks), masks)
+
+
+def _left_out(store: ObjectStore, failed: list, fields: int) -> None:
+    """One warning line for the fields left out (``failed``, of ``fields``) and one for the objects left out."""
+    if failed:
+        shown = "; ".join(f"{r['image']}: {r['error']}" for r in store.failed.head(2).to_dict("records"))
+        more = f"; and {len(failed) - 2} more" if len(failed) > 2 else ""
+        warnings.warn(f"{len(failed)} of {fields} fields were left out (listed in the store's failed table; a "
+                      f"new run tries them again) — {shown}{more}", stacklevel=3)
+    if len(store.skipped):
+        warnings.warn(_skipped_note(store), stacklevel=3)
 
 
 def _skipped_note(store: ObjectStore) -> str:
