@@ -1,9 +1,6 @@
 """From a microscope's raw fields (one TIFF per channel, no masks) to a predicted store and CSV on the command line,
 as a user would type it: CellProfiler's LoadData spelling with --segment, and a folder named by channel suffixes."""
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,24 +9,15 @@ import tifffile
 
 import ticlust
 
-#: CellProfiler's ExampleFly fields in shared/datasets beside the repository (one level further up from a worktree).
-FLY = next((base / "shared" / "datasets" / "real_fields" / "example_fly" for base in Path(__file__).resolve().parents
-            if (base / "shared" / "datasets" / "real_fields" / "example_fly").is_dir()), None)
 
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "ticlust.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
-
-
-def raw_to_csv(source, tmp_path, *extract):
+def raw_to_csv(cli, source, tmp_path, *extract):
     """extract (segmenting), fit kmeans on every object, predict into a CSV; the store and the CSV."""
     store = tmp_path / "raw.zarr"
-    out = cli("extract", source, "-o", store, "--segment", "nuclei", "--quiet", *extract)
+    out = cli("extract", source, "-o", store, "--segment", "nuclei", "--quiet", *extract, timeout=600)
     assert out.returncode == 0, out.stderr
-    out = cli("fit", store, "--method", "kmeans", "--k", "3", "-o", tmp_path / "r.npz", "--quiet")
+    out = cli("fit", store, "--method", "kmeans", "--k", "3", "-o", tmp_path / "r.npz", "--quiet", timeout=600)
     assert out.returncode == 0, out.stderr
-    out = cli("predict", tmp_path / "r.npz", store, "--csv", tmp_path / "raw.csv", "--quiet")
+    out = cli("predict", tmp_path / "r.npz", store, "--csv", tmp_path / "raw.csv", "--quiet", timeout=600)
     assert out.returncode == 0, out.stderr
     return ticlust.open_objects(store), pd.read_csv(tmp_path / "raw.csv")
 
@@ -42,9 +30,9 @@ def every_nucleus_kept_or_listed(store):
         assert found == kept | skipped and not kept & skipped
 
 
-def test_loaddata_of_raw_fields_to_csv(raw_fields, tmp_path):
+def test_loaddata_of_raw_fields_to_csv(raw_fields, tmp_path, cli):
     folder, load_data, fields = raw_fields
-    store, table = raw_to_csv(load_data, tmp_path, "--channel", "OrigBlue,OrigGreen", "--diameter",
+    store, table = raw_to_csv(cli, load_data, tmp_path, "--channel", "OrigBlue,OrigGreen", "--diameter",
                               f"{fields[0].diameter:.1f}")
     assert len(table) == len(store) > 30 and {"Plate", "Site", "cluster", "score"} <= set(table.columns)
     assert store.channels == 2 and set(table.cluster) <= {0, 1, 2}
@@ -52,7 +40,7 @@ def test_loaddata_of_raw_fields_to_csv(raw_fields, tmp_path):
     assert (tmp_path / "raw_masks" / "site2_masks.tif").is_file()
 
 
-def test_a_folder_named_by_channel_suffixes_and_the_flags_bad_values(raw_fields, tmp_path):
+def test_a_folder_named_by_channel_suffixes_and_the_flags_bad_values(raw_fields, tmp_path, cli):
     folder, _, fields = raw_fields
     out = cli("extract", folder, "-o", tmp_path / "s.zarr", "--channel-suffixes", "D,F", "--segment", "nuclei",
               "--channel", "D", "--diameter", "16", "--oversize", "rescale", "--quiet")
@@ -72,15 +60,15 @@ def test_a_folder_named_by_channel_suffixes_and_the_flags_bad_values(raw_fields,
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(FLY is None, reason="shared/datasets/real_fields/example_fly not found beside the repository")
-def test_the_real_drosophila_sites_from_raw_tiffs_to_csv(tmp_path):
+def test_the_real_drosophila_sites_from_raw_tiffs_to_csv(tmp_path, shared_datasets, cli):
     """CellProfiler's ExampleFly: three sites of 1006×1000, three channels, no masks, its own LoadData spelling."""
+    fly = shared_datasets("real_fields/example_fly")
     rows = [{"Metadata_Plate": "01", "Metadata_Site": site,
              **{f"FileName_Orig{c}": f"01_POS{site}_{s}.TIF" for c, s in (("Blue", "D"), ("Green", "F"), ("Red", "R"))},
-             **{f"PathName_Orig{c}": str(FLY) for c in ("Blue", "Green", "Red")}} for site in ("002", "076", "218")]
+             **{f"PathName_Orig{c}": str(fly) for c in ("Blue", "Green", "Red")}} for site in ("002", "076", "218")]
     pd.DataFrame(rows).to_csv(tmp_path / "load_data.csv", index=False)
     start = time.perf_counter()
-    store, table = raw_to_csv(tmp_path / "load_data.csv", tmp_path, "--channel", "OrigBlue,OrigGreen,OrigRed",
+    store, table = raw_to_csv(cli, tmp_path / "load_data.csv", tmp_path, "--channel", "OrigBlue,OrigGreen,OrigRed",
                               "--diameter", "20")
     print(f"raw TIFFs to CSV: {time.perf_counter() - start:.1f} s, {len(store)} objects, {store.size} px crops")
     assert len(table) == len(store) > 1200 and store.size <= 64 and store.channels == 3
