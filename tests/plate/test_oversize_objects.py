@@ -13,11 +13,11 @@ from ticlust.objects.crops import plate_size
 
 @pytest.fixture
 def clumpy(tmp_path):
-    """Two fields of 40 generated nuclei; field 0 also holds a clump (label 999, 44×44), an object of one pixel
+    """Three fields of 40 generated nuclei; field 0 also holds a clump (label 999, 44×44), an object of one pixel
     (998) and two objects that touch (996, 997). Returns the folder and field 0's labels."""
     folder = tmp_path / "plate"
     folder.mkdir()
-    for i in range(2):
+    for i in range(3):
         f = nuclei_field(n=40, shape=(256, 256), seed=i)
         image, labels = f.image.copy(), f.labels.copy()
         if i == 0:
@@ -82,3 +82,14 @@ def test_the_default_crop_is_a_robust_statistic():
     assert plate_size(needs, rescale=False) == 36                                # 30 × 1.1 → 36, not 120
     assert plate_size(np.array([9.0, 10.0]), rescale=False) == 12                # never above the largest, in fours
     assert plate_size(np.array([10.0, 20.0, 30.0]), rescale=True) == 20          # rescale: the median
+
+
+def test_a_mask_that_is_an_image_or_a_crop_far_too_small_still_fails_its_field(clumpy, tmp_path):
+    folder, _ = clumpy
+    tifffile.imwrite(folder / "f1_masks.tif", tifffile.imread(folder / "f1.tif"))      # an image as its own mask
+    with pytest.warns(UserWarning, match="1 of 3 fields were left out"):
+        store = ticlust.extract(folder, tmp_path / "s.zarr")
+    assert store.failed.error.iloc[0].startswith("The mask is no label image: ") and list(store.failed.image) == ["f1.tif"]
+    with pytest.raises(InputError, match=r"None of the 3 fields can be cut; the first, f0.tif: \d+ of the \d+ objects "
+                                         r"are larger than the 8×8 crop .*too many to leave out"):
+        ticlust.extract(folder, tmp_path / "t.zarr", crop_size=8)

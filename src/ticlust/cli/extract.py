@@ -22,11 +22,12 @@ def z_choice(text: str):
 def add_parser(sub, common) -> None:
     extract = sub.add_parser("extract", parents=[common], help="cut every object of a plate into an object store "
                              "(crops, masks and one table row per object), resumable")
-    extract.add_argument("input", help="a folder of field images with masks named NAME_cp_masks.tif, NAME_masks.tif or "
-                         "NAME.labels.tif (microscope files: one field per scene, masks NAME_s<k>_masks.tif); a CSV "
-                         "manifest with columns image,labels, one image_<Channel> column per channel, or CellProfiler "
-                         "LoadData columns (+ any carried to every row); an OME-Zarr image or HCS plate with labels; "
-                         "or one field image with --labels MASK")
+    extract.add_argument("input", help="a folder of field images with masks named NAME_cp_masks.tif, NAME_masks.tif, "
+                         "NAME.labels.tif, NAME_labels.tif or Cellpose's NAME_seg.npy (microscope files: one field per "
+                         "scene, masks NAME_s<k>_masks.tif); a CSV manifest with columns image,labels, one "
+                         "image_<Channel> column per channel, or CellProfiler's LoadData or per-image table columns (+ "
+                         "any carried to every row); an OME-Zarr image or HCS plate with labels; or one field image "
+                         "with --labels MASK. Without masks: --segment nuclei")
     extract.add_argument("-o", "--output", required=True, metavar="STORE",
                          help="the object store to write, or to finish when a run stopped (a folder, e.g. plate.zarr)")
     extract.add_argument("--labels", help="the mask of a single field image, which label image of an OME-Zarr, or which "

@@ -38,6 +38,12 @@ OVERSIZE = ("skip", "rescale")
 #: A plate's default crop (:func:`plate_size`) holds this quantile of its objects' needed sides, times CROP_MARGIN.
 CROP_QUANTILE = 0.99
 CROP_MARGIN = 1.1
+#: A field more than this share of whose objects (of more than one pixel) are larger than the crop fails whole: so
+#: many are no outliers to leave out but a crop size or a mask that is wrong (an image given as its own mask).
+MOST_SET_ASIDE = 0.5
+#: An object whose pixels cover less than this share of its bounding box is scattered pixels, not an object (the same
+#: rule: most objects of a mask so, and its field fails).
+SCATTERED = 0.05
 #: Label ids above this are renumbered before ``find_objects`` (whose list is as long as the largest id).
 _MAX_DIRECT_ID = 1 << 22
 
@@ -320,7 +326,8 @@ def plate_size(needs: np.ndarray, rescale: bool, max_size: int = MAX_AUTO_SIZE) 
     needs = np.asarray(needs, np.float64)
     if rescale or needs.size == 0:
         return auto_size(needs, rescale, max_size)
-    robust = float(np.quantile(needs, CROP_QUANTILE, method="lower")) * CROP_MARGIN   # never between a clump and the rest
+    robust = float(np.quantile(needs, CROP_QUANTILE, method="higher")) * CROP_MARGIN   # a value of the data: no clump
+    # is averaged in, and below 100 objects it is the largest one
     return min(max_size, _round4(min(float(np.max(needs)), robust)))
 
 
@@ -377,24 +384,47 @@ def _too_big(need, radius, side: int, margin: int, rescale: bool, resample: bool
     return need - 2 * margin > side
 
 
-def _refuse_too_big(table, need, too_big, side: int, margin: int, time: bool) -> None:
-    """The one sentence for objects larger than the crop, naming the largest."""
+def _refuse_too_big(table, need, too_big, side: int, margin: int, time: bool, of: int | None = None) -> None:
+    """The one sentence for objects larger than the crop, naming the largest; ``of``: the objects they are among, when
+    they are too many to leave out."""
     big = np.flatnonzero(too_big)
     worst = big[np.argmax(need[big])]
     where_txt = f" (frame {int(table['frame'][worst])})" if time else ""
-    raise InputError(f"{len(big)} object{'s are' if len(big) > 1 else ' is'} larger than the {side}×{side} crop "
-                     f"(label {int(table['label'][worst])}{where_txt} needs {int(math.ceil(need[worst] - 2 * margin))} px): "
-                     f"give a larger size, rescale=True, or remove such objects from the labels.")
+    count = f"{len(big)} of the {of} objects are" if of else f"{len(big)} object{'s are' if len(big) > 1 else ' is'}"
+    fix = (", too many to leave out: give a larger crop size, rescale, or check that the mask is a label image (0 "
+           "background, one id per object)." if of else ": give a larger size, rescale=True, or remove such objects "
+           "from the labels.")
+    raise InputError(f"{count} larger than the {side}×{side} crop (label {int(table['label'][worst])}{where_txt} needs "
+                     f"{int(math.ceil(need[worst] - 2 * margin))} px){fix}")
+
+
+def _refuse_scattered(table) -> None:
+    """Refuse a mask most of whose objects (of three pixels or more) are pixels scattered over a box twenty times their
+    area: no segmentation but an image (an image and its mask given the other way round)."""
+    box = (table["bbox_y1"] - table["bbox_y0"]) * (table["bbox_x1"] - table["bbox_x0"])
+    sized = table["area"] >= 3
+    scattered = sized & (table["area"] < SCATTERED * box)
+    if scattered.sum() > MOST_SET_ASIDE * sized.sum():
+        worst = np.flatnonzero(scattered)[np.argmax(box[scattered])]
+        raise InputError(f"The mask is no label image: {int(scattered.sum())} of its {int(sized.sum())} objects are "
+                         f"pixels scattered over the field (label {int(table['label'][worst])}: "
+                         f"{int(table['area'][worst])} pixels over a {int(table['bbox_y1'][worst] - table['bbox_y0'][worst])}"
+                         f"×{int(table['bbox_x1'][worst] - table['bbox_x0'][worst])} box); give the segmentation (0 "
+                         "background, one id per object), not an image.")
 
 
 def _set_aside(field, table, where, need, too_big, scale, angle, side: int, margin: int, oversize):
     """What ``oversize`` does with the objects that cannot be cut as they are: "skip" sets aside those larger than
     the crop, "rescale" zooms them down to fit it (about their centroid, as ``rescale`` does); both set aside objects
-    of one pixel (no shape to cut). Returns the kept objects' table, places, scale and angle, and the set-aside
+    of one pixel (no shape to cut). When most objects are larger than the crop the field is refused (InputError).
+    Returns the kept objects' table, places, scale and angle, and the set-aside
     objects' rows (the table's columns, ``needs``: the crop side they need, ``reason``)."""
     if oversize is None:
         return table, where, scale, angle, None
     tiny = table["area"] <= 1
+    _refuse_scattered(table)
+    if np.sum(too_big & ~tiny) > MOST_SET_ASIDE * np.sum(~tiny):      # not outliers: a wrong crop size or mask
+        _refuse_too_big(table, need, too_big & ~tiny, side, margin, field.time, of=int(np.sum(~tiny)))
     reasons = np.where(tiny, "one pixel", np.where(too_big, f"larger than the {side}×{side} crop", ""))
     if oversize == "rescale":
         zoom = np.flatnonzero(too_big & ~tiny)
