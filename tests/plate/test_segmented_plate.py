@@ -56,6 +56,7 @@ def test_a_folder_of_channel_files_and_a_stopped_run(raw_fields, tmp_path, monke
                             diameter=fields[0].diameter, channel="D")
     assert store.channels is None and len(calls) == 3
     assert list(store.fields["image_D"]) == [f"site{i}_D.tif" for i in range(3)]
+    assert sorted(p.name for p in (tmp_path / "f_masks").glob("*.tif")) == [f"site{i}_masks.tif" for i in range(3)]
     # a run on the same store and masks segments nothing again, and the store stays as it was
     table = store.table
     again = ticlust.extract(folder, tmp_path / "f.zarr", channel_suffixes="D,F", segment="nuclei",

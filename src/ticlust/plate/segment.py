@@ -73,13 +73,18 @@ def with_masks(specs, listing, folder: Path):
 
 
 def _field_name(spec) -> str:
-    """A field's name for its mask file: its image's name without the suffix (of channel files, the part their
-    names share, without a trailing separator), with ``_s<k>`` for scene k of a file of several scenes."""
-    stems = [Path(p).stem for _, p in spec.channels if p] or [Path(spec.image).stem]
-    shared = stems[0]
-    for stem in stems[1:]:
-        shared = shared[:next((i for i, (a, b) in enumerate(zip(shared, stem)) if a != b), min(len(shared), len(stem)))]
-    name = shared.rstrip("_-. ") or stems[0]
+    """A field's name for its mask file: its image's name without the suffix (of channel files named ``NAME<channel>``,
+    NAME; of other channel files, the part their names share), without a trailing separator, with ``_s<k>`` for
+    scene k of a file of several scenes."""
+    named = [(ch, Path(p).stem) for ch, p in spec.channels if p] or [("", Path(spec.image).stem)]
+    if all(stem.endswith(ch) and len(stem) > len(ch) for ch, stem in named):
+        shared = named[0][1][:len(named[0][1]) - len(named[0][0])]
+    else:
+        shared = named[0][1]
+        for _, stem in named[1:]:
+            shared = shared[:next((i for i, (a, b) in enumerate(zip(shared, stem)) if a != b),
+                                  min(len(shared), len(stem)))]
+    name = shared.rstrip("_-. ") or named[0][1]
     if name.lower().endswith(".ome"):
         name = name[:-4]
     return name + (f"_s{spec.scene}" if spec.scene is not None else "")
