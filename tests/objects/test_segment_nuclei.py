@@ -7,7 +7,7 @@ from scipy import ndimage
 import ticlust
 from ticlust.datasets.touching_nuclei import touching_nuclei_field
 from ticlust.errors import InputError
-from ticlust.events import Progress
+from ticlust.events import Progress, drain, each_progress
 from ticlust.metrics import segmentation_f1
 from ticlust.objects.segment import STEPS, nuclei_steps, segment_nuclei
 
@@ -57,14 +57,8 @@ def test_a_blank_field_holds_no_nuclei():
 
 
 def test_steps_are_progress_events_and_stopping_leaves_nothing(touching):
-    steps = nuclei_steps(touching.image, touching.diameter)
     events = []
-    while True:
-        try:
-            events.append(next(steps))
-        except StopIteration as stop:
-            labels = stop.value
-            break
+    labels = drain(each_progress(nuclei_steps(touching.image, touching.diameter), events.append))
     assert [e.stage for e in events] == list(STEPS) and all(isinstance(e, Progress) for e in events)
     assert [e.step for e in events] == list(range(len(STEPS))) and labels.max() > 0
     stopped = nuclei_steps(touching.image, touching.diameter)
