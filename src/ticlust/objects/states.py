@@ -137,16 +137,24 @@ def track_states(result, tracks: Tracks, order="free", smooth: bool = True, stay
     from ..api import check_result
 
     check_result(result)
+    return states_from_scores(result.labels, result.scores, tracks, order, smooth, stay)
+
+
+def states_from_scores(labels, scores, tracks: Tracks, order="free", smooth: bool = True,
+                       stay: float = 0.9) -> TrackStates:
+    """:func:`track_states` from each object's cluster (N,) and scores (N, K) (lower = closer; NaN or +inf where a
+    score is unknown), as a store's predictions keep them."""
+    labels, scores = np.asarray(labels, np.int64), np.asarray(scores, np.float64)
     if not isinstance(tracks, Tracks):
         raise InputError(f"tracks is a {type(tracks).__name__}: give the Tracks that ticlust.object_tracks makes.")
-    if tracks.n != result.n:
-        raise InputError(f"The tracks cover {tracks.n} objects but the result has {result.n} items: give the tracks of "
-                         "the objects that were clustered, in the same order.")
-    if not (isinstance(stay, (int, float)) and 0 < stay < 1):
+    if tracks.n != len(labels):
+        raise InputError(f"The tracks cover {tracks.n} objects but the result has {len(labels)} items: give the tracks "
+                         "of the objects that were clustered, in the same order.")
+    if isinstance(stay, bool) or not (isinstance(stay, (int, float)) and 0 < stay < 1):
         raise InputError(f"stay={stay!r} must be a number between 0 and 1 (the prior's share of staying in a state).")
-    scores = np.asarray(result.scores, np.float64)
-    seqs = _sequences(tracks, scores, np.asarray(result.labels, np.int64))
-    allowed, text = parse_order(order, result.k, lambda: hmm.raw_counts(seqs.chains, seqs.raw)[0])
+    k = scores.shape[1]
+    seqs = _sequences(tracks, np.where(np.isnan(scores), np.inf, scores), labels)
+    allowed, text = parse_order(order, k, lambda: hmm.raw_counts(seqs.chains, seqs.raw)[0])
     if seqs.chains.scores.shape[0] == 0:
         raise InputError("No object is in a track: give the tracks of the clustered objects.")
     if smooth:
@@ -158,8 +166,8 @@ def track_states(result, tracks: Tracks, order="free", smooth: bool = True, stay
         counts, first = hmm.raw_counts(seqs.chains, seqs.raw)
         counts = np.where(allowed, counts + hmm.transition_prior(allowed, stay), 0.0)
         trans, start, temperature = counts / counts.sum(1, keepdims=True), (first + 1) / (first + 1).sum(), None
-    objects = _object_table(result, tracks, seqs, path, prob)
-    per_track, visits = _track_tables(tracks, seqs, path, result.k)
+    objects = _object_table(labels, scores, tracks, seqs, path, prob)
+    per_track, visits = _track_tables(tracks, seqs, path, k)
     return TrackStates(objects, per_track, visits, _state_table(visits, trans, start), trans, start, temperature, text,
                        allowed, tracks.frames, list(tracks.notes) + seqs.notes,
                        {"tracks": seqs.ids, "first": seqs.first, "lengths": seqs.chains.lengths, "smoothed": path,
@@ -284,17 +292,16 @@ def _best_cycle(counts: np.ndarray, k: int) -> list[int]:
     return [int(v) for v in perms[int(np.argmax(follow))]]
 
 
-def _object_table(result, tracks: Tracks, seqs: _Sequences, path: np.ndarray, prob: np.ndarray):
+def _object_table(raw: np.ndarray, scores: np.ndarray, tracks: Tracks, seqs: _Sequences, path: np.ndarray,
+                  prob: np.ndarray):
     """One row per object (see TrackStates.objects)."""
     import pandas as pd
 
-    raw = np.asarray(result.labels, np.int64)
-    state, p = raw.copy(), np.full(result.n, np.nan)
+    state, p = raw.copy(), np.full(len(raw), np.nan)
     inside = seqs.seq >= 0
     state[inside] = path[seqs.seq[inside], seqs.at[inside]]
     p[inside] = prob[seqs.seq[inside], seqs.at[inside]]
-    rows = np.arange(result.n)
-    scores = np.asarray(result.scores)
+    rows = np.arange(len(raw))
     return pd.DataFrame({"item": rows, "track": tracks.track, "frame": tracks.frame, "raw_state": raw, "state": state,
                          "state_probability": p, "raw_score": scores[rows, raw], "state_score": scores[rows, state],
                          "changed": state != raw})

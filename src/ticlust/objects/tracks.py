@@ -402,20 +402,22 @@ def _check_moves(obj, track: np.ndarray, frame: np.ndarray) -> None:
 def find_divisions(obj, track: np.ndarray, frame: np.ndarray, frames: int, reach: float = 2.0) -> tuple[dict, str]:
     """Divisions found from the objects alone: a track that ends before the movie's last frame is the mother of the
     two tracks that start in the next frame or the one after, nearest her last object and within ``reach`` times
-    its diameter (each new track to its nearest such mother; a track with one candidate is not a mother).
-    Returns ({daughter: mother}, a sentence saying how many were found)."""
+    its diameter (each new track to its nearest such mother; a track with one candidate is not a mother), in the
+    same ``movie`` when the objects have that column (a plate's wells and sites). Returns ({daughter: mother}, a
+    sentence saying how many were found)."""
     import pandas as pd
 
     if not {"centroid_y", "centroid_x", "area"} <= set(obj.columns):
         return {}, "No divisions were looked for: the objects have no centroids."
     rows = pd.DataFrame({"t": track, "f": frame, "y": obj["centroid_y"].to_numpy(np.float64),
-                         "x": obj["centroid_x"].to_numpy(np.float64), "a": obj["area"].to_numpy(np.float64)})
+                         "x": obj["centroid_x"].to_numpy(np.float64), "a": obj["area"].to_numpy(np.float64),
+                         "m": obj["movie"].to_numpy() if "movie" in obj.columns else 0})
     rows = rows[rows.t >= 0].sort_values(["t", "f"])
     starts, ends = rows.groupby("t").head(1).set_index("t"), rows.groupby("t").tail(1).set_index("t")
     ends = ends[ends.f < frames - 1]
     pairs = []
     for m, e in ends.iterrows():
-        near = starts[(starts.f > e.f) & (starts.f <= e.f + 2) & (starts.index != m)]
+        near = starts[(starts.f > e.f) & (starts.f <= e.f + 2) & (starts.index != m) & (starts.m == e.m)]
         dist = np.hypot(near.y - e.y, near.x - e.x)
         limit = reach * 2 * np.sqrt(e.a / np.pi)
         pairs += [(float(d), int(m), int(c)) for c, d in dist[dist <= limit].items()]
