@@ -45,7 +45,8 @@ REACH = 1.75
 class TimeLapse:
     """A generated movie: ``movie`` (T, H, W) uint16, ``labels`` (T, H, W) int32 (value = track id, 0 background),
     ``tracks`` a dict of columns, one row per object in frame then track order (track_id, frame, label,
-    parent_track_id (-1: none), y, x, state (index into ``state_names``)), and ``parents`` {daughter: mother}."""
+    parent_track_id (-1: none), y, x, state (index into ``state_names``)), and ``parents`` {daughter: mother} (of the
+    daughters seen in the field)."""
 
     movie: np.ndarray
     labels: np.ndarray
@@ -119,7 +120,8 @@ def time_lapse(frames: int = 100, cells: int = 200, shape: tuple[int, int] = (10
         movie[t] = _camera(signal, rng, background, read_noise, blur)
     tracks = {k: np.asarray([r[k] for r in rows], np.float64 if k in ("y", "x") else np.int64) for k in rows[0]} \
         if rows else {}
-    return TimeLapse(movie=movie, labels=labels, tracks=tracks, parents=parents)
+    seen = set(tracks["track_id"].tolist()) if rows else set()
+    return TimeLapse(movie=movie, labels=labels, tracks=tracks, parents={d: m for d, m in parents.items() if d in seen})
 
 
 def _relabels(rng, n: int) -> list[int]:

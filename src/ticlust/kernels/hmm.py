@@ -166,8 +166,9 @@ def posteriors(chains: Chains, model: HMM):
     trans = np.exp(model.log_trans)
     for idx in chains.generations():
         starts = _daughter_starts(chains, idx, last_state, model.log_trans, model.log_start)
-        g, c, ll = forward_backward(log_emit[idx], chains.lengths[idx], model.log_trans, starts)
-        gamma[idx], loglik = g, loglik + float(ll.sum())
+        span = int(chains.lengths[idx].max())                     # a generation of short daughters: no long padding
+        g, c, ll = forward_backward(log_emit[idx, :span], chains.lengths[idx], model.log_trans, starts)
+        gamma[idx, :span], loglik = g, loglik + float(ll.sum())
         counts += c
         last_state[idx] = g[np.arange(len(idx)), chains.lengths[idx] - 1]
         roots = chains.parent[idx] < 0
@@ -189,7 +190,8 @@ def decode(chains: Chains, model: HMM) -> tuple[np.ndarray, np.ndarray]:
     last_state = np.zeros((b, k))
     for idx in chains.generations():
         starts = _daughter_starts(chains, idx, last_state, model.log_trans, model.log_start)
-        path[idx] = viterbi(log_emit[idx], chains.lengths[idx], model.log_trans, starts)
+        span = int(chains.lengths[idx].max())
+        path[idx, :span] = viterbi(log_emit[idx, :span], chains.lengths[idx], model.log_trans, starts)
         last_state[idx] = np.eye(k)[path[idx, chains.lengths[idx] - 1]]
     gamma = posteriors(chains, model)[0]
     prob = np.where(path >= 0, np.take_along_axis(gamma, np.maximum(path, 0)[..., None], 2)[..., 0], np.nan)

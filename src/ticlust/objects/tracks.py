@@ -206,6 +206,8 @@ def read_table(path):
         if suffix == ".txt":
             return _lineage_file(path)
         return pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", low_memory=False)
+    except InputError:
+        raise
     except (ValueError, OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path} cannot be read as a tracks table ({type(exc).__name__}): give a CSV, Parquet, .npy "
                          "Tracks data or a Cell Tracking Challenge lineage .txt.") from None
@@ -434,7 +436,8 @@ def find_divisions(obj, track: np.ndarray, frame: np.ndarray, frames: int, reach
 
 def check_one_piece(labels) -> None:
     """Label ids taken as track ids: refuse an id that is several separate pieces in one frame (a tracker that gave
-    both daughters their mother's id, or a broken mask). Reads one frame at a time."""
+    both daughters their mother's id, or a broken mask); an object cut by the field's edge may be in pieces. Reads
+    one frame at a time."""
     from skimage.measure import label as regions
 
     if getattr(labels, "ndim", 0) != 3:
@@ -444,7 +447,8 @@ def check_one_piece(labels) -> None:
         parts = regions(lab, background=0, connectivity=2)
         _, first = np.unique(parts.ravel(), return_index=True)
         ids = lab.ravel()[first]
-        ids = ids[ids != 0]
+        edge = np.concatenate([lab[0], lab[-1], lab[:, 0], lab[:, -1]])
+        ids = ids[(ids != 0) & ~np.isin(ids, edge)]
         uniq, counts = np.unique(ids, return_counts=True)
         if (counts > 1).any():
             i = int(uniq[np.argmax(counts > 1)])
