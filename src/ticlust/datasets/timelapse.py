@@ -16,10 +16,10 @@ apart, joined by a thin bridge; ``apoptosis`` a shrinking disc holding bright bl
 Why per-frame clustering errs near transitions, as in real movies: the frame before and the frame after
 every change of state show a blend of both states' looks (a random share, 20-50 % of the other one), and
 any frame of any nucleus may be badly focused (``bad_frames``: blurred and dimmer). The field gets a
-background, a Gaussian PSF, shot noise (Gaussian, of the Poisson variance) and read noise, and is stored as uint16. The labels are the
-true masks with the track id as the label value (as btrack, ultrack, trackastra and TrackMate's label
-exports keep them); ``tracks`` is the tracker's table (one row per object: track_id, frame, label,
-parent_track_id, y, x) with each object's true ``state``.
+background, a Gaussian PSF, shot noise (Gaussian, of the Poisson variance) and read noise, and is stored as
+uint16. The labels are the true masks with the track id as the label value (as btrack, ultrack, trackastra and
+TrackMate's label exports keep them); ``tracks`` is the tracker's table (one row per object: track_id, frame,
+label, parent_track_id, y, x) with each object's true ``state``.
 """
 from __future__ import annotations
 
@@ -235,7 +235,8 @@ def _radius(c: _Cell) -> float:
     return c.r0
 
 
-def _look(state: int, a: np.ndarray, b: np.ndarray, r: float, p: float, bright: float, rng) -> tuple[np.ndarray, np.ndarray]:
+def _look(state: int, a: np.ndarray, b: np.ndarray, r: float, p: float, bright: float,
+          rng) -> tuple[np.ndarray, np.ndarray]:
     """The mask and intensity of a nucleus in ``state`` at progress ``p`` (0..1) through it, on window coordinates
     ``a`` (along its axis) and ``b`` (across), in pixels. State -4: one telophase mass alone (a daughter's past)."""
     rho = np.hypot(a, b) / r
@@ -249,9 +250,10 @@ def _look(state: int, a: np.ndarray, b: np.ndarray, r: float, p: float, bright: 
             spots += np.exp(-((a - x) ** 2 + (b - y) ** 2) / 1.3)
         return rho <= 0.95, bright * 1.3 * (0.55 + 0.9 * np.exp(-((rho - 0.7) / 0.18) ** 2) + 0.6 * spots)
     if state == 2:
-        return (a / (1.05 * r)) ** 2 + (b / (0.4 * r)) ** 2 <= 1, bright * 2.0 * np.clip(1 - 0.3 * (b / (0.4 * r)) ** 2, 0, 1)
+        across = (b / (0.4 * r)) ** 2
+        return (a / (1.05 * r)) ** 2 + across <= 1, bright * 2.0 * np.clip(1 - 0.3 * across, 0, 1)
     if state == 3:
-        s = r * (0.3 + 0.5 * p)
+        s = r * (0.45 + 0.45 * p)                 # the sister sets part from the first anaphase frame on
         bars = np.minimum(((b - s) / (0.22 * r)) ** 2, ((b + s) / (0.22 * r)) ** 2) + (a / (0.95 * r)) ** 2 <= 1
         between = (np.abs(a) <= 0.6 * r) & (np.abs(b) <= s)
         return bars | between, bright * np.where(bars, 2.0, 0.25)

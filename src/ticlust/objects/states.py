@@ -91,7 +91,8 @@ class TrackStates:
         {daughter: [mother]}), rows sorted by track then frame."""
         import pandas as pd
 
-        table = objects if isinstance(objects, pd.DataFrame) else pd.DataFrame({k: np.asarray(v) for k, v in objects.items()})
+        table = objects if isinstance(objects, pd.DataFrame) else \
+            pd.DataFrame({k: np.asarray(v) for k, v in objects.items()})
         if not {"centroid_y", "centroid_x"} <= set(table.columns) or len(table) != len(self.objects):
             raise InputError(f"napari tracks need the object table ({len(self.objects)} rows with centroid_y and "
                              "centroid_x) the states were made for.")

@@ -154,7 +154,8 @@ def _frames(frames, frame: np.ndarray) -> int:
     if frames is None:
         return last
     if isinstance(frames, bool) or not isinstance(frames, (int, np.integer)) or frames < last:
-        raise InputError(f"frames={frames!r} must be a whole number of at least {last} (the objects reach frame {last - 1}).")
+        raise InputError(f"frames={frames!r} must be a whole number of at least {last} (the objects reach frame "
+                         f"{last - 1}).")
     return int(frames)
 
 
@@ -177,7 +178,8 @@ def read_tracks(source):
     if names["track"] is None:
         raise InputError(f"The tracks table has no track column (columns: {', '.join(map(str, table.columns[:8]))}): "
                          "name it track_id (or track, id).")
-    out = pd.DataFrame({role: pd.to_numeric(table[col], errors="coerce") for role, col in names.items() if col is not None})
+    out = pd.DataFrame({role: pd.to_numeric(table[col], errors="coerce") for role, col in names.items()
+                        if col is not None})
     keep = out["track"].notna() & (out["frame"].notna() if "frame" in out else True)
     out = out[keep].reset_index(drop=True)
     out.attrs["dropped"] = int((~keep).sum())

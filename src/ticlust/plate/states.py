@@ -63,7 +63,8 @@ def _time(table, time: str) -> np.ndarray:
         raise InputError(f"The store's fields are time series themselves: their frames are the time (--time frame), "
                          f"not the column {time}.")
     as_float = np.asarray(values, np.float64) if values.dtype.kind in "iuf" else None
-    if as_float is None or not np.isfinite(as_float).all() or (as_float != np.round(as_float)).any() or as_float.min() < 0:
+    if as_float is None or not np.isfinite(as_float).all() or (as_float != np.round(as_float)).any() \
+            or as_float.min() < 0:
         raise InputError(f"The time column {time} must hold whole numbers from 0 (a frame number per field).")
     return as_float.astype(np.int64)
 
