@@ -8,7 +8,7 @@ import pytest
 import ticlust
 from ticlust.errors import InputError
 from ticlust.objects.crops import objects_from_labels
-from ticlust.objects.states import parse_order, track_states
+from ticlust.objects.states import parse_order, states_from_scores, track_states
 from ticlust.objects.tracks import Tracks
 from ticlust.result import ClusteringResult
 
@@ -128,6 +128,10 @@ def test_orders_and_bad_arguments_are_one_sentence(lineage):
         track_states(result, Tracks(tracks.track[:-1], tracks.frame[:-1]))
     with pytest.raises(InputError, match="ClusteringResult"):
         track_states(object(), tracks)
+    with pytest.raises(InputError, match="No object is in a track"):
+        track_states(result, Tracks(np.full(tracks.n, -1), tracks.frame))
+    with pytest.raises(InputError, match="one row of K scores"):
+        states_from_scores([0, 5], np.zeros((2, 3)), Tracks([1, 1], [0, 1]))
     with pytest.raises(InputError, match="at most 9"):
         parse_order("cyclic", 10, lambda: np.ones((10, 10)))
 

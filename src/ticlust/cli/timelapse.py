@@ -21,8 +21,8 @@ def add_options(parser, store: bool = False) -> None:
                             "Cell Tracking Challenge lineage (.txt); without --labels, one row per item of INPUT "
                             "(track_id, frame). With --labels and no --tracks, label ids are track ids")
     parser.add_argument("--smooth", metavar="ORDER", help="time-lapse: smooth each track's states with a hidden Markov "
-                        "model: free (any transition), cyclic (one learned cycle), order=3>5>1>2 (the steps allowed, "
-                        "e.g. order=0>1>2>0,0>3), or none (default: free)")
+                        "model: free (any transition), cyclic (one learned cycle), 'order=3>5>1>2' (the steps allowed, "
+                        "quoted for the shell; e.g. 'order=0>1>2>0,0>3'), or none (default: free)")
     for flag, name in TABLES.items():
         parser.add_argument(flag, metavar="FILE", help=f"time-lapse: write the per-{name[:-1]} state table here "
                             "(.csv or .parquet)")

@@ -146,6 +146,10 @@ def states_from_scores(labels, scores, tracks: Tracks, order="free", smooth: boo
     """:func:`track_states` from each object's cluster (N,) and scores (N, K) (lower = closer; NaN or +inf where a
     score is unknown), as a store's predictions keep them."""
     labels, scores = np.asarray(labels, np.int64), np.asarray(scores, np.float64)
+    if scores.ndim != 2 or len(scores) != len(labels) or (len(labels) and not 0 <= labels.min() <= labels.max()
+                                                          < scores.shape[1]):
+        raise InputError(f"The scores ({scores.shape}) and clusters ({labels.shape}) must be one row of K scores and "
+                         "one cluster from 0 to K-1 per object.")
     if not isinstance(tracks, Tracks):
         raise InputError(f"tracks is a {type(tracks).__name__}: give the Tracks that ticlust.object_tracks makes.")
     if tracks.n != len(labels):
@@ -155,9 +159,9 @@ def states_from_scores(labels, scores, tracks: Tracks, order="free", smooth: boo
         raise InputError(f"stay={stay!r} must be a number between 0 and 1 (the prior's share of staying in a state).")
     k = scores.shape[1]
     seqs = _sequences(tracks, np.where(np.isnan(scores), np.inf, scores), labels)
-    allowed, text = parse_order(order, k, lambda: hmm.raw_counts(seqs.chains, seqs.raw)[0])
     if seqs.chains.scores.shape[0] == 0:
         raise InputError("No object is in a track: give the tracks of the clustered objects.")
+    allowed, text = parse_order(order, k, lambda: hmm.raw_counts(seqs.chains, seqs.raw)[0])
     if smooth:
         model = hmm.fit(seqs.chains, allowed, stay, raw=seqs.raw)
         path, prob = hmm.decode(seqs.chains, model)
