@@ -18,7 +18,8 @@ _EXPORTS = {"fit": "api", "run": "api", "predict": "plate.predict", "refine": "c
             "objects_from_labels": "objects.crops", "shapes_from_labels": "objects.crops",
             "segment_nuclei": "objects.segment", "read_labels": "io.readers",
             "ClusteringResult": "result", "load_result": "api", "extract": "plate.store",
-            "open_objects": "plate.store", "ObjectStore": "plate.store", "write_cluster_labels": "plate.labels"}
+            "open_objects": "plate.store", "ObjectStore": "plate.store", "write_cluster_labels": "plate.labels",
+            "object_tracks": "objects.tracks", "track_states": "objects.states", "time_lapse": "datasets.timelapse"}
 
 __all__ = [*_EXPORTS, "__version__"]
 
