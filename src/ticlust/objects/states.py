@@ -73,7 +73,7 @@ class TrackStates:
         for name, path in given.items():
             table_format(path, name)
         check_outputs({}, given)
-        return [write_table(getattr(self, name), path) for name, path in given.items()]
+        return [save_table(getattr(self, name), path) for name, path in given.items()]
 
     def strip(self, smoothed: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """(track ids (B,), states (B, frames)): each track's state in every frame, -1 outside the track (raw: -1 in
@@ -114,7 +114,7 @@ def table_format(path, what: str = "table") -> str:
     return TABLE_SUFFIXES[suffix]
 
 
-def write_table(table, path) -> Path:
+def save_table(table, path) -> Path:
     """A DataFrame to ``path`` as CSV or Parquet (by its suffix), through a temporary file renamed into place."""
     kind = table_format(path)
 
