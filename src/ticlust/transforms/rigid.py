@@ -303,10 +303,10 @@ class _Pyramid:
         self.coarse_poses = on_level[levels]
         self.coarse = _Exhaustive(halved(mu, levels), angles[self.coarse_poses], flips[self.coarse_poses],
                                   self.windows[levels], engine)
-        self.banks = []                                    # per finer level: its prototypes turned to its poses, ||P||²
+        self.banks = []     # per finer level: its prototypes turned to its poses and a blank last, their ||P||²
         for level in range(levels):
-            turned = turned_prototypes(halved(mu, level), angles[on_level[level]], flips[on_level[level]])
-            self.banks.append((turned.flatten(0, 1), (turned ** 2).sum((-3, -2, -1)).flatten()))
+            turned = turned_prototypes(halved(mu, level), angles[on_level[level]], flips[on_level[level]]).flatten(0, 1)
+            self.banks.append((torch.cat([turned, torch.zeros_like(turned[:1])]), (turned ** 2).sum((-3, -2, -1))))
 
     def __call__(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         pyramid = [xb]
@@ -319,7 +319,7 @@ class _Pyramid:
         score, pose, shift = (v.flatten(0, 1) for v in self.coarse(pyramid[-1]))
         pose = self.coarse_poses[pose]
         for level in reversed(range(1, len(self.banks))):
-            score, pose, shift = self._local(padded[level], level, item, proto, pose, 2 * shift, 0)
+            score, pose, shift = self._local(padded[level], level, item, proto, pose, 2 * shift, 1)
         score, pose, shift = self._every_pose(padded[0], 2 * shift)
         near = score.view(b, self.k).argsort(1)[:, :REFINED]
         pairs = (near + torch.arange(b, device=xb.device)[:, None] * self.k).flatten()
@@ -333,17 +333,24 @@ class _Pyramid:
         return score.view(b, self.k), pose.view(b, self.k), shift.view(b, self.k, 2)
 
     def _every_pose(self, x: "_Padded", shift: torch.Tensor):
-        """Every pose of the full grid of every pair (flat, item-major) at its shift (P, 2), kept in the window: one
-        product per prototype of the items read at their pairs' shifts with its turned copies."""
+        """Every pose of the full grid of every pair (flat, item-major) at its shift (P, 2), kept in the window: the
+        items read at their pairs' shifts times every turned copy. A cut item shared by its pairs (the same shift
+        against several prototypes: the usual case, a crop centred on its object) is read and multiplied once, against
+        every prototype; when the shifts of an item's pairs mostly differ, each pair's crop against its own prototype."""
         flat, energy = self.banks[0]
         m = len(energy) // self.k
         shift = x.inside(shift, (0, 0))
         item = torch.arange(x.shape[0], device=shift.device).repeat_interleave(self.k)
-        crops = x.crops(item, shift, (0, 0)).reshape(x.shape[0], self.k, -1)              # (B, K, C·H·W): x(q + s)
-        d2 = torch.stack([energy[k * m:(k + 1) * m] - 2 * crops[:, k] @ flat[k * m:(k + 1) * m].flatten(1).T
-                          for k in range(self.k)], 1)                                   # (B, K, M)
-        score, pose = d2.min(-1)
-        return (score + x.energy[:, None]).clamp_min(0).flatten(), pose.flatten(), shift
+        proto = torch.arange(self.k, device=shift.device).repeat(x.shape[0])
+        first, group, _ = x.shared(item, shift)
+        if len(first) <= 2 * x.shape[0]:
+            crops = x.crops(item[first], shift[first], (0, 0)).flatten(1)                 # (U, C·H·W): x(q + s)
+            corr = (crops @ flat[:-1].flatten(1).T).view(len(first), self.k, m)[group, proto]  # (P, M)
+        else:
+            crops = x.crops(item, shift, (0, 0)).reshape(x.shape[0], self.k, -1)
+            corr = torch.stack([crops[:, k] @ flat[k * m:(k + 1) * m].flatten(1).T for k in range(self.k)], 1).flatten(0, 1)
+        score, pose = (energy.view(self.k, m)[proto] - 2 * corr).min(-1)
+        return (score + x.energy[item]).clamp_min(0), pose, shift
 
     def _local(self, x: "_Padded", level: int, item: torch.Tensor, proto: torch.Tensor, pose: torch.Tensor,
                centre: torch.Tensor, spread: int):
@@ -381,6 +388,19 @@ class _Padded:
         (wy, wx), (ry, rx) = self.window, radius
         return torch.stack([centre[:, 0].clamp(rx - wx, wx - rx), centre[:, 1].clamp(ry - wy, wy - ry)], -1)
 
+    def shared(self, item: torch.Tensor, centre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pairs (``item``, ``centre``: (P,), (P, 2)) grouped by the crop they read: the first pair of each distinct
+        (item, shift) (U,), each pair's group (P,) and its place among its group's pairs (P,)."""
+        (wy, wx) = self.window
+        key = (item * (2 * wy + 1) + centre[:, 1].long() + wy) * (2 * wx + 1) + centre[:, 0].long() + wx
+        _, group = torch.unique(key, return_inverse=True)
+        order = torch.argsort(group, stable=True)
+        counts = torch.bincount(group)
+        starts = torch.cumsum(counts, 0) - counts
+        slot = torch.empty_like(group)
+        slot[order] = torch.arange(len(group), device=group.device) - starts[group[order]]
+        return order[starts], group, slot
+
     def crops(self, item: torch.Tensor, centre: torch.Tensor, radius: tuple[int, int]) -> torch.Tensor:
         """Item ``item[p]`` read from its pair's ``centre[p]`` − radius on (x/y pixels, inside the window):
         (P, C, H + 2·ry, W + 2·rx), crop[i] = x(c − r + i), zero outside the image."""
@@ -396,19 +416,25 @@ def local_correlation(x: _Padded, item: torch.Tensor, flat: torch.Tensor, rows: 
                       radius: tuple[int, int]) -> torch.Tensor:
     """(x ⋆ P)(c + d) = Σ_q x(q) P(q − c − d) for every |d_y| ≤ radius[0], |d_x| ≤ radius[1], of each pair p's item
     ``item[p]`` with the prototypes ``flat[rows[p, a]]`` about its shift c = ``centre[p]`` (x, y pixels):
-    (P, A, 2·ry + 1, 2·rx + 1). One grouped convolution per block of pairs: each pair's item crop about its centre,
-    its A prototypes as the filters."""
+    (P, A, 2·ry + 1, 2·rx + 1). One grouped convolution per block of distinct crops: each (item, shift) cut once
+    (what a convolution costs here), the prototypes of every pair that shares it as its filters (``flat``'s last
+    row, a blank, where a crop has fewer pairs than another)."""
     _, c, h, w = x.shape
     ry, rx = radius
     a = rows.shape[1]
-    step = max(1, REFINE_BLOCK_BYTES // max(1, (a + 1) * c * h * w * flat.element_size()))
-    out = []
-    for s in range(0, len(item), step):
-        crops = x.crops(item[s:s + step], centre[s:s + step], radius)         # (p, C, H', W')
-        pairs = len(crops)
-        out.append(F.conv2d(crops.reshape(1, pairs * c, h + 2 * ry, w + 2 * rx), flat[rows[s:s + step].flatten()],
-                            groups=pairs).reshape(pairs, a, 2 * ry + 1, 2 * rx + 1))
-    return torch.cat(out)
+    first, group, slot = x.shared(item, centre)
+    g = int(slot.max()) + 1
+    step = max(1, REFINE_BLOCK_BYTES // max(1, (g * a + 1) * c * h * w * flat.element_size()))
+    out = torch.empty(len(item), a, 2 * ry + 1, 2 * rx + 1, device=flat.device, dtype=flat.dtype)
+    for s in range(0, len(first), step):
+        sel = torch.nonzero((group >= s) & (group < s + step)).flatten()
+        crops = x.crops(item[first[s:s + step]], centre[first[s:s + step]], radius)      # (u, C, H', W')
+        u = len(crops)
+        table = torch.full((u, g, a), len(flat) - 1, device=rows.device, dtype=rows.dtype)
+        table[group[sel] - s, slot[sel]] = rows[sel]
+        found = F.conv2d(crops.reshape(1, u * c, h + 2 * ry, w + 2 * rx), flat[table.flatten()], groups=u)
+        out[sel] = found.reshape(u, g, a, 2 * ry + 1, 2 * rx + 1)[group[sel] - s, slot[sel]]
+    return out
 
 
 def aligned_items(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
