@@ -35,11 +35,11 @@ def distance_at(x: torch.Tensor, mu: torch.Tensor, angle, flip, shift) -> torch.
 
 
 def test_levels_from_the_crop_size():
-    assert [pyramid_levels((s, s)) for s in (16, 28, 32, 40, 64, 128)] == [0, 0, 1, 1, 2, 3]
+    assert [pyramid_levels((s, s)) for s in (16, 28, 32, 40, 48, 64, 128)] == [0, 0, 0, 0, 1, 2, 3]
     assert pyramid_levels((64, 64), n_angles=102) == 2 and pyramid_levels((128, 128), n_angles=102) == 2
 
 
-@pytest.mark.parametrize("size, channels", [(32, 1), (64, 2)])
+@pytest.mark.parametrize("size, channels", [(48, 1), (64, 2)])
 def test_pyramid_finds_the_exhaustive_pose_of_posed_copies(size, channels, one_thread):
     mu, x, steps, flips, shifts = copies(size, channels, 24)
     window = 5
@@ -67,7 +67,7 @@ def test_every_score_is_the_distance_at_its_pose(one_thread):
 
 
 def test_a_window_of_no_shift_and_an_angle_grid_levels_cannot_halve(one_thread):
-    mu = torch.cat([blob_pattern(s, 32) for s in range(3)])
+    mu = torch.cat([blob_pattern(s, 48) for s in range(3)])
     steps = torch.tensor([5, 17, 30, 41])
     x = posed(mu[:1], steps * 2 * math.pi / 48, torch.zeros(4, dtype=torch.bool), torch.zeros(4, 2))
     fast = rigid_search(x, mu, n_angles=48, max_shift=0)

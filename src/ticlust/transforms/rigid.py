@@ -38,8 +38,10 @@ SHIFT_FRACTION = 0.15
 DIRECT_BLOCK = 2 ** 27
 #: FFT pairs handled at once (memory ~ 8 bytes × padded pixels each, a few times over).
 FFT_BLOCK_PAIRS = 4096
-#: The coarse-to-fine search halves the resolution while the smaller side stays at least this (``pyramid_levels``).
-COARSEST_SIDE = 16
+#: The coarse-to-fine search halves the resolution while the smaller side stays at least this (``pyramid_levels``),
+#: from crops of PYRAMID_SIDE on; smaller crops are searched exhaustively (on 32-px nuclei the 16-px coarse search
+#: missed a fifth of the item-on-own-prototype poses; the exhaustive search costs little there).
+COARSEST_SIDE, PYRAMID_SIDE = 16, 48
 #: Bytes of the turned prototypes gathered for one step of the local refinement (items × K × 3 angles of them).
 REFINE_BLOCK_BYTES = 2 ** 25
 #: Prototypes per item whose full-resolution pose the coarse-to-fine search refines last (the nearest after its
@@ -47,6 +49,8 @@ REFINE_BLOCK_BYTES = 2 ** 25
 REFINED = 3
 #: The most local searches (±1 angle × 3×3 shifts) at full resolution for a pair whose pose keeps moving.
 CLIMBS = 4
+#: Prototypes per item (the nearest) whose shift the search checks again at half resolution before the climb.
+AGAIN = 1
 
 
 def angle_count(size: tuple[int, int], rim_step: float = RIM_STEP_PX) -> int:
@@ -201,11 +205,14 @@ def rigid_search(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None,
 
 
 def pyramid_levels(size: tuple[int, int], n_angles: int | None = None) -> int:
-    """The halvings of a coarse-to-fine search: the resolution is halved while the smaller side stays ≥ ``COARSEST_SIDE``
-    (0 for 28×28, 1 for 32×32, 2 for 64×64, 3 for 128×128), and no more than the angle grid allows (its count divisible
-    by 2^(levels − 1), so that every finer level's angles lie on the grid)."""
+    """The halvings of a coarse-to-fine search: none below ``PYRAMID_SIDE`` (the exhaustive search is cheap there: 0 for
+    28×28, 32×32, 40×40), else the resolution is halved while the smaller side stays ≥ ``COARSEST_SIDE`` (1 for 48×48,
+    2 for 64×64, 3 for 128×128), and no more than the angle grid allows (its count divisible by 2^(levels − 1), so that
+    every finer level's angles lie on the grid)."""
     n_angles = angle_count(size) if n_angles is None else int(n_angles)
     levels, side = 0, min(size)
+    if side < PYRAMID_SIDE:
+        return 0
     while side // 2 >= COARSEST_SIDE and (levels == 0 or n_angles % 2 ** levels == 0):
         levels, side = levels + 1, side // 2
     return levels
@@ -287,12 +294,14 @@ class _Pyramid:
     """Coarse to fine, as cryo-EM 2D classification searches. At the coarsest level (the images halved ``levels`` times)
     every 2^levels-th angle of the grid × every shift of the window; at each finer level but the last, the angle found
     and its two neighbours on that level's grid × the 3×3 integer shifts about twice the shift found; at full
-    resolution every pose of the grid at twice the shift found (one matrix product per prototype), then, for each
-    item's ``REFINED`` nearest prototypes, the best pose's two neighbours too × the 3×3 shifts about it, again from
-    where that lands while the pose moves (at most ``CLIMBS`` times). The angle is
-    chosen at full resolution because a coarse image hides what turns a round cell (its texture); the shift is found
-    coarse (its outline). Every pose returned and its score are one the exhaustive search compares; what it can miss
-    is a pose whose coarse image ranked below another's."""
+    resolution every pose of the grid at twice the shift found (one matrix product per prototype). Each item's nearest
+    prototype (``AGAIN``) is searched again: every pose of the half-resolution grid at the 3×3 shifts about the
+    half-resolution shift, then every full-resolution pose at twice the best of them; the better pose is kept. From
+    there its ``REFINED`` nearest prototypes climb: the pose's two neighbouring angles × the 3×3 shifts, again from
+    where that lands while the pose moves (at most ``CLIMBS`` times). The angle is chosen at full resolution because a coarse image hides what
+    turns a round cell (its texture); the shift is found coarse (its outline), then checked a pixel about. Every pose
+    returned and its score are one the exhaustive search compares; what it can miss is a pose whose coarse image
+    ranked below another's (``tests/transforms/test_rigid_pyramid.py``, benchmarks/results/rigid_pyramid.md)."""
 
     def __init__(self, mu: torch.Tensor, n_angles: int, flip: bool, window: tuple[int, int], engine: str, levels: int):
         self.n_angles, self.k = n_angles, mu.shape[0]
@@ -303,14 +312,15 @@ class _Pyramid:
         self.coarse_poses = on_level[levels]
         self.coarse = _Exhaustive(halved(mu, levels), angles[self.coarse_poses], flips[self.coarse_poses],
                                   self.windows[levels], engine)
-        self.banks = []     # per finer level: its prototypes turned to its poses and a blank last, their ||P||²
-        for level in range(levels):
+        self.banks = []     # per level below the coarsest, and the next: its prototypes turned to its poses, a blank last
+        for level in range(max(levels, 2)):
             turned = turned_prototypes(halved(mu, level), angles[on_level[level]], flips[on_level[level]]).flatten(0, 1)
             self.banks.append((torch.cat([turned, torch.zeros_like(turned[:1])]), (turned ** 2).sum((-3, -2, -1))))
 
     def __call__(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        levels = len(self.windows) - 1
         pyramid = [xb]
-        for _ in range(len(self.banks)):
+        for _ in range(levels):
             pyramid.append(halved(pyramid[-1], 1))
         padded = [_Padded(x, w) for x, w in zip(pyramid, self.windows)]
         b = len(xb)
@@ -318,11 +328,19 @@ class _Pyramid:
         proto = torch.arange(self.k, device=xb.device).repeat(b)
         score, pose, shift = (v.flatten(0, 1) for v in self.coarse(pyramid[-1]))
         pose = self.coarse_poses[pose]
-        for level in reversed(range(1, len(self.banks))):
+        for level in reversed(range(1, levels)):
             score, pose, shift = self._local(padded[level], level, item, proto, pose, 2 * shift, 1)
-        score, pose, shift = self._every_pose(padded[0], 2 * shift)
+        half = shift                                                       # the shifts at half resolution
+        score, pose, shift = self._every_pose(padded[0], 0, item, proto, 2 * shift)
         near = score.view(b, self.k).argsort(1)[:, :REFINED]
         pairs = (near + torch.arange(b, device=xb.device)[:, None] * self.k).flatten()
+        first = pairs.view(b, -1)[:, :AGAIN].flatten()
+        again = self._searched_again(padded, item[first], proto[first], half[first], shift[first])
+        if again is not None:
+            moved, found = again
+            better = found[0] < score[first[moved]]
+            for field, value in zip((score, pose, shift), found):
+                field[first[moved][better]] = value[better]
         for _ in range(CLIMBS):                    # down the full-resolution slope while a pair's pose still moves
             found = self._local(padded[0], 0, item[pairs], proto[pairs], pose[pairs], shift[pairs], 1)
             moved = (found[1] != pose[pairs]) | (found[2] != shift[pairs]).any(1)
@@ -332,25 +350,43 @@ class _Pyramid:
                 break
         return score.view(b, self.k), pose.view(b, self.k), shift.view(b, self.k, 2)
 
-    def _every_pose(self, x: "_Padded", shift: torch.Tensor):
-        """Every pose of the full grid of every pair (flat, item-major) at its shift (P, 2), kept in the window: the
-        items read at their pairs' shifts times every turned copy. A cut item shared by its pairs (the same shift
-        against several prototypes: the usual case, a crop centred on its object) is read and multiplied once, against
-        every prototype; when the shifts of an item's pairs mostly differ, each pair's crop against its own prototype."""
-        flat, energy = self.banks[0]
+    def _searched_again(self, padded: list, item: torch.Tensor, proto: torch.Tensor, half: torch.Tensor,
+                        shift: torch.Tensor):
+        """Pairs (flat) searched again about their half-resolution shift ``half`` (P, 2): every pose of the half-
+        resolution grid at the 3×3 shifts about it; where the best lands elsewhere than ``shift`` (P, 2, full
+        resolution), every full-resolution pose at twice its shift. Returns (those pairs, their score, pose, shift) or
+        None."""
+        steps = torch.stack(torch.meshgrid(*[torch.arange(-1, 2, device=half.device)] * 2, indexing="xy"), -1).view(-1, 2)
+        many = lambda t: t.repeat_interleave(len(steps), 0)             # noqa: E731  (each pair, once per step)
+        score, _, found = self._every_pose(padded[1], 1, many(item), many(proto), many(half) + steps.repeat(len(half), 1))
+        found = padded[0].inside(2 * found.view(len(item), -1, 2)[torch.arange(len(item)), score.view(len(item), -1).argmin(1)], (0, 0))
+        moved = torch.nonzero((found != shift).any(1)).flatten()
+        if not len(moved):
+            return None
+        return moved, self._every_pose(padded[0], 0, item[moved], proto[moved], found[moved])
+
+    def _every_pose(self, x: "_Padded", level: int, item: torch.Tensor, proto: torch.Tensor, shift: torch.Tensor):
+        """Every pose of this level's grid for each pair (flat: ``item``, ``proto``) at its shift (P, 2), kept in the
+        window: the items read at their pairs' shifts times the prototypes' turned copies. Returns the best score, pose
+        (an index of the full grid) and the shift. An item cut once for several pairs (the same shift against several
+        prototypes: the usual case, a crop centred on its object) is multiplied once against every prototype; when
+        that costs more than each pair against its own prototype, each pair is."""
+        flat, energy = self.banks[level]
         m = len(energy) // self.k
         shift = x.inside(shift, (0, 0))
-        item = torch.arange(x.shape[0], device=shift.device).repeat_interleave(self.k)
-        proto = torch.arange(self.k, device=shift.device).repeat(x.shape[0])
         first, group, _ = x.shared(item, shift)
-        if len(first) <= 2 * x.shape[0]:
-            crops = x.crops(item[first], shift[first], (0, 0)).flatten(1)                 # (U, C·H·W): x(q + s)
+        if len(first) * self.k <= 2 * len(item):
+            crops = x.crops(item[first], shift[first], (0, 0)).flatten(1)                 # (U, C·h·w): x(q + s)
             corr = (crops @ flat[:-1].flatten(1).T).view(len(first), self.k, m)[group, proto]  # (P, M)
         else:
-            crops = x.crops(item, shift, (0, 0)).reshape(x.shape[0], self.k, -1)
-            corr = torch.stack([crops[:, k] @ flat[k * m:(k + 1) * m].flatten(1).T for k in range(self.k)], 1).flatten(0, 1)
-        score, pose = (energy.view(self.k, m)[proto] - 2 * corr).min(-1)
-        return (score + x.energy[item]).clamp_min(0), pose, shift
+            corr = torch.empty(len(item), m, device=shift.device, dtype=flat.dtype)
+            for k in range(self.k):
+                rows = torch.nonzero(proto == k).flatten()
+                corr[rows] = x.crops(item[rows], shift[rows], (0, 0)).flatten(1) @ flat[k * m:(k + 1) * m].flatten(1).T
+        score, index = (energy.view(self.k, m)[proto] - 2 * corr).min(-1)
+        step, n = 2 ** level, self.n_angles
+        per_flip = n // step
+        return (score + x.energy[item]).clamp_min(0), index // per_flip * n + index % per_flip * step, shift
 
     def _local(self, x: "_Padded", level: int, item: torch.Tensor, proto: torch.Tensor, pose: torch.Tensor,
                centre: torch.Tensor, spread: int):
