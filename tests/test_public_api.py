@@ -10,7 +10,7 @@ PUBLIC = {
     "sample": "function", "available_methods": "function", "get_method": "function", "evaluate": "function",
     "nuclei_field": "function", "objects_from_labels": "function", "shapes_from_labels": "function",
     "load_result": "function", "extract": "function", "open_objects": "function", "write_cluster_labels": "function",
-    "InputError": "class", "ClusteringResult": "class", "ObjectStore": "class",
+    "scan_k": "function", "InputError": "class", "ClusteringResult": "class", "ObjectStore": "class", "KScan": "class",
 }
 
 

@@ -17,6 +17,7 @@ from .common import (CROP_NEEDS_LABELS, check_in_process, check_writable, cluste
 
 #: A store is fitted whole without --fit-sample up to this many objects.
 STORE_FIT_ALL = 50_000
+DEFAULT_OUTPUT = "ticlust_result.npz"
 
 
 def add_parser(sub, common) -> None:
@@ -27,6 +28,9 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--sample", choices=sorted(SAMPLES), help="use a bundled sample instead of INPUT")
     fit.add_argument("--method", default="kmeans", help="clustering method (see `ticlust methods`)")
     fit.add_argument("--k", type=int, help="number of clusters (default: the method's own, see `ticlust methods`)")
+    fit.add_argument("--k-scan", nargs="?", const="2-16", metavar="KMIN-KMAX", help="choose K: fit the method at every K "
+                     "of the range (default 2-16) on subsamples, print each K's scores and the suggested K; with -o, then "
+                     "fit at the suggested K and save that")
     fit.add_argument("--device", default="auto", help="auto, cpu or cuda")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--runs", type=int, default=1, help="train this many seeds and keep the lowest final loss")
@@ -34,7 +38,7 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a method parameter (repeatable)")
     fit.add_argument("--key", help="array name inside an .npz input (default: the first)")
     fit.add_argument("--labels-key", help="array of true labels inside the .npz, to print ACC/NMI/ARI")
-    fit.add_argument("-o", "--output", default="ticlust_result.npz", help="where to save the result (.npz)")
+    fit.add_argument("-o", "--output", help=f"where to save the result (.npz; default {DEFAULT_OUTPUT})")
     fit.add_argument("--csv", help="also write the assignments table here")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
     # objects from a segmentation: INPUT is a field, --labels its label image
@@ -69,15 +73,25 @@ def run(args) -> int:
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
     from ..plate.run import is_store
 
+    scan_only = args.k_scan is not None and args.output is None     # a scan saves a fit only where -o asks for one
+    args.output = args.output or DEFAULT_OUTPUT
     if args.input is not None and is_store(args.input):
+        if args.k_scan is not None:
+            raise InputError("--k-scan scans a stack or a field's objects, not an object store: scan a sample of it "
+                             "(ticlust export, or --max-images on the stack it was cut from).")
         return _fit_store(args)
     if args.fit_sample is not None:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
                          "--max-images N.")
     check_in_process(args, "fitted")
-    _check_outputs(args, {"INPUT": args.input, "--labels": args.labels})
+    if not scan_only:
+        _check_outputs(args, {"INPUT": args.input, "--labels": args.labels})
     given = _subset(args, _fit_input(args))
     k = get_method(args.method).default_k if args.k is None else args.k
+    if args.k_scan is not None:
+        k = _k_scan(args, given)
+        if scan_only:
+            return 0
     print(f"ticlust: {args.method}, K={k}, {given.data.shape[0]} items from {given.source}", file=sys.stderr)
     with notes():
         result = fit(given.data, method=args.method, k=k, device=args.device, seed=args.seed, runs=args.runs,
@@ -91,6 +105,27 @@ def run(args) -> int:
         result.assignments_table(args.csv, names=given.names, columns=given.objects)
     _report(result, out, given.labels)
     return 0
+
+
+def _k_scan(args, given: FitInput) -> int:
+    """--k-scan KMIN-KMAX: the method fitted at every K of the range (``ticlust.evaluation.scan_k``), each K's scores
+    printed and the suggested K returned."""
+    from ..evaluation import scan_k
+
+    if args.k is not None:
+        raise InputError("--k and --k-scan both choose K: give one of them.")
+    low, sep, high = args.k_scan.partition("-")
+    if not (sep and low.strip().isdigit() and high.strip().isdigit()):
+        raise InputError(f"--k-scan {args.k_scan} must look like KMIN-KMAX, e.g. 2-16.")
+    print(f"ticlust: K scan of {args.method}, K={low}-{high}, {given.data.shape[0]} items from {given.source}",
+          file=sys.stderr)
+    with notes():
+        scan = scan_k(given.data, method=args.method, ks=range(int(low), int(high) + 1), device=args.device,
+                      seed=args.seed, progress=not args.quiet, **given.params)
+    print(scan.table())
+    print(f"suggested K = {scan.suggested} (highest {scan.criterion}; {scan.repeats} fits per K on "
+          f"{scan.fraction:.0%} subsamples of {scan.items} items)")
+    return scan.suggested
 
 
 def _check_outputs(args, inputs: dict) -> None:
