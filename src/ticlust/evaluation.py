@@ -81,19 +81,22 @@ def knn_evaluate(train, train_labels, test, test_labels, k: int | None = None, n
 #: "knee"       how far the method's mean cost per item, fallen from its value at the smallest K and scaled to [0, 1],
 #:              lies above the straight line from the first K to the last (the Kneedle knee, Satopää et al. 2011).
 CRITERIA = ("stability", "silhouette", "knee")
+MERGED_CRITERION = ("A merged scan is ranked by stability only: joined clusters keep each item's nearest cost, which "
+                    "the silhouette and the knee read, so those stay NaN.")
 K_SCAN_DEFAULT = (2, 16)
 
 
 @dataclass
 class ScanFit:
-    """One fit of a K scan, reduced to what the criteria read: every scanned item's label, its mean cost and its
-    mean simplified silhouette (the fit's own scores on every item), and the fit's final loss."""
+    """One fit of a K scan (or one K of a merged one), reduced to what the criteria read: every scanned item's label,
+    its mean cost and its mean simplified silhouette (the fit's own scores on every item), and the fit's final loss."""
 
     k: int
     labels: np.ndarray
     cost: float
     silhouette: float
     final_loss: float
+    scores: np.ndarray | None = None     # (N, K) costs, kept where the scan merges
 
 
 @dataclass
@@ -112,12 +115,15 @@ class KScan:
     repeats: int
     fraction: float
     seed: int
+    merged: bool = False         # the smaller Ks are the top K's clusters joined (over-clustering then merging)
 
     def suggestion(self, criterion: str) -> int:
         """The K that ``criterion`` scores highest (ties: the larger K, the finer partition scored as well): the scan's
         ``suggested`` for its own criterion, another criterion's answer without fitting again."""
         if criterion not in self.scores:
             raise InputError(f"criterion = {criterion!r} is not one of {', '.join(self.scores)}.")
+        if self.merged and criterion != "stability":
+            raise InputError(MERGED_CRITERION)
         best = np.asarray(self.scores[criterion])
         return max(k for k, v in zip(self.ks, best) if v >= best.max() - 1e-9)
 
@@ -127,8 +133,9 @@ class KScan:
                  "suggested": k == self.suggested} for i, k in enumerate(self.ks)]
 
     def table(self) -> str:
-        """The scan as a text table, the deciding criterion first and the suggested K marked."""
-        names = [self.criterion] + [c for c in self.scores if c != self.criterion]
+        """The scan as a text table, the deciding criterion first, the suggested K marked (criteria a merged scan
+        does not measure left out)."""
+        names = [self.criterion] + [c for c in self.scores if c != self.criterion and np.isfinite(self.scores[c]).any()]
         lines = ["   K  " + "  ".join(f"{n:>16s}" for n in names)]
         for row in self.rows():
             cells = [f"{row[n]:8.3f} ± {row[n + '_sd']:5.3f}" for n in names]
@@ -138,22 +145,25 @@ class KScan:
 
 def scan_k(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DEFAULT[1] + 1), device: str = "auto",
            seed: int = 0, repeats: int = 3, fraction: float = 0.8, criterion: str = "stability",
-           max_items: int | None = 5000, progress: bool | None = None, **params) -> KScan:
+           max_items: int | None = 5000, merge: bool = False, progress: bool | None = None, **params) -> KScan:
     """Fit ``method`` at every K of ``ks`` and suggest the K whose ``criterion`` scores best (``CRITERIA``).
 
     Each K is fitted ``repeats`` times, on seeded subsamples of ``fraction`` of the items (seeds seed, seed+1, …), and
     each fit assigns every item; the criteria are read from those fits (the method's own labels and scores). A stack of
-    more than ``max_items`` items is scanned on a seeded sample of that many (None: all). ``params`` are the method's.
+    more than ``max_items`` items is scanned on a seeded sample of that many (None: all). ``merge``: over-cluster then
+    merge — each repeat fits the top K once and the smaller Ks are its clusters joined (:func:`merged`), ``repeats``
+    fits in all instead of one per K and repeat. ``params`` are the method's.
     Runs through the execution seam (:func:`scan_job`), so the events are a fit's; returns a :class:`KScan`."""
     from .api import TerminalProgress
 
     bar = TerminalProgress() if (progress if progress is not None else sys.stderr.isatty()) else None
-    job = scan_job(data, method, ks, device, seed, repeats, fraction, criterion, max_items, **params)
+    job = scan_job(data, method, ks, device, seed, repeats, fraction, criterion, max_items, merge, **params)
     return execute(job, None if bar is None else bar.sink)
 
 
 def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DEFAULT[1] + 1), device: str = "auto", seed: int = 0, repeats: int = 3,
-             fraction: float = 0.8, criterion: str = "stability", max_items: int | None = 5000, **params) -> Job:
+             fraction: float = 0.8, criterion: str = "stability", max_items: int | None = 5000, merge: bool = False,
+             **params) -> Job:
     """:func:`scan_k` as a :class:`~ticlust.core.execute.Job`: the input and the range checked now, before any fit."""
     spec = get_method(method)
     seed = check_seed(seed)
@@ -163,6 +173,8 @@ def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DE
     if keep is not None:
         items, n = (items.subset(keep) if isinstance(items, Stack) else items[keep]), len(keep)
     ks, repeats, size = scan_range(ks, n, repeats, fraction, criterion)
+    if merge and criterion != "stability":
+        raise InputError(MERGED_CRITERION)
     configs = {k: spec.make_config(check_k(k, n), **params) for k in ks}
     if isinstance(items, Stack):
         items.pictures = False
@@ -170,11 +182,13 @@ def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DE
     subsets = [np.sort(np.random.default_rng([seed, r]).choice(n, size, replace=False)) for r in range(repeats)]
 
     def work(dev, seed):
-        fits = [(k, r) for k in ks for r in range(repeats)]
-        candidates = [lambda k=k, r=r: scan_fit(spec, items, subsets[r], configs[k], dev, seed + r) for k, r in fits]
+        fits = [(k, r) for k in (ks[-1:] if merge else ks) for r in range(repeats)]
+        candidates = [lambda k=k, r=r: scan_fit(spec, items, subsets[r], configs[k], dev, seed + r, merge) for k, r in fits]
         _, done = yield from best_of(candidates, lambda i, _n: f"K scan: K={fits[i][0]}, fit {fits[i][1] + 1}/{repeats}")
-        scores, spread = scan_scores(ks, [[f for f in done if f.k == k] for k in ks])
-        scan = KScan(spec.name, list(ks), scores, spread, criterion, 0, n, repeats, float(fraction), seed)
+        if merge:
+            done = [f for fit in done for f in merged(fit, ks)]
+        scores, spread = scan_scores(ks, [[f for f in done if f.k == k] for k in ks], merge)
+        scan = KScan(spec.name, list(ks), scores, spread, criterion, 0, n, repeats, float(fraction), seed, bool(merge))
         scan.suggested = scan.suggestion(criterion)
         return scan
 
@@ -205,14 +219,54 @@ def scan_range(ks, n: int, repeats, fraction, criterion: str) -> tuple[list[int]
     return ks, repeats, size
 
 
-def scan_fit(spec, items, subset: np.ndarray, cfg, device, seed: int):
-    """One fit of a scan (events): the method trained on ``items[subset]``, then every item assigned by it."""
+def scan_fit(spec, items, subset: np.ndarray, cfg, device, seed: int, keep_scores: bool = False):
+    """One fit of a scan (events): the method trained on ``items[subset]``, then every item assigned by it; with
+    ``keep_scores`` its cost to every cluster is kept (what merging reads)."""
     part = items.subset(subset) if isinstance(items, Stack) else items[subset]
     result = yield from spec.train(part, cfg, device, seed)
-    every = spec.predict(result, items, device)
-    scores = np.asarray(every.scores, np.float64)
-    return ScanFit(cfg.k, np.asarray(every.labels), float(np.mean(scores.min(axis=1))), simplified_silhouette(scores),
-                   float(result.final_loss))
+    costs = np.asarray(spec.predict(result, items, device).scores, np.float64)
+    return reduced(costs, float(result.final_loss), costs if keep_scores else None)
+
+
+def reduced(costs: np.ndarray, final_loss: float, keep: np.ndarray | None = None) -> ScanFit:
+    """A fit's (N, K) costs, lower = closer, reduced to what the criteria read (an item's label: its cheapest)."""
+    return ScanFit(costs.shape[1], costs.argmin(axis=1), float(np.mean(costs.min(axis=1))),
+                   simplified_silhouette(costs), final_loss, keep)
+
+
+def merged(fit: ScanFit, ks: list[int]) -> list[ScanFit]:
+    """Over-clustering then merging: the fit's clusters joined two at a time down to each K of ``ks``, every item's
+    cost to a joined cluster its cost to the nearer part. The pair joined next is the one whose items most often have
+    the other as their second choice (best/second-best counts over √(size · size)); a cluster no item chose goes
+    first. Returns a ScanFit per K (the fit's final loss kept)."""
+    costs, out = fit.scores, {}
+    while costs.shape[1] >= ks[0]:
+        if costs.shape[1] in ks:
+            out[costs.shape[1]] = reduced(costs, fit.final_loss)
+        if costs.shape[1] == ks[0]:
+            break
+        i, j = closest_pair(costs)
+        costs = np.delete(np.column_stack([costs, np.minimum(costs[:, i], costs[:, j])]), [i, j], axis=1)
+    return [out[k] for k in ks]
+
+
+def closest_pair(costs: np.ndarray) -> tuple[int, int]:
+    """The two clusters to join next (see :func:`merged`)."""
+    order = np.argsort(costs, axis=1)
+    best, second = order[:, 0], order[:, 1]
+    m = costs.shape[1]
+    sizes = np.bincount(best, minlength=m)
+    if (sizes == 0).any():          # an empty cluster joins the one whose costs run closest to its own
+        j = int(np.flatnonzero(sizes == 0)[0])
+        gap = np.mean(np.abs(costs - costs[:, [j]]), axis=0)
+        gap[j] = np.inf
+        return tuple(sorted((int(np.argmin(gap)), j)))
+    links = np.zeros((m, m))
+    np.add.at(links, (best, second), 1.0)
+    links = (links + links.T) / np.sqrt(np.outer(sizes, sizes))
+    links[np.tril_indices(m)] = -1.0
+    i, j = np.unravel_index(int(np.argmax(links)), links.shape)
+    return int(i), int(j)
 
 
 def simplified_silhouette(scores: np.ndarray) -> float:
@@ -223,8 +277,9 @@ def simplified_silhouette(scores: np.ndarray) -> float:
     return float(np.mean((b - a) / np.maximum(b, 1e-12)))
 
 
-def scan_scores(ks: list[int], fits: list[list[ScanFit]]) -> tuple[dict, dict]:
-    """Every criterion's score and spread per K, from the fits of each K (``CRITERIA`` says what each is)."""
+def scan_scores(ks: list[int], fits: list[list[ScanFit]], merge: bool = False) -> tuple[dict, dict]:
+    """Every criterion's score and spread per K, from the fits of each K (``CRITERIA`` says what each is; a merged
+    scan's silhouette and knee are NaN, ``MERGED_CRITERION``)."""
     stab = [[ari(a.labels, b.labels) for i, a in enumerate(group) for b in group[i + 1:]] for group in fits]
     sil = [[f.silhouette for f in group] for group in fits]
     cost = np.array([np.mean([f.cost for f in group]) for group in fits])
@@ -234,4 +289,6 @@ def scan_scores(ks: list[int], fits: list[list[ScanFit]]) -> tuple[dict, dict]:
               "knee": [float(v) for v in knee]}
     spread = {"stability": [float(np.std(s)) for s in stab], "silhouette": [float(np.std(s)) for s in sil],
               "knee": [0.0] * len(ks)}
+    for name in ("silhouette", "knee") if merge else ():
+        scores[name] = spread[name] = [float("nan")] * len(ks)
     return scores, spread

@@ -120,3 +120,35 @@ def test_cli_k_scan_refusals(tmp_path, capsys, args, words):
     np.save(tmp_path / "blobs.npy", blobs())
     assert main(["fit", str(tmp_path / "blobs.npy"), *args, "--quiet"]) != 0
     assert words in capsys.readouterr().err
+
+
+def test_merging_joins_the_clusters_whose_items_hesitate_between_them():
+    """Six clusters made of three pairs: each item's second choice is its pair's other half, so merging down to 3
+    gives the pairs, whatever their order, and an empty cluster is joined first."""
+    from ticlust.evaluation import ScanFit, merged
+
+    rng = np.random.default_rng(0)
+    n = 60
+    own = np.repeat(np.arange(6), n // 6)
+    costs = 10.0 + rng.random((n, 7))
+    costs[np.arange(n), own] = 1.0 + 0.1 * rng.random(n)
+    costs[np.arange(n), own ^ 1] = 2.0 + 0.1 * rng.random(n)         # the pair's other half, a close second
+    costs[:, 6] = 50.0                                                # a cluster no item chose
+    fit = ScanFit(7, costs.argmin(1), 0.0, 0.0, 1.0, costs)
+    by_k = {f.k: f for f in merged(fit, [3, 4, 5, 6, 7])}
+    assert sorted(by_k) == [3, 4, 5, 6, 7]
+    assert ticlust.evaluate(by_k[7].labels, by_k[6].labels)["ari"] == 1.0    # the empty one went first
+    three = by_k[3].labels
+    assert len(np.unique(three)) == 3 and all(len(np.unique(three[own // 2 == p])) == 1 for p in range(3))
+
+
+def test_a_merged_scan_fits_the_top_k_only_and_ranks_by_stability(easy_scan):
+    events = list(stream(scan_job(blobs(), "kmeans", ks=range(2, 8), device="cpu", merge=True)))
+    stages = {e.stage.split(":")[1].split(",")[0].strip() for e in events if isinstance(e, Progress)}
+    scan = events[-1].result
+    assert stages == {"K=7"} and scan.merged and scan.suggested == 4
+    assert np.isnan(scan.scores["knee"]).all() and "knee" not in scan.table()
+    with pytest.raises(InputError, match="ranked by stability only"):
+        scan.suggestion("silhouette")
+    with pytest.raises(InputError, match="ranked by stability only"):
+        scan_job(blobs(), "kmeans", ks=range(2, 8), merge=True, criterion="knee")

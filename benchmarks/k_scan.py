@@ -1,0 +1,120 @@
+"""Choosing K (issue 52 item 5): the K that ``ticlust.scan_k`` suggests against the true K on every labelled set here —
+the real cells (imaging flow cytometry, PBC and BCCD blood cells: benchmarks/real_cells.py's registry), MNIST, USPS,
+COIL-20 and the generated nuclei — for each criterion, scanning K directly (a fit per K and repeat) and by
+over-clustering then merging (a fit of the top K per repeat, merged down).
+
+Writes benchmarks/results/k_scan.md (the table and the hits: true K ± 1) and k_scan.jsonl (every scan's per-K scores).
+
+    PYTHONPATH=src python benchmarks/k_scan.py [--methods kmeans] [--sets ifc mnist] [--modes direct merge]
+                                               [--repeats 3] [--device cpu]
+
+The range is 2–16 (the default of ``ticlust fit --k-scan``), 2–24 for COIL-20 (20 objects: 2–16 could not hold it).
+Accuracy only: no timings are quoted beyond each scan's wall seconds (load written beside them).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import ticlust
+from ticlust.evaluation import CRITERIA
+from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from real_cells import DATASETS, commit, load_set, machine  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+SUBSET = 2000           # items of the larger sets (seeded, as real_cells.py's subsets)
+
+
+def subset(x: np.ndarray, y: np.ndarray, m: int = SUBSET) -> tuple[np.ndarray, np.ndarray]:
+    keep = np.sort(np.random.default_rng(0).choice(len(x), m, replace=False)) if len(x) > m else np.arange(len(x))
+    return x[keep], y[keep]
+
+
+def labelled_sets(shared: Path) -> dict:
+    """name -> (images, labels, K range): every labelled set (a real-cells set not converted yet is left out)."""
+    out = {}
+    for name in ("ifc", "pbc", "bccd-wbc"):
+        try:
+            cells = load_set(name, DATASETS[name].subset, shared)
+        except FileNotFoundError as exc:
+            print(f"skipping {name}: {exc}")
+            continue
+        out[name] = (cells.images, cells.labels, range(2, 17))
+    mnist, usps, coil = (np.load(shared / f) for f in ("mnist.npz", "usps.npz", "coil20_32x32.npz"))
+    out["mnist"] = (*subset(mnist["x_test"], mnist["y_test"]), range(2, 17))
+    out["usps"] = (*subset(usps["x_test"], usps["y_test"]), range(2, 17))
+    out["coil20"] = (coil["images"], coil["labels"], range(2, 25))
+    x, y = ticlust.sample("nuclei", seed=0)
+    out["nuclei"] = (x, y, range(2, 17))
+    return out
+
+
+def hit(k: int, truth: int) -> bool:
+    return abs(k - truth) <= 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", nargs="+", default=["kmeans"])
+    ap.add_argument("--sets", nargs="+")
+    ap.add_argument("--modes", nargs="+", default=["direct", "merge"], choices=["direct", "merge"])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--data-dir")
+    ap.add_argument("--out", default=str(HERE / "results" / "k_scan.md"))
+    args = ap.parse_args()
+    sets = labelled_sets(data_dir(args.data_dir))
+    log = Path(args.out).with_suffix(".jsonl")
+    rows = []
+    for name in args.sets or list(sets):
+        x, y, ks = sets[name]
+        truth = len(np.unique(y))
+        for method in args.methods:
+            for mode in args.modes:
+                load, start = load_average(), time.perf_counter()
+                scan = ticlust.scan_k(x, method, ks=ks, device=args.device, repeats=args.repeats,
+                                      merge=mode == "merge", progress=False)
+                row = {"set": name, "n": len(x), "true_k": truth, "method": method, "mode": mode,
+                       "ks": scan.ks, "scores": scan.scores, "spread": scan.spread,
+                       "suggested": {c: scan.suggestion(c) for c in usable(mode)},
+                       "seconds": round(time.perf_counter() - start, 1), "load": f"{load} -> {load_average()}"}
+                rows.append(row)
+                with open(log, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+                print(json.dumps({k: v for k, v in row.items() if k not in ("scores", "spread", "ks")}), flush=True)
+    write(rows, Path(args.out), args.repeats)
+
+
+def usable(mode: str) -> tuple[str, ...]:
+    """The criteria a mode ranks Ks by (merging leaves each item's nearest cost as it was: stability only)."""
+    return CRITERIA if mode == "direct" else ("stability",)
+
+
+def write(rows: list[dict], out: Path, repeats: int) -> None:
+    lines = ["# Choosing K: the suggested K against the true K (issue 52 item 5)", "",
+             f"Made by `benchmarks/k_scan.py` at commit {commit()} on {machine()}. `ticlust.scan_k` with its defaults "
+             f"({repeats} fits per K on seeded 80% subsamples, every item assigned by each fit, seed 0); `direct`: a fit "
+             "per K and repeat; `merge`: one fit of the top K per repeat, its clusters merged down to each K. A hit is "
+             "the true K ± 1. The per-K scores of every scan are in k_scan.jsonl.", ""]
+    head = ["set", "N", "true K", "method", "mode", *CRITERIA, "seconds", "load"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [f"{r['suggested'][c]}{' ✓' if hit(r['suggested'][c], r['true_k']) else ''}" if c in r["suggested"]
+                 else "–" for c in CRITERIA]
+        lines.append("| " + " | ".join([r["set"], str(r["n"]), str(r["true_k"]), r["method"], r["mode"], *cells,
+                                        str(r["seconds"]), r["load"]]) + " |")
+    lines += ["", "Hits (true K ± 1) per criterion and mode:", ""]
+    for mode in sorted({r["mode"] for r in rows}):
+        for c in usable(mode):
+            mine = [r for r in rows if r["mode"] == mode]
+            lines.append(f"- {mode}, {c}: {sum(hit(r['suggested'][c], r['true_k']) for r in mine)} of {len(mine)}")
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
