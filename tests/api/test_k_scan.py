@@ -109,12 +109,17 @@ def test_cli_k_scan_prints_the_table_and_saves_only_with_o(tmp_path, capsys, mon
     assert main(["fit", str(tmp_path / "blobs.npy"), "--k-scan", "2-6", "--quiet", "-o", str(tmp_path / "r.npz")]) == 0
     assert "suggested K = 4" in capsys.readouterr().out
     assert ticlust.load_result(tmp_path / "r.npz").k == 4
+    assert main(["fit", str(tmp_path / "blobs.npy"), "--k-scan", "2-6", "--k-scan-merge", "--quiet"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["K", "stability"]
+    assert lines[-1] == "suggested K = 4 (highest stability; 3 fits of K=6 merged down on 80% subsamples of 120 items)"
 
 
 @pytest.mark.parametrize("args, words", [
     (["--k-scan", "2-x"], "--k-scan 2-x must look like KMIN-KMAX, e.g. 2-16."),
     (["--k-scan", "--k", "4"], "--k and --k-scan both choose K: give one of them."),
     (["--k-scan", "2-3"], "at least 3 values of K"),
+    (["--k-scan-merge"], "--k-scan-merge applies to --k-scan: add --k-scan KMIN-KMAX."),
 ])
 def test_cli_k_scan_refusals(tmp_path, capsys, args, words):
     np.save(tmp_path / "blobs.npy", blobs())
