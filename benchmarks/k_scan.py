@@ -80,18 +80,13 @@ def main() -> None:
                                       merge=mode == "merge", progress=False)
                 row = {"set": name, "n": len(x), "true_k": truth, "method": method, "mode": mode,
                        "ks": scan.ks, "scores": scan.scores, "spread": scan.spread,
-                       "suggested": {c: scan.suggestion(c) for c in usable(mode)},
+                       "suggested": {c: scan.suggestion(c) for c in CRITERIA},
                        "seconds": round(time.perf_counter() - start, 1), "load": f"{load} -> {load_average()}"}
                 rows.append(row)
                 with open(log, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(json.dumps({k: v for k, v in row.items() if k not in ("scores", "spread", "ks")}), flush=True)
     write(rows, Path(args.out), args.repeats)
-
-
-def usable(mode: str) -> tuple[str, ...]:
-    """The criteria a mode ranks Ks by (merging leaves each item's nearest cost as it was: stability only)."""
-    return CRITERIA if mode == "direct" else ("stability",)
 
 
 def write(rows: list[dict], out: Path, repeats: int) -> None:
@@ -103,13 +98,12 @@ def write(rows: list[dict], out: Path, repeats: int) -> None:
     head = ["set", "N", "true K", "method", "mode", *CRITERIA, "seconds", "load"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [f"{r['suggested'][c]}{' ✓' if hit(r['suggested'][c], r['true_k']) else ''}" if c in r["suggested"]
-                 else "–" for c in CRITERIA]
+        cells = [f"{r['suggested'][c]}{' ✓' if hit(r['suggested'][c], r['true_k']) else ''}" for c in CRITERIA]
         lines.append("| " + " | ".join([r["set"], str(r["n"]), str(r["true_k"]), r["method"], r["mode"], *cells,
                                         str(r["seconds"]), r["load"]]) + " |")
     lines += ["", "Hits (true K ± 1) per criterion and mode:", ""]
     for mode in sorted({r["mode"] for r in rows}):
-        for c in usable(mode):
+        for c in CRITERIA:
             mine = [r for r in rows if r["mode"] == mode]
             lines.append(f"- {mode}, {c}: {sum(hit(r['suggested'][c], r['true_k']) for r in mine)} of {len(mine)}")
     out.write_text("\n".join(lines) + "\n")

@@ -81,8 +81,6 @@ def knn_evaluate(train, train_labels, test, test_labels, k: int | None = None, n
 #: "knee"       how far the method's mean cost per item, fallen from its value at the smallest K and scaled to [0, 1],
 #:              lies above the straight line from the first K to the last (the Kneedle knee, Satopää et al. 2011).
 CRITERIA = ("stability", "silhouette", "knee")
-MERGED_CRITERION = ("A merged scan is ranked by stability only: joined clusters keep each item's nearest cost, which "
-                    "the silhouette and the knee read, so those stay NaN.")
 K_SCAN_DEFAULT = (2, 16)
 
 
@@ -122,8 +120,6 @@ class KScan:
         ``suggested`` for its own criterion, another criterion's answer without fitting again."""
         if criterion not in self.scores:
             raise InputError(f"criterion = {criterion!r} is not one of {', '.join(self.scores)}.")
-        if self.merged and criterion != "stability":
-            raise InputError(MERGED_CRITERION)
         best = np.asarray(self.scores[criterion])
         return max(k for k, v in zip(self.ks, best) if v >= best.max() - 1e-9)
 
@@ -133,9 +129,8 @@ class KScan:
                  "suggested": k == self.suggested} for i, k in enumerate(self.ks)]
 
     def table(self) -> str:
-        """The scan as a text table, the deciding criterion first, the suggested K marked (criteria a merged scan
-        does not measure left out)."""
-        names = [self.criterion] + [c for c in self.scores if c != self.criterion and np.isfinite(self.scores[c]).any()]
+        """The scan as a text table, the deciding criterion first and the suggested K marked."""
+        names = [self.criterion] + [c for c in self.scores if c != self.criterion]
         lines = ["   K  " + "  ".join(f"{n:>16s}" for n in names)]
         for row in self.rows():
             cells = [f"{row[n]:8.3f} ± {row[n + '_sd']:5.3f}" for n in names]
@@ -151,8 +146,8 @@ def scan_k(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DEFA
     Each K is fitted ``repeats`` times, on seeded subsamples of ``fraction`` of the items (seeds seed, seed+1, …), and
     each fit assigns every item; the criteria are read from those fits (the method's own labels and scores). A stack of
     more than ``max_items`` items is scanned on a seeded sample of that many (None: all). ``merge``: over-cluster then
-    merge — each repeat fits the top K once and the smaller Ks are its clusters joined (:func:`merged`), ``repeats``
-    fits in all instead of one per K and repeat. ``params`` are the method's.
+    merge — each repeat fits the top K once and the smaller Ks are its clusters dissolved into their neighbours
+    (:func:`merged`), ``repeats`` fits in all instead of one per K and repeat. ``params`` are the method's.
     Runs through the execution seam (:func:`scan_job`), so the events are a fit's; returns a :class:`KScan`."""
     from .api import TerminalProgress
 
@@ -173,8 +168,6 @@ def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DE
     if keep is not None:
         items, n = (items.subset(keep) if isinstance(items, Stack) else items[keep]), len(keep)
     ks, repeats, size = scan_range(ks, n, repeats, fraction, criterion)
-    if merge and criterion != "stability":
-        raise InputError(MERGED_CRITERION)
     configs = {k: spec.make_config(check_k(k, n), **params) for k in ks}
     if isinstance(items, Stack):
         items.pictures = False
@@ -187,7 +180,7 @@ def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DE
         _, done = yield from best_of(candidates, lambda i, _n: f"K scan: K={fits[i][0]}, fit {fits[i][1] + 1}/{repeats}")
         if merge:
             done = [f for fit in done for f in merged(fit, ks)]
-        scores, spread = scan_scores(ks, [[f for f in done if f.k == k] for k in ks], merge)
+        scores, spread = scan_scores(ks, [[f for f in done if f.k == k] for k in ks])
         scan = KScan(spec.name, list(ks), scores, spread, criterion, 0, n, repeats, float(fraction), seed, bool(merge))
         scan.suggested = scan.suggestion(criterion)
         return scan
@@ -235,38 +228,22 @@ def reduced(costs: np.ndarray, final_loss: float, keep: np.ndarray | None = None
 
 
 def merged(fit: ScanFit, ks: list[int]) -> list[ScanFit]:
-    """Over-clustering then merging: the fit's clusters joined two at a time down to each K of ``ks``, every item's
-    cost to a joined cluster its cost to the nearer part. The pair joined next is the one whose items most often have
-    the other as their second choice (best/second-best counts over √(size · size)); a cluster no item chose goes
-    first. Returns a ScanFit per K (the fit's final loss kept)."""
-    costs, out = fit.scores, {}
-    while costs.shape[1] >= ks[0]:
-        if costs.shape[1] in ks:
-            out[costs.shape[1]] = reduced(costs, fit.final_loss)
-        if costs.shape[1] == ks[0]:
-            break
-        i, j = closest_pair(costs)
-        costs = np.delete(np.column_stack([costs, np.minimum(costs[:, i], costs[:, j])]), [i, j], axis=1)
-    return [out[k] for k in ks]
-
-
-def closest_pair(costs: np.ndarray) -> tuple[int, int]:
-    """The two clusters to join next (see :func:`merged`)."""
-    order = np.argsort(costs, axis=1)
-    best, second = order[:, 0], order[:, 1]
-    m = costs.shape[1]
-    sizes = np.bincount(best, minlength=m)
-    if (sizes == 0).any():          # an empty cluster joins the one whose costs run closest to its own
-        j = int(np.flatnonzero(sizes == 0)[0])
-        gap = np.mean(np.abs(costs - costs[:, [j]]), axis=0)
-        gap[j] = np.inf
-        return tuple(sorted((int(np.argmin(gap)), j)))
-    links = np.zeros((m, m))
-    np.add.at(links, (best, second), 1.0)
-    links = (links + links.T) / np.sqrt(np.outer(sizes, sizes))
-    links[np.tril_indices(m)] = -1.0
-    i, j = np.unravel_index(int(np.argmax(links)), links.shape)
-    return int(i), int(j)
+    """Over-clustering then merging: the fit's clusters dissolved one at a time down to each K of ``ks``, each
+    dissolved cluster's items joining their next-nearest remaining cluster. The cluster dissolved next is the one
+    whose items' cost rises least by it (their cost to the next nearest minus to their own, summed: a small or
+    a redundant cluster goes first, as in Ward's merging). Returns a ScanFit per K (the fit's final loss kept)."""
+    costs, keep, out = fit.scores, list(range(fit.scores.shape[1])), {}
+    while True:
+        if len(keep) in ks:
+            out[len(keep)] = reduced(costs[:, keep], fit.final_loss)
+        if len(keep) <= ks[0]:
+            return [out[k] for k in ks]
+        order = np.argsort(costs[:, keep], axis=1)
+        rows = np.arange(len(costs))
+        first, second = np.asarray(keep)[order[:, 0]], np.asarray(keep)[order[:, 1]]
+        rise = np.zeros(costs.shape[1])
+        np.add.at(rise, first, costs[rows, second] - costs[rows, first])
+        keep.remove(min(keep, key=lambda j: rise[j]))
 
 
 def simplified_silhouette(scores: np.ndarray) -> float:
@@ -277,9 +254,8 @@ def simplified_silhouette(scores: np.ndarray) -> float:
     return float(np.mean((b - a) / np.maximum(b, 1e-12)))
 
 
-def scan_scores(ks: list[int], fits: list[list[ScanFit]], merge: bool = False) -> tuple[dict, dict]:
-    """Every criterion's score and spread per K, from the fits of each K (``CRITERIA`` says what each is; a merged
-    scan's silhouette and knee are NaN, ``MERGED_CRITERION``)."""
+def scan_scores(ks: list[int], fits: list[list[ScanFit]]) -> tuple[dict, dict]:
+    """Every criterion's score and spread per K, from the fits of each K (``CRITERIA`` says what each is)."""
     stab = [[ari(a.labels, b.labels) for i, a in enumerate(group) for b in group[i + 1:]] for group in fits]
     sil = [[f.silhouette for f in group] for group in fits]
     cost = np.array([np.mean([f.cost for f in group]) for group in fits])
@@ -289,6 +265,4 @@ def scan_scores(ks: list[int], fits: list[list[ScanFit]], merge: bool = False) -
               "knee": [float(v) for v in knee]}
     spread = {"stability": [float(np.std(s)) for s in stab], "silhouette": [float(np.std(s)) for s in sil],
               "knee": [0.0] * len(ks)}
-    for name in ("silhouette", "knee") if merge else ():
-        scores[name] = spread[name] = [float("nan")] * len(ks)
     return scores, spread
