@@ -3,7 +3,8 @@ the real cells (imaging flow cytometry, PBC and BCCD blood cells: benchmarks/rea
 COIL-20 and the generated nuclei — for each criterion, scanning K directly (a fit per K and repeat) and by
 over-clustering then merging (a fit of the top K per repeat, merged down).
 
-Writes benchmarks/results/k_scan.md (the table and the hits: true K ± 1) and k_scan.jsonl (every scan's per-K scores).
+Appends every scan (its per-K scores) to benchmarks/results/k_scan.jsonl and re-makes k_scan.md (the table and the
+hits: true K ± 1) from the newest scan of each (set, method, mode), so a run of a few sets or modes keeps the others.
 
     PYTHONPATH=src python benchmarks/k_scan.py [--methods kmeans] [--sets ifc mnist] [--modes direct merge]
                                                [--repeats 3] [--device cpu]
@@ -69,7 +70,6 @@ def main() -> None:
     args = ap.parse_args()
     sets = labelled_sets(data_dir(args.data_dir))
     log = Path(args.out).with_suffix(".jsonl")
-    rows = []
     for name in args.sets or list(sets):
         x, y, ks = sets[name]
         truth = len(np.unique(y))
@@ -81,18 +81,23 @@ def main() -> None:
                 row = {"set": name, "n": len(x), "true_k": truth, "method": method, "mode": mode,
                        "ks": scan.ks, "scores": scan.scores, "spread": scan.spread,
                        "suggested": {c: scan.suggestion(c) for c in CRITERIA},
-                       "seconds": round(time.perf_counter() - start, 1), "load": f"{load} -> {load_average()}"}
-                rows.append(row)
+                       "seconds": round(time.perf_counter() - start, 1), "load": f"{load} -> {load_average()}",
+                       "commit": commit(), "repeats": args.repeats}
                 with open(log, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(json.dumps({k: v for k, v in row.items() if k not in ("scores", "spread", "ks")}), flush=True)
-    write(rows, Path(args.out), args.repeats)
+    newest = {}
+    for line in log.read_text().splitlines():
+        row = json.loads(line)
+        newest[(row["set"], row["method"], row["mode"])] = row
+    write(sorted(newest.values(), key=lambda r: (list(sets).index(r["set"]) if r["set"] in sets else 99, r["method"],
+                                                 r["mode"])), Path(args.out))
 
 
-def write(rows: list[dict], out: Path, repeats: int) -> None:
+def write(rows: list[dict], out: Path) -> None:
     lines = ["# Choosing K: the suggested K against the true K (issue 52 item 5)", "",
-             f"Made by `benchmarks/k_scan.py` at commit {commit()} on {machine()}. `ticlust.scan_k` with its defaults "
-             f"({repeats} fits per K on seeded 80% subsamples, every item assigned by each fit, seed 0); `direct`: a fit "
+             f"Made by `benchmarks/k_scan.py` on {machine()} (the commit of each scan in k_scan.jsonl). `ticlust.scan_k` "
+             "with its defaults (3 fits per K on seeded 80% subsamples, every item assigned by each fit, seed 0); `direct`: a fit "
              "per K and repeat; `merge`: one fit of the top K per repeat, its clusters merged down to each K. A hit is "
              "the true K ± 1. The per-K scores of every scan are in k_scan.jsonl.", ""]
     head = ["set", "N", "true K", "method", "mode", *CRITERIA, "seconds", "load"]

@@ -113,7 +113,8 @@ class KScan:
     repeats: int
     fraction: float
     seed: int
-    merged: bool = False         # the smaller Ks are the top K's clusters joined (over-clustering then merging)
+    merged: bool = False         # the smaller Ks are the top K's clusters dissolved (over-clustering then merging)
+    cost: list[float] | None = None   # per K the method's mean cost per item (the elbow curve the knee is read from)
 
     def suggestion(self, criterion: str) -> int:
         """The K that ``criterion`` scores highest (ties: the larger K, the finer partition scored as well): the scan's
@@ -124,9 +125,10 @@ class KScan:
         return max(k for k, v in zip(self.ks, best) if v >= best.max() - 1e-9)
 
     def rows(self) -> list[dict]:
-        """One dict per K: ``k``, each criterion's score and ``<criterion>_sd``, and ``suggested`` (bool)."""
+        """One dict per K: ``k``, each criterion's score and ``<criterion>_sd``, ``cost`` and ``suggested`` (bool)."""
         return [{"k": k, **{c: self.scores[c][i] for c in self.scores}, **{f"{c}_sd": self.spread[c][i] for c in self.spread},
-                 "suggested": k == self.suggested} for i, k in enumerate(self.ks)]
+                 "cost": None if self.cost is None else self.cost[i], "suggested": k == self.suggested}
+                for i, k in enumerate(self.ks)]
 
     def table(self) -> str:
         """The scan as a text table, the deciding criterion first and the suggested K marked."""
@@ -156,9 +158,9 @@ def scan_k(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DEFA
     return execute(job, None if bar is None else bar.sink)
 
 
-def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DEFAULT[1] + 1), device: str = "auto", seed: int = 0, repeats: int = 3,
-             fraction: float = 0.8, criterion: str = "stability", max_items: int | None = 5000, merge: bool = False,
-             **params) -> Job:
+def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DEFAULT[1] + 1), device: str = "auto",
+             seed: int = 0, repeats: int = 3, fraction: float = 0.8, criterion: str = "stability",
+             max_items: int | None = 5000, merge: bool = False, **params) -> Job:
     """:func:`scan_k` as a :class:`~ticlust.core.execute.Job`: the input and the range checked now, before any fit."""
     spec = get_method(method)
     seed = check_seed(seed)
@@ -180,8 +182,10 @@ def scan_job(data, method: str = "kmeans", ks=range(K_SCAN_DEFAULT[0], K_SCAN_DE
         _, done = yield from best_of(candidates, lambda i, _n: f"K scan: K={fits[i][0]}, fit {fits[i][1] + 1}/{repeats}")
         if merge:
             done = [f for fit in done for f in merged(fit, ks)]
-        scores, spread = scan_scores(ks, [[f for f in done if f.k == k] for k in ks])
-        scan = KScan(spec.name, list(ks), scores, spread, criterion, 0, n, repeats, float(fraction), seed, bool(merge))
+        groups = [[f for f in done if f.k == k] for k in ks]
+        scores, spread = scan_scores(ks, groups)
+        scan = KScan(spec.name, list(ks), scores, spread, criterion, 0, n, repeats, float(fraction), seed, bool(merge),
+                     [float(np.mean([f.cost for f in group])) for group in groups])
         scan.suggested = scan.suggestion(criterion)
         return scan
 

@@ -35,6 +35,7 @@ def test_the_scan_is_plain_data_a_plot_can_draw(easy_scan):
     rows = easy_scan.rows()
     assert [r["k"] for r in rows] == easy_scan.ks
     assert [r["suggested"] for r in rows] == [False, False, True, False, False, False]
+    assert all(a["cost"] > b["cost"] for a, b in zip(rows, rows[1:]))      # the elbow curve falls with K
     for name in CRITERIA:
         assert len(easy_scan.scores[name]) == len(easy_scan.ks) == len(easy_scan.spread[name])
         assert all(isinstance(v, float) and np.isfinite(v) for v in easy_scan.scores[name])
