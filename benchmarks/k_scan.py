@@ -54,6 +54,20 @@ def labelled_sets(shared: Path) -> dict:
     return out
 
 
+def merge_quality(x: np.ndarray, y: np.ndarray, method: str, device: str, top: int = 16) -> dict:
+    """Does over-clustering then merging help the partition at the true K? The method fitted at the true K (seed 0)
+    against its fit at ``top`` (or 2 × the true K, the larger) dissolved down to the true K: ACC / NMI / ARI of each."""
+    from ticlust.evaluation import ScanFit, merged
+
+    truth = len(np.unique(y))
+    direct = ticlust.fit(x, method, truth, device=device, seed=0, progress=False)
+    over = ticlust.fit(x, method, max(top, 2 * truth), device=device, seed=0, progress=False)
+    costs = np.asarray(over.scores, np.float64)
+    down = merged(ScanFit(costs.shape[1], costs.argmin(1), 0.0, 0.0, 0.0, costs), [truth])[0]
+    return {"direct": ticlust.evaluate(y, direct.labels), "merged": ticlust.evaluate(y, down.labels),
+            "top": costs.shape[1]}
+
+
 def hit(k: int, truth: int) -> bool:
     return abs(k - truth) <= 1
 
@@ -67,7 +81,11 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--data-dir")
     ap.add_argument("--out", default=str(HERE / "results" / "k_scan.md"))
+    ap.add_argument("--merge-quality", action="store_true", help="only measure whether merging helps the partition at "
+                    "the true K (appends to k_scan_merge.md)")
     args = ap.parse_args()
+    if args.merge_quality:
+        return merge_table(labelled_sets(data_dir(args.data_dir)), args)
     sets = labelled_sets(data_dir(args.data_dir))
     log = Path(args.out).with_suffix(".jsonl")
     for name in args.sets or list(sets):
@@ -92,6 +110,25 @@ def main() -> None:
         newest[(row["set"], row["method"], row["mode"])] = row
     write(sorted(newest.values(), key=lambda r: (list(sets).index(r["set"]) if r["set"] in sets else 99, r["method"],
                                                  r["mode"])), Path(args.out))
+
+
+def merge_table(sets: dict, args) -> None:
+    """benchmarks/results/k_scan_merge.md: the partition at the true K, fitted there or merged down from an
+    over-clustered fit, for each method and set."""
+    lines = ["", f"## Over-clustering then merging at the true K (commit {commit()}, seed 0, load {load_average()})", "",
+             "| set | true K | method | direct ACC / NMI / ARI | merged from K=top: ACC / NMI / ARI | top |",
+             "|---|---|---|---|---|---|"]
+    for name in args.sets or list(sets):
+        x, y, _ = sets[name]
+        for method in args.methods:
+            q = merge_quality(x, y, method, args.device)
+            cell = lambda m: " / ".join(f"{m[key]:.3f}" for key in ("acc", "nmi", "ari"))  # noqa: E731
+            lines.append(f"| {name} | {len(np.unique(y))} | {method} | {cell(q['direct'])} | {cell(q['merged'])} | {q['top']} |")
+            print(lines[-1], flush=True)
+    out = Path(args.out).with_name("k_scan_merge.md")
+    head = "" if out.exists() else "# Does over-clustering then merging help? (benchmarks/k_scan.py --merge-quality)\n"
+    with open(out, "a") as fh:
+        fh.write(head + "\n".join(lines) + "\n")
 
 
 def write(rows: list[dict], out: Path) -> None:
