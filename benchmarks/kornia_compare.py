@@ -430,7 +430,7 @@ def write(rows: list[dict], by_case: dict[str, Case], args, out: Path) -> None:
             "`import torch` {0:.2f} s (medians of 3 fresh processes, when the report was written)".format(*import_seconds()), "",
             "Ratio = kornia / ours (> 1: kornia slower), the median of the per-repeat ratios; *worst* is the largest over "
             "shapes and thread counts. Diff f32 in ulps = max |ours − kornia| / (2⁻²³ · max(1, max |ours|)), the unit "
-            "of tests/pins.py (budget 8,192). Diff f64 on float64 inputs: ~1e-15 is the same formula rounded "
+            "of tests/conftest.py (budget 8,192). Diff f64 on float64 inputs: ~1e-15 is the same formula rounded "
             "differently, more is another formula. Grad rel. = max |∇ours − ∇kornia| / max |∇ours| for the inputs "
             "ticlust differentiates, in float32 and float64 (a bilinear sample's slope jumps where it crosses a pixel: "
             "grids that differ in the last bit give a few samples the other side's slope in float32). Deterministic: two runs bit-identical (outputs and gradients).", "",

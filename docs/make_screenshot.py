@@ -11,7 +11,7 @@ Run under a 1600×1000 display; the README's series was made with
   xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_screenshot.py docs/curation.png glyphs st-kmeans 4 n=200 seed=1 curate=1
 Arguments: output, sample (digits | glyphs | shapes | nuclei), method, K, then NAME=VALUE method parameters and
 optionally item=I (the image under the slider, default 3; with curate=1 the first), n=N (only the first N images), seed=S and
-curate=1 (after Run, the curation scenario of tests/test_napari_curation.py by hand: a bad start with
+curate=1 (after Run, the curation scenario of tests/napari/test_napari_curation.py by hand: a bad start with
 two prototypes on glyph 0 and glyphs 2 and 3 under one, fixed with Split, Merge and Refine in the dock).
 A sample with a Labels layer (nuclei) is run on its objects, and object I is selected by a click on the field.
 """

@@ -6,7 +6,7 @@ from ..errors import InputError
 GUI_SIZE = (1600, 1000)
 #: The method and K that ``ticlust gui`` prepares for a sample's objects: st-kmeans with the objects route's
 #: similarity warps finds the nuclei's three kinds (ACC 1.00 on the 287 objects of benchmarks/results/objects.md,
-#: and on the 50 objects of this 320×320 sample field, tests/test_selector.py).
+#: and on the 50 objects of this 320×320 sample field, tests/api/test_selector.py).
 GUI_RUN = {"nuclei": ("st-kmeans", 3)}
 
 

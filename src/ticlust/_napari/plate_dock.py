@@ -263,7 +263,10 @@ class FitSection(Section):
         path, _ = QFileDialog.getSaveFileName(self.native, "Save the plate's result", "plate_result.npz",
                                               "ticlust result (*.npz)")
         if path:
-            self.owner.save_result(path)
+            try:
+                self.owner.save_result(path)
+            except InputError as exc:            # the output guard's sentence, nothing written
+                self.owner.failed(exc)
 
 
 class PredictSection(Section):

@@ -219,8 +219,8 @@ class PlateInspector:
     def _anchor(self, item: np.ndarray | None):
         """The object layer right of the field (made, or updated with ``item``; blank when it is made without one):
         what the inspector, the warp grid and the prototypes are laid out from."""
-        size = self.panel.store.size
-        item = np.zeros((size, size), np.float32) if item is None else item
+        store = self.panel.store
+        item = np.zeros(store.crops.shape[1:], np.float32) if item is None else item   # blank, of the crops' kind
         rgb = item.ndim == 3 and item.shape[-1] == 3
         shown = _shown(item[None], rgb)[0]
         name = self.name()
@@ -229,7 +229,7 @@ class PlateInspector:
         field = self.panel.names()["field"]
         lo, hi = L.field_extent(self.viewer.layers[field]) if field in self.viewer.layers else \
             (np.zeros(2), np.zeros(2))
-        u = float(max(1, round((hi[0] - lo[0]) / (6 * size))))
+        u = float(max(1, round((hi[0] - lo[0]) / (6 * store.size))))
         gap = max(8.0, (hi[1] - lo[1]) / 32)
         translate = (float(lo[0]) + (u - 1) / 2, float(hi[1]) + gap + (u - 1) / 2)
         return L.set_image(self.viewer, name, shown, translate=translate, scale=(u, u),

@@ -346,9 +346,11 @@ class StorePanel(Container):
             self._said_at = show_progress(self.progress, self.say, event, self._said_at)
 
     def failed(self, exc: Exception) -> None:
-        """A job stopped on an error: one sentence in the status line, the layers it touched put back."""
+        """A job stopped on an error (or an action was refused): one sentence in a napari notification and in the
+        status line, the layers it touched put back."""
         message = self.gone() or (str(exc) if isinstance(exc, InputError) else f"{type(exc).__name__}: {exc}")
         self._undo_layers()
+        show_error(message)
         self.say(f"Stopped: {message}")
 
     def gone(self) -> str | None:
@@ -994,7 +996,7 @@ class StorePanel(Container):
         """Write the share table shown to ``path`` (CSV, atomically)."""
         if self.shares is None:
             raise InputError("There are no shares to export yet: open a store that has predictions.")
-        out = write_shares(self.shares, path)
+        out = write_shares(self.shares, path, self.store)
         self.say(f"Wrote the cluster shares per {self.shares_by} to {out.name}.")
         return out
 
@@ -1026,6 +1028,7 @@ class StorePanel(Container):
 
     def _on_loaded(self, path: Path, loaded, problem: str | None) -> None:
         if problem is not None:
+            show_error(problem)
             self.say(problem)
             return
         result, ours = loaded
@@ -1143,7 +1146,7 @@ class StorePanel(Container):
             try:
                 self.export_shares(path)
             except InputError as exc:
-                self.say(str(exc))
+                self.failed(exc)
 
     def _ask_load(self, _=None) -> None:
         from qtpy.QtWidgets import QFileDialog

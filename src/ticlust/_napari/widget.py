@@ -25,7 +25,8 @@ from ..objects.route import objects_route
 from ..objects.crops import labels_fit
 from ..plate.view import record_route
 from ..api import load_result
-from ..result import ClusteringResult
+from ..core.atomic import check_outputs
+from ..result import ClusteringResult, npz_path
 from . import layers as L
 from .curation_panel import CurationPanel
 from .map_panel import ResultMap
@@ -426,6 +427,7 @@ class TiclustWidget(Container):
         """Save the current result (.npz) and its assignments table (.csv beside it)."""
         if self.result is None:
             raise ValueError("There is no result to save yet: press Run first.")
+        check_outputs({}, {"The result file": npz_path(path), "Its table": npz_path(path).with_suffix(".csv")})
         out = self.result.save(path)
         table = self.objects[2] if self.objects is not None else None
         columns = table if table is not None and len(table["label"]) == self.result.n else None
@@ -465,7 +467,10 @@ class TiclustWidget(Container):
 
         path, _ = QFileDialog.getSaveFileName(self.native, "Save ticlust result", "ticlust_result.npz", "ticlust result (*.npz)")
         if path:
-            self.save_result(path)
+            try:
+                self.save_result(path)
+            except InputError as exc:            # the output guard's sentence, nothing written
+                show_error(str(exc))
 
     def _ask_load(self, _=None) -> None:
         from qtpy.QtWidgets import QFileDialog

@@ -8,12 +8,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import check_outputs
+from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError
 from ..io.readers import IMAGE_SUFFIXES, folder_images, read_input
 from ..result import npz_path
-from .common import (CROP_NEEDS_LABELS, check_in_process, check_writable, cluster_options, crop_given, crop_options,
-                     notes)
+from .common import CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_given, crop_options, notes
 
 #: A store is fitted whole without --fit-sample up to this many objects.
 STORE_FIT_ALL = 50_000
@@ -134,11 +133,8 @@ def _k_scan(args, given: FitInput) -> int:
 
 
 def _check_outputs(args, inputs: dict) -> None:
-    """-o and --csv are not an input nor each other, and can be written: checked before the fit, not after it."""
+    """-o and --csv through the output guard (``core.atomic.check_outputs``) before the fit, not after it."""
     check_outputs(inputs, {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv})
-    for flag, target in (("-o", args.output), ("--csv", args.csv)):
-        if target is not None:
-            check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
 
 
 def _fit_input(args) -> FitInput:
@@ -219,15 +215,16 @@ def field_objects(args, field, params: dict):
 def _fit_store(args) -> int:
     """``ticlust fit STORE --fit-sample N``: fit on a seeded sample spread over the store's fields."""
     from ..methods import get_method
-    from ..plate.run import fit_store
+    from ..plate.run import fit_store, store_inputs
     from ..plate.store import open_objects
 
     from ..core.validation import check_seed
 
     _check_store_flags(args)
-    _check_outputs(args, {"INPUT": args.input})
+    _check_outputs(args, {"INPUT": args.input})      # inside the store: refused before the store is even opened
     check_seed(args.seed)
     store = open_objects(args.input)
+    _check_outputs(args, {"INPUT": args.input, **store_inputs(store)})
     store.check_parts()                # a damaged table or a missing part: refused before the fit is announced
     if args.fit_sample is None and len(store) > STORE_FIT_ALL:
         raise InputError(f"{args.input} holds {len(store):,} objects: fit on a sample of them with --fit-sample N "
@@ -241,7 +238,8 @@ def _fit_store(args) -> int:
                                   scheduler=args.scheduler, **_params(args))
     out = result.save(args.output)
     if args.csv:
-        _sample_rows(store, index, result).to_csv(args.csv, index=False)
+        rows = _sample_rows(store, index, result)
+        write_atomic(args.csv, lambda tmp: rows.to_csv(tmp, index=False))
     _report(result, out)
     return 0
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import check_outputs
+from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError
 from ..io.readers import folder_images, read_input
 from ..plate.labels import DEFAULT_NAME, OUTLIER_VALUE
-from .common import (CROP_NEEDS_LABELS, check_files, check_in_process, cluster_options, crop_given, crop_options,
+from .common import (CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_given, crop_options,
                      notes, route_defaults)
 
 
@@ -108,8 +108,8 @@ def _predict_stack(args) -> int:
     if args.csv is None and args.parquet is None:
         raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
                          "object store keeps them itself).")
-    check_files({"RESULT": args.result, "INPUT": args.input, "--labels": args.labels},
-                {"--csv": args.csv, "--parquet": args.parquet})
+    check_outputs({"RESULT": args.result, "INPUT": args.input, "--labels": args.labels},
+                  {"--csv": args.csv, "--parquet": args.parquet})
     result = load_result(args.result)
     data, columns = _items(args, result)
     with notes():
@@ -117,11 +117,10 @@ def _predict_stack(args) -> int:
     import pandas as pd
 
     table = pd.DataFrame({**columns, **assigned})
-    for target, write in ((args.csv, lambda p: table.to_csv(p, index=False)),
-                          (args.parquet, lambda p: table.to_parquet(p, index=False))):
-        if target is not None:
-            write(target)
-            print(f"wrote {target}")
+    if args.csv is not None:
+        print(f"wrote {write_atomic(args.csv, lambda tmp: table.to_csv(tmp, index=False))}")
+    if args.parquet is not None:
+        print(f"wrote {write_atomic(args.parquet, lambda tmp: table.to_parquet(tmp, index=False))}")
     sizes = np.bincount(assigned["cluster"], minlength=int(np.shape(result.scores)[1]))
     print(f"{result.method}: {len(table)} items assigned; cluster sizes: {', '.join(map(str, sizes))}")
     return 0

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import write_atomic
+from ..core.atomic import owned, write_atomic, zarr_root
 from ..core.backends import Backend, backend_for, stderr_notice
 from ..errors import InputError, whole_number
 from ..objects.crops import (MAX_AUTO_SIZE, ROUTE_OPTIONS, TABLE_COLUMNS, auto_size, crop_channels, crop_needs,
@@ -156,7 +156,14 @@ def _cut(spec: FieldSpec, plan: Plan):
 
 
 def _commit(store: Path, index: int, crops, masks, table) -> None:
-    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit)."""
+    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit): files of the store a
+    worker was given, its own to write (``core.atomic.owned``)."""
+    with owned(store):
+        _write_part(store, index, crops, masks, table)
+
+
+def _write_part(store: Path, index: int, crops, masks, table) -> None:
+    """:func:`_commit`'s writes: the part under tmp/, then one rename into fields/."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zarr
@@ -347,6 +354,13 @@ def store_lock(root: Path, busy: str):
     into a store (an extraction, a prediction) takes it, so a second one is refused with ``busy``, one
     sentence. A lock file this call made in a folder that is no store when it ends (a refused extraction) is
     removed again: nothing is left in the user's folder. Where there is no fcntl (Windows) there is no lock."""
+    with owned(root), _flock(root, busy):    # the store's own files: this run's to write while it holds the lock
+        yield
+
+
+@contextmanager
+def _flock(root: Path, busy: str):
+    """:func:`store_lock`'s lock file and its flock."""
     lock = Path(root) / ".lock"
     made = not lock.exists()
     handle = open(lock, "a")
@@ -433,6 +447,10 @@ def _not_the_input(root: Path, input) -> None:
                          "input is never written into.")
     if source.is_dir() and (source / "zarr.json").exists() and store.is_relative_to(source):
         raise InputError(f"The store {root} lies inside the OME-Zarr input {input}: choose a folder outside it.")
+    outer = zarr_root(store.parent)
+    if outer is not None:
+        raise InputError(f"The store {root} lies inside the Zarr hierarchy {outer} (an object store, an OME-Zarr): "
+                         "choose a folder outside it.")
 
 
 def _refuse_foreign(root: Path) -> None:
