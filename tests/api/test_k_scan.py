@@ -31,7 +31,7 @@ def test_each_criterion_suggests_the_true_k_on_separated_blobs(easy_scan, criter
 
 
 def test_the_scan_is_plain_data_a_plot_can_draw(easy_scan):
-    assert easy_scan.suggested == 4 and easy_scan.criterion == "stability" and easy_scan.ks == [2, 3, 4, 5, 6, 7]
+    assert easy_scan.suggested == 4 and easy_scan.criterion == "knee" and easy_scan.ks == [2, 3, 4, 5, 6, 7]
     rows = easy_scan.rows()
     assert [r["k"] for r in rows] == easy_scan.ks
     assert [r["suggested"] for r in rows] == [False, False, True, False, False, False]
@@ -52,6 +52,7 @@ def test_same_seed_same_scan_and_the_criterion_decides():
     one = ticlust.scan_k(blobs(seed=1), "kmeans", ks=range(2, 6), device="cpu", seed=3, repeats=2, progress=False)
     two = ticlust.scan_k(blobs(seed=1), "kmeans", ks=range(2, 6), device="cpu", seed=3, repeats=2,
                          criterion="silhouette", progress=False)
+    assert one.criterion == "knee" and one.suggested == one.suggestion("knee")
     for name in CRITERIA:
         np.testing.assert_allclose(one.scores[name], two.scores[name], atol=1e-6)
     assert two.criterion == "silhouette" and two.suggested == two.suggestion("silhouette") == 4
@@ -104,13 +105,14 @@ def test_cli_k_scan_prints_the_table_and_saves_only_with_o(tmp_path, capsys, mon
     np.save(tmp_path / "blobs.npy", blobs())
     assert main(["fit", str(tmp_path / "blobs.npy"), "--k-scan", "2-6", "--quiet"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:2] == ["K", "stability"] and len(lines) == 1 + 5 + 1
-    assert "<- suggested" in lines[3] and lines[-1].startswith("suggested K = 4 (highest stability")
+    assert lines[0].split() == ["K", "knee", "stability", "silhouette"] and len(lines) == 1 + 5 + 1
+    assert "<- suggested" in lines[3] and lines[-1].startswith("suggested K = 4 (highest knee")
     assert not list(tmp_path.glob("*.npz"))
     assert main(["fit", str(tmp_path / "blobs.npy"), "--k-scan", "2-6", "--quiet", "-o", str(tmp_path / "r.npz")]) == 0
     assert "suggested K = 4" in capsys.readouterr().out
     assert ticlust.load_result(tmp_path / "r.npz").k == 4
-    assert main(["fit", str(tmp_path / "blobs.npy"), "--k-scan", "2-6", "--k-scan-merge", "--quiet"]) == 0
+    assert main(["fit", str(tmp_path / "blobs.npy"), "--k-scan", "2-6", "--k-scan-merge", "--k-scan-criterion",
+                 "stability", "--quiet"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["K", "stability", "silhouette", "knee"]
     assert lines[-1] == "suggested K = 4 (highest stability; 3 fits of K=6 merged down on 80% subsamples of 120 items)"
@@ -120,7 +122,7 @@ def test_cli_k_scan_prints_the_table_and_saves_only_with_o(tmp_path, capsys, mon
     (["--k-scan", "2-x"], "--k-scan 2-x must look like KMIN-KMAX, e.g. 2-16."),
     (["--k-scan", "--k", "4"], "--k and --k-scan both choose K: give one of them."),
     (["--k-scan", "2-3"], "at least 3 values of K"),
-    (["--k-scan-merge"], "--k-scan-merge applies to --k-scan: add --k-scan KMIN-KMAX."),
+    (["--k-scan-merge"], "--k-scan-merge and --k-scan-criterion apply to --k-scan: add --k-scan KMIN-KMAX."),
 ])
 def test_cli_k_scan_refusals(tmp_path, capsys, args, words):
     np.save(tmp_path / "blobs.npy", blobs())

@@ -30,6 +30,8 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--k-scan", nargs="?", const="2-16", metavar="KMIN-KMAX", help="choose K: fit the method at every K "
                      "of the range (default 2-16) on subsamples, print each K's scores and the suggested K; with -o, then "
                      "fit at the suggested K and save that")
+    fit.add_argument("--k-scan-criterion", choices=("stability", "silhouette", "knee"), default="knee",
+                     help="with --k-scan: the criterion that suggests K (every criterion is printed)")
     fit.add_argument("--k-scan-merge", action="store_true", help="with --k-scan: fit the top K once per repeat and "
                      "merge its clusters down to each K (far fewer fits, for the slow methods)")
     fit.add_argument("--device", default="auto", help="auto, cpu or cuda")
@@ -74,8 +76,8 @@ def run(args) -> int:
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
     from ..plate.run import is_store
 
-    if args.k_scan is None and args.k_scan_merge:
-        raise InputError("--k-scan-merge applies to --k-scan: add --k-scan KMIN-KMAX.")
+    if args.k_scan is None and (args.k_scan_merge or args.k_scan_criterion != "knee"):
+        raise InputError("--k-scan-merge and --k-scan-criterion apply to --k-scan: add --k-scan KMIN-KMAX.")
     scan_only = args.k_scan is not None and args.output is None     # a scan saves a fit only where -o asks for one
     args.output = args.output or DEFAULT_OUTPUT
     if args.input is not None and is_store(args.input):
@@ -124,7 +126,8 @@ def _k_scan(args, given: FitInput) -> int:
           file=sys.stderr)
     with notes():
         scan = scan_k(given.data, method=args.method, ks=range(int(low), int(high) + 1), device=args.device,
-                      seed=args.seed, merge=args.k_scan_merge, progress=not args.quiet, **given.params)
+                      seed=args.seed, merge=args.k_scan_merge, criterion=args.k_scan_criterion, progress=not args.quiet,
+                      **given.params)
     print(scan.table())
     fits = f"{scan.repeats} fits of K={scan.ks[-1]} merged down" if scan.merged else f"{scan.repeats} fits per K"
     print(f"suggested K = {scan.suggested} (highest {scan.criterion}; {fits} on {scan.fraction:.0%} subsamples of "
