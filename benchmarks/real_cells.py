@@ -41,7 +41,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -122,13 +122,6 @@ def cached(name: str, doc: str, mask_channel: int, mask_dark: bool = False, subs
         return CellSet(d["images"], d["labels"].astype(np.int64), tuple(str(c) for c in d["classes"]),
                        mask_channel=mask_channel, mask_dark=mask_dark, channel_names=names)
     dataset(name, doc, subset)(load)
-
-
-@dataclass
-class FieldSite:
-    """A real field of view to segment: one TIFF per channel, the nuclei channel first."""
-
-    files: tuple[str, ...]
 
 
 def segment_nuclei(dna: np.ndarray, min_area: int = 30) -> np.ndarray:
