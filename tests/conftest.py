@@ -471,6 +471,7 @@ CASES = {
     "rigid-kmeans": dict(max_iter=3, flip=True),
     "rigid-pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2, rigid_iter=3),
     "rigid-spectral": dict(anchors=12, candidates=8, restarts=3, flip=True),
+    "cell-kmeans": dict(n_init=2, pose="centre+axis", mask=True),
 }
 
 
@@ -652,3 +653,34 @@ def predicted_plate(nuclei_store):
         shutil.copytree(store.path, predicted)
         return manifest, store, result, ticlust.predict(result, predicted).table
     return make
+
+
+@pytest.fixture
+def raw_fields(tmp_path):
+    """Three small fields of touching nuclei as a microscope leaves them, no masks: one TIFF per channel
+    (``siteN_D.tif`` the nuclei, ``siteN_F.tif`` another stain) in ``raw/``, and CellProfiler's LoadData CSV naming
+    them (``FileName_OrigBlue``/``PathName_OrigBlue`` for D, ``FileName_OrigGreen`` for F, ``Metadata_Site``).
+    Returns ``(folder, load_data, fields)``: the fields are the generator's, with their true masks."""
+    import csv
+
+    import numpy as np
+    import tifffile
+
+    from ticlust.datasets.touching_nuclei import touching_nuclei_field
+
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    fields, rows = [], []
+    for site in range(3):
+        f = touching_nuclei_field("touching", n=18, shape=(160, 160), seed=site)
+        other = np.random.default_rng(site).integers(100, 400, f.image.shape).astype(np.uint16)
+        tifffile.imwrite(folder / f"site{site}_D.tif", f.image)
+        tifffile.imwrite(folder / f"site{site}_F.tif", other)
+        rows.append({"Metadata_Plate": "P1", "Metadata_Site": site, "FileName_OrigBlue": f"site{site}_D.tif",
+                     "PathName_OrigBlue": "raw", "FileName_OrigGreen": f"site{site}_F.tif", "PathName_OrigGreen": "raw"})
+        fields.append(f)
+    with open(tmp_path / "load_data.csv", "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder, tmp_path / "load_data.csv", fields

@@ -201,7 +201,7 @@ class FitSection(Section):
         if self.form is not None:
             return
         self.limit = STORE_FIT_ALL
-        self.form = MethodForm()
+        self.form = MethodForm(default="cell-kmeans")   # a store holds cells: the method that wins on real cells
         self.sample = SpinBox(label="sample", min=0, max=2**31 - 1, value=0,
                               tooltip=f"Objects the fit sees, drawn (seeded) across the fields; 0: every object, up to "
                                       f"{STORE_FIT_ALL:,} (as ticlust fit STORE without --fit-sample)")

@@ -51,7 +51,7 @@ def crop_options(parser, note: str) -> None:
     """The options of cutting objects out of a field, shared by ``fit --labels``, ``predict --labels`` and
     ``extract``."""
     parser.add_argument("--keep-border", action="store_true", help=f"{note}keep objects that touch the image border")
-    parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: fits the largest object)")
+    parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: from the objects' sizes)")
     parser.add_argument("--channel", type=channel_choice, metavar="NAME[,NAME]",
                         help=f"{note}keep these channels of a multi-channel field, by name (where the input names "
                         "them) or index, in this order (one alone: grey crops)")

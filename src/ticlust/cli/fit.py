@@ -12,6 +12,7 @@ from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError
 from ..io.readers import IMAGE_SUFFIXES, folder_images, read_input
 from ..result import npz_path
+from . import timelapse
 from .common import CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_given, crop_options, notes
 
 #: A store is fitted whole without --fit-sample up to this many objects.
@@ -52,6 +53,7 @@ def add_parser(sub, common) -> None:
                      "seeded sample of N objects spread over its fields (default: all objects, up to "
                      f"{STORE_FIT_ALL:,})")
     cluster_options(fit, "with an object store: run the fit's per-chunk steps (kmeans' and gmm's E-steps)")
+    timelapse.add_options(fit)
 
 
 @dataclass
@@ -89,9 +91,13 @@ def run(args) -> int:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
                          "--max-images N.")
     check_in_process(args, "fitted")
+    lapse = timelapse.wanted(args)
+    if lapse:
+        timelapse.check(args)
     if not scan_only:
-        _check_outputs(args, {"INPUT": args.input, "--labels": args.labels})
+        _check_outputs(args, {"INPUT": args.input, "--labels": args.labels, "--tracks": args.tracks})
     given = _subset(args, _fit_input(args))
+    tracks = timelapse.tracks_for(args, given.objects, int(given.data.shape[0])) if lapse else None
     k = get_method(args.method).default_k if args.k is None else args.k
     if args.k_scan is not None:
         k = _k_scan(args, given)
@@ -106,8 +112,10 @@ def run(args) -> int:
 
         record_route(result, vars(args))
     out = result.save(args.output)
+    done = timelapse.states(args, result, tracks) if lapse else None
     if args.csv:
-        result.assignments_table(args.csv, names=given.names, columns=given.objects)
+        columns = given.objects if done is None else {**(given.objects or {}), **timelapse.object_columns(done)}
+        result.assignments_table(args.csv, names=given.names, columns=columns)
     _report(result, out, given.labels)
     return 0
 
@@ -136,8 +144,10 @@ def _k_scan(args, given: FitInput) -> int:
 
 
 def _check_outputs(args, inputs: dict) -> None:
-    """-o and --csv through the output guard (``core.atomic.check_outputs``) before the fit, not after it."""
-    check_outputs(inputs, {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv})
+    """-o, --csv and the state tables through the output guard (``core.atomic.check_outputs``) before the fit, not
+    after it."""
+    check_outputs(inputs, {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv,
+                           **timelapse.outputs(args)})
 
 
 def _fit_input(args) -> FitInput:
@@ -258,6 +268,9 @@ def _check_store_flags(args) -> None:
     if wrong:
         raise InputError(f"{', '.join(wrong)} do(es) not apply to an object store: its objects were cut by ticlust "
                          "extract (extract again to change how).")
+    if timelapse.wanted(args):
+        raise InputError("The states along a plate's tracks come with the prediction of every object: ticlust predict "
+                         "RESULT STORE --time COLUMN --smooth ... (a fit on a store is a sample, not whole tracks).")
 
 
 def _sample_rows(store, index, result):

@@ -62,12 +62,7 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
     h, w = _shape(shape)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise InputError(f"seed={seed!r} must be a whole number.")
-    try:
-        lo, hi = (float(v) for v in radius)
-    except (TypeError, ValueError):
-        raise InputError(f"radius={radius!r} must be a range (low, high) in pixels.") from None
-    if not 2.0 <= lo <= hi:
-        raise InputError(f"radius={radius!r} must be a range (low, high) with 2 ≤ low ≤ high pixels.")
+    lo, hi = radius_range(radius, 2.0)
     for name, value in (("wobble", wobble), ("blur", blur), ("brightness_spread", brightness_spread), ("background", background),
                         ("read_noise", read_noise), ("texture", texture), ("spacing", spacing)):
         if not np.isfinite(value) or value < 0:
@@ -161,6 +156,17 @@ def _place(reach: np.ndarray, shape, spacing: float, rng: np.random.Generator, t
         else:
             raise InputError(f"{n} nuclei do not fit in a {h}×{w} field: give fewer nuclei or a larger field.")
     return centres
+
+
+def radius_range(radius, least: float) -> tuple[float, float]:
+    """``radius`` as a range (low, high) of pixels with ``least`` ≤ low ≤ high, or one sentence."""
+    try:
+        lo, hi = (float(v) for v in radius)
+    except (TypeError, ValueError):
+        raise InputError(f"radius={radius!r} must be a range (low, high) in pixels.") from None
+    if not least <= lo <= hi:
+        raise InputError(f"radius={radius!r} must be a range (low, high) with {least:g} ≤ low ≤ high pixels.")
+    return lo, hi
 
 
 def _count(n) -> int:
