@@ -9,8 +9,10 @@ The baselines, written here (GUIDE §8):
   pixel-kmeans k-means (n_init 10) on the pixels
 The pixels are the images as given (float32); both pixel routes are unchanged by one scale of the whole set.
 
-Each (dataset, method, seed) runs in its own child process (so peak RSS is that run's) under a time cap: a
-method that does not finish is reported as such, with its cap, and its other seeds are skipped. A run's row —
+Each (dataset, method, seed) runs in its own child process (so peak RSS is that run's) under a time cap of CPU
+seconds (``--cap``, the child's RLIMIT_CPU: on a shared machine a wall-clock cap measures the other jobs as much as the
+method) and a wall-clock guard (``--wall-factor`` × cap, for a run that hangs): a method that does not finish is
+reported as such, with its cap, and its other seeds are skipped. A run's row —
 ACC (Hungarian), NMI, ARI (``ticlust.metrics.evaluate``), fit wall and CPU seconds, predict rate (the fitted
 items assigned again through ``ticlust.predict``; the baselines' own feature route + ``predict``), peak RSS —
 is appended to benchmarks/results/real_cells.jsonl with the commit, machine and load; benchmarks/results/
@@ -39,7 +41,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -120,13 +122,6 @@ def cached(name: str, doc: str, mask_channel: int, mask_dark: bool = False, subs
         return CellSet(d["images"], d["labels"].astype(np.int64), tuple(str(c) for c in d["classes"]),
                        mask_channel=mask_channel, mask_dark=mask_dark, channel_names=names)
     dataset(name, doc, subset)(load)
-
-
-@dataclass
-class FieldSite:
-    """A real field of view to segment: one TIFF per channel, the nuclei channel first."""
-
-    files: tuple[str, ...]
 
 
 def segment_nuclei(dna: np.ndarray, min_area: int = 30) -> np.ndarray:
@@ -316,6 +311,9 @@ def one_run(job: dict) -> dict:
 
 def child_main(spec: str) -> None:
     job = json.loads(spec)
+    cap = int(job.get("cap", 0))
+    if cap:        # SIGXCPU ends the run once it has used ``cap`` CPU seconds (every thread counts)
+        resource.setrlimit(resource.RLIMIT_CPU, (cap, cap + 10))
     try:
         row = {"status": "ok", **one_run(job)}
     except Exception as exc:       # the parent records the failure as the run's row, in one line
@@ -338,8 +336,8 @@ def held(lock: str | None):
     return Held()
 
 
-def run_child(job: dict, cap: float, lock: str | None) -> dict:
-    """One run in a fresh Python process, killed (with its children) after ``cap`` seconds."""
+def run_child(job: dict, wall: float, lock: str | None) -> dict:
+    """One run in a fresh Python process (its CPU cap in ``job``), killed with its children after ``wall`` seconds."""
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(job)]
     with held(lock):
         load = load_average()
@@ -347,12 +345,14 @@ def run_child(job: dict, cap: float, lock: str | None) -> dict:
                                 env={**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent / "src"),
                                                                                   os.environ.get("PYTHONPATH", "")])})
         try:
-            out, err = proc.communicate(timeout=cap)
+            out, err = proc.communicate(timeout=wall)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
-            return {"status": "timeout", "load": f"{load} -> {load_average()}"}
+            return {"status": "timeout-wall", "wall": wall, "load": f"{load} -> {load_average()}"}
         load = f"{load} -> {load_average()}"
+    if proc.returncode == -signal.SIGXCPU:
+        return {"status": "timeout", "load": load}
     rows = [line[4:] for line in out.splitlines() if line.startswith("ROW ")]
     if not rows:
         tail = (err.strip().splitlines() or ["no output"])[-1]
@@ -415,7 +415,9 @@ def group_line(label: str, rows: list[dict], labelled: bool) -> str:
     loads = load_range(rows)
     if not ok:
         bad = rows[0]
-        what = f"did not finish in {bad['cap']:.0f} s" if bad["status"] == "timeout" else bad["status"]
+        unit = "CPU s" if bad.get("cap_kind") == "cpu" else "s of wall clock"     # rows before the CPU cap: wall
+        what = {"timeout": f"did not finish in {bad['cap']:.0f} {unit}",
+                "timeout-wall": f"did not finish in {bad.get('wall', 0):.0f} s of wall clock"}.get(bad["status"], bad["status"])
         cells = ["", "", ""] if labelled else []
         return "| " + " | ".join([label, what, *cells, "", "", "", "", commits, loads]) + " |"
     cells = [spread([r[m] for r in ok]) for m in ("acc", "nmi", "ari")] if labelled else []
@@ -443,7 +445,7 @@ def render(rows: list[dict], path: Path) -> None:
         for subset in sorted({r["subset"] or 0 for r in rows if r["dataset"] == name}):
             mine = [r for r in rows if r["dataset"] == name and (r["subset"] or 0) == subset]
             ok = [r for r in mine if r["status"] == "ok"]
-            labelled = any("acc" in r for r in ok)
+            labelled = any(r.get("labelled", "acc" in r) for r in mine)
             n, k = (ok[0]["n"], ok[0]["k"]) if ok else ("?", "?")
             doc = DATASETS[name].doc if name in DATASETS else name
             lines += [f"## {name}: {doc}", "", f"{n} items{' (seeded subset ' + str(subset) + ')' if subset else ''}, "
@@ -490,7 +492,9 @@ def main() -> None:
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     ap.add_argument("--subset", type=int, help="a seeded subset of this many items (0: all; default: the set's own)")
     ap.add_argument("--set", nargs="*", default=[], metavar="METHOD.PARAM=VALUE", dest="params")
-    ap.add_argument("--cap", type=float, default=600.0, help="seconds each run may take before it is reported unfinished")
+    ap.add_argument("--cap", type=float, default=600.0, help="CPU seconds each run may use before it is reported unfinished")
+    ap.add_argument("--wall-factor", type=float, default=6.0, help="a run is also stopped after this many times --cap "
+                    "of wall clock (a hung run; the machine's other jobs slow a run's wall clock, not its CPU seconds)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--lock", help="a lock file held around each run (e.g. /work/wt/bench.lock)")
     ap.add_argument("--data-dir")
@@ -511,11 +515,11 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"unknown method or dataset {unknown[0]!r}: --list shows them")
     params, shared = parse_sets(args.params), data_dir(args.data_dir)
-    stamp = {"commit": commit(), "machine": machine(), "cap": args.cap, "device": args.device}
+    stamp = {"commit": commit(), "machine": machine(), "cap": args.cap, "cap_kind": "cpu", "device": args.device}
     for name in args.dataset:
         subset = DATASETS[name].subset if args.subset is None else args.subset
         try:
-            note = load_set(name, subset, shared).note
+            cells = load_set(name, subset, shared)
         except FileNotFoundError as exc:
             print(f"skipping {name}: {exc}", flush=True)
             continue
@@ -523,10 +527,11 @@ def main() -> None:
             mine = params.get(method, {})
             for seed in args.seeds:
                 job = {"dataset": name, "subset": subset, "method": method, "seed": seed, "params": mine,
-                       "device": args.device, "shared": str(shared)}
-                row = {**job, **stamp, "label": method_label(method, mine), "note": note,
+                       "device": args.device, "shared": str(shared), "cap": args.cap}
+                row = {**job, **stamp, "label": method_label(method, mine), "note": cells.note,
+                       "labelled": cells.labels is not None,
                        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       **run_child(job, args.cap, args.lock)}
+                       **run_child(job, args.cap * args.wall_factor, args.lock)}
                 with open(args.log, "a") as fh:
                     fh.write(json.dumps(row) + "\n")
                 print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()

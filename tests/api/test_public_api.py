@@ -10,8 +10,8 @@ PUBLIC = {
     "sample": "function", "available_methods": "function", "get_method": "function", "evaluate": "function",
     "nuclei_field": "function", "objects_from_labels": "function", "shapes_from_labels": "function",
     "load_result": "function", "extract": "function", "open_objects": "function", "write_cluster_labels": "function",
-    "segment_nuclei": "function", "read_labels": "function",
-    "InputError": "class", "ClusteringResult": "class", "ObjectStore": "class",
+    "segment_nuclei": "function", "read_labels": "function", "scan_k": "function",
+    "InputError": "class", "ClusteringResult": "class", "ObjectStore": "class", "KScan": "class",
     "object_tracks": "function", "track_states": "function", "time_lapse": "function",
 }
 

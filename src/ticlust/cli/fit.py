@@ -17,6 +17,7 @@ from .common import CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_g
 
 #: A store is fitted whole without --fit-sample up to this many objects.
 STORE_FIT_ALL = 50_000
+DEFAULT_OUTPUT = "ticlust_result.npz"
 
 
 def add_parser(sub, common) -> None:
@@ -27,6 +28,13 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--sample", choices=sorted(SAMPLES), help="use a bundled sample instead of INPUT")
     fit.add_argument("--method", default="kmeans", help="clustering method (see `ticlust methods`)")
     fit.add_argument("--k", type=int, help="number of clusters (default: the method's own, see `ticlust methods`)")
+    fit.add_argument("--k-scan", nargs="?", const="2-16", metavar="KMIN-KMAX", help="choose K: fit the method at every K "
+                     "of the range (default 2-16) on subsamples, print each K's scores and the suggested K; with -o, then "
+                     "fit at the suggested K and save that")
+    fit.add_argument("--k-scan-criterion", choices=("stability", "silhouette", "knee"), default="knee",
+                     help="with --k-scan: the criterion that suggests K (every criterion is printed)")
+    fit.add_argument("--k-scan-merge", action="store_true", help="with --k-scan: fit the top K once per repeat and "
+                     "merge its clusters down to each K (far fewer fits, for the slow methods)")
     fit.add_argument("--device", default="auto", help="auto, cpu or cuda")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--runs", type=int, default=1, help="train this many seeds and keep the lowest final loss")
@@ -34,7 +42,7 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a method parameter (repeatable)")
     fit.add_argument("--key", help="array name inside an .npz input (default: the first)")
     fit.add_argument("--labels-key", help="array of true labels inside the .npz, to print ACC/NMI/ARI")
-    fit.add_argument("-o", "--output", default="ticlust_result.npz", help="where to save the result (.npz)")
+    fit.add_argument("-o", "--output", help=f"where to save the result (.npz; default {DEFAULT_OUTPUT})")
     fit.add_argument("--csv", help="also write the assignments table here")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
     # objects from a segmentation: INPUT is a field, --labels its label image
@@ -70,7 +78,14 @@ def run(args) -> int:
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
     from ..plate.run import is_store
 
+    if args.k_scan is None and (args.k_scan_merge or args.k_scan_criterion != "knee"):
+        raise InputError("--k-scan-merge and --k-scan-criterion apply to --k-scan: add --k-scan KMIN-KMAX.")
+    scan_only = args.k_scan is not None and args.output is None     # a scan saves a fit only where -o asks for one
+    args.output = args.output or DEFAULT_OUTPUT
     if args.input is not None and is_store(args.input):
+        if args.k_scan is not None:
+            raise InputError("--k-scan scans a stack or a field's objects, not an object store: scan a sample of it "
+                             "(ticlust export, or --max-images on the stack it was cut from).")
         return _fit_store(args)
     if args.fit_sample is not None:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
@@ -79,10 +94,15 @@ def run(args) -> int:
     lapse = timelapse.wanted(args)
     if lapse:
         timelapse.check(args)
-    _check_outputs(args, {"INPUT": args.input, "--labels": args.labels, "--tracks": args.tracks})
+    if not scan_only:
+        _check_outputs(args, {"INPUT": args.input, "--labels": args.labels, "--tracks": args.tracks})
     given = _subset(args, _fit_input(args))
     tracks = timelapse.tracks_for(args, given.objects, int(given.data.shape[0])) if lapse else None
     k = get_method(args.method).default_k if args.k is None else args.k
+    if args.k_scan is not None:
+        k = _k_scan(args, given)
+        if scan_only:
+            return 0
     print(f"ticlust: {args.method}, K={k}, {given.data.shape[0]} items from {given.source}", file=sys.stderr)
     with notes():
         result = fit(given.data, method=args.method, k=k, device=args.device, seed=args.seed, runs=args.runs,
@@ -98,6 +118,29 @@ def run(args) -> int:
         result.assignments_table(args.csv, names=given.names, columns=columns)
     _report(result, out, given.labels)
     return 0
+
+
+def _k_scan(args, given: FitInput) -> int:
+    """--k-scan KMIN-KMAX: the method fitted at every K of the range (``ticlust.evaluation.scan_k``), each K's scores
+    printed and the suggested K returned."""
+    from ..evaluation import scan_k
+
+    if args.k is not None:
+        raise InputError("--k and --k-scan both choose K: give one of them.")
+    low, sep, high = args.k_scan.partition("-")
+    if not (sep and low.strip().isdigit() and high.strip().isdigit()):
+        raise InputError(f"--k-scan {args.k_scan} must look like KMIN-KMAX, e.g. 2-16.")
+    print(f"ticlust: K scan of {args.method}, K={low}-{high}, {given.data.shape[0]} items from {given.source}",
+          file=sys.stderr)
+    with notes():
+        scan = scan_k(given.data, method=args.method, ks=range(int(low), int(high) + 1), device=args.device,
+                      seed=args.seed, merge=args.k_scan_merge, criterion=args.k_scan_criterion, progress=not args.quiet,
+                      **given.params)
+    print(scan.table())
+    fits = f"{scan.repeats} fits of K={scan.ks[-1]} merged down" if scan.merged else f"{scan.repeats} fits per K"
+    print(f"suggested K = {scan.suggested} (highest {scan.criterion}; {fits} on {scan.fraction:.0%} subsamples of "
+          f"{scan.items} items)")
+    return scan.suggested
 
 
 def _check_outputs(args, inputs: dict) -> None:
