@@ -1,13 +1,16 @@
 """Shared test fixtures and the helpers behind them (tests never import another test module: what two test files
-share is here, or in their room's conftest.py).
+share is here; one conftest for the whole tree, as a second one would take the module name 'conftest').
 
 Sections: threads, landmark poses, small image stacks (_shapes), pinned fits (the pins: ``python tests/conftest.py``
 re-makes them, see ``pins_main``), a toy method, GUI waits, plates and stores, the shared datasets folder."""
 from __future__ import annotations
 
+import hashlib
 import math
-from dataclasses import dataclass
+import shutil
+import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -457,6 +460,7 @@ CASES = {
     "rigid-kmeans": dict(max_iter=3, flip=True),
     "rigid-pssc": dict(pad_to=16, scales=2, candidates=40, representatives=12, restarts=2, rigid_iter=3),
     "rigid-spectral": dict(anchors=12, candidates=8, restarts=3, flip=True),
+    "cell-kmeans": dict(n_init=2, pose="centre+axis", mask=True),
 }
 
 
@@ -596,3 +600,76 @@ def pinned_method(request) -> str:
 
 if __name__ == "__main__":
     sys.exit(pins_main(sys.argv[1:]))
+
+
+# What the plate room's tests share (one conftest for the whole tree: a second conftest module would take the
+# name "conftest" in sys.modules and hide this one from inspect).
+def _files(root: Path) -> dict:
+    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
+            if p.is_file()}
+
+
+@pytest.fixture(scope="session")
+def files():
+    """``files(root)``: every file under ``root`` by relative path, with its bytes' hash (what "nothing changed"
+    and "the same store" compare)."""
+    return _files
+
+
+@pytest.fixture(scope="session")
+def cli():
+    """``cli(*args, timeout=300)``: ``python -m ticlust.cli ARGS`` in a subprocess, its output captured as text."""
+    def run(*args, timeout=300):
+        return subprocess.run([sys.executable, "-m", "ticlust.cli", *map(str, args)], capture_output=True, text=True,
+                              timeout=timeout)
+    return run
+
+
+@pytest.fixture(scope="session")
+def predicted_plate(nuclei_store):
+    """``predicted_plate(folder, fields=, n=, size=, seed=, k=, from_folder=False)``: a generated plate and its store
+    extracted in this process at ``folder``/ref/s.zarr (``nuclei_store``), a k-means result fitted on every crop
+    (seed 0) saved at ``folder``/km.npz, and the predictions of a copy of the store at ``folder``/predicted/s.zarr (the
+    reference store itself stays unpredicted): the uninterrupted references. Returns (manifest, store, result path,
+    predictions table)."""
+    import ticlust
+
+    def make(folder, *, fields: int, n: int, size: int, seed: int, k: int, from_folder: bool = False):
+        manifest, store = nuclei_store(folder, fields=fields, n=n, size=size, seed=seed, name="ref/s.zarr",
+                                       from_folder=from_folder)
+        result = ticlust.fit(store.crops[:], k=k, seed=0, progress=False).save(folder / "km.npz")
+        predicted = folder / "predicted" / "s.zarr"
+        shutil.copytree(store.path, predicted)
+        return manifest, store, result, ticlust.predict(result, predicted).table
+    return make
+
+
+@pytest.fixture
+def raw_fields(tmp_path):
+    """Three small fields of touching nuclei as a microscope leaves them, no masks: one TIFF per channel
+    (``siteN_D.tif`` the nuclei, ``siteN_F.tif`` another stain) in ``raw/``, and CellProfiler's LoadData CSV naming
+    them (``FileName_OrigBlue``/``PathName_OrigBlue`` for D, ``FileName_OrigGreen`` for F, ``Metadata_Site``).
+    Returns ``(folder, load_data, fields)``: the fields are the generator's, with their true masks."""
+    import csv
+
+    import numpy as np
+    import tifffile
+
+    from ticlust.datasets.touching_nuclei import touching_nuclei_field
+
+    folder = tmp_path / "raw"
+    folder.mkdir()
+    fields, rows = [], []
+    for site in range(3):
+        f = touching_nuclei_field("touching", n=18, shape=(160, 160), seed=site)
+        other = np.random.default_rng(site).integers(100, 400, f.image.shape).astype(np.uint16)
+        tifffile.imwrite(folder / f"site{site}_D.tif", f.image)
+        tifffile.imwrite(folder / f"site{site}_F.tif", other)
+        rows.append({"Metadata_Plate": "P1", "Metadata_Site": site, "FileName_OrigBlue": f"site{site}_D.tif",
+                     "PathName_OrigBlue": "raw", "FileName_OrigGreen": f"site{site}_F.tif", "PathName_OrigGreen": "raw"})
+        fields.append(f)
+    with open(tmp_path / "load_data.csv", "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return folder, tmp_path / "load_data.csv", fields

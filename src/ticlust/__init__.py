@@ -14,10 +14,12 @@ request_reproducible_blas()      # before MKL's first call: the same seed gives 
 #: Each public name and the module that defines it.
 _EXPORTS = {"fit": "api", "run": "api", "predict": "plate.predict", "refine": "curation", "InputError": "errors",
             "read_input": "io.readers", "sample": "datasets.samples", "available_methods": "methods",
-            "get_method": "methods", "evaluate": "metrics", "nuclei_field": "datasets.nuclei",
+            "get_method": "methods", "evaluate": "metrics", "scan_k": "evaluation", "KScan": "evaluation", "nuclei_field": "datasets.nuclei",
             "objects_from_labels": "objects.crops", "shapes_from_labels": "objects.crops",
+            "segment_nuclei": "objects.segment", "read_labels": "io.readers",
             "ClusteringResult": "result", "load_result": "api", "extract": "plate.store",
-            "open_objects": "plate.store", "ObjectStore": "plate.store", "write_cluster_labels": "plate.labels"}
+            "open_objects": "plate.store", "ObjectStore": "plate.store", "write_cluster_labels": "plate.labels",
+            "object_tracks": "objects.tracks", "track_states": "objects.states", "time_lapse": "datasets.timelapse"}
 
 __all__ = [*_EXPORTS, "__version__"]
 

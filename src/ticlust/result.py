@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .core.atomic import write_atomic
+from .core.atomic import check_outputs, is_owned, write_atomic
 from .errors import InputError
 
 @dataclass(frozen=True)
@@ -211,8 +211,13 @@ class ClusteringResult:
     # ---- persistence -------------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
         """Write everything to one compressed .npz file (no pickled objects), with each entry's checksum
-        so that ``load_result`` refuses a file changed afterwards."""
+        so that ``load_result`` refuses a file changed afterwards. The path goes through the output guard
+        (``core.atomic.check_outputs``, in ``write_atomic``); a missing folder is made, once the guard allows it."""
         path = npz_path(path)
+        if not path.parent.is_dir():
+            if not is_owned(path):
+                check_outputs({}, {"The result file's folder": path.parent}, folders=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
         arrays: dict[str, Any] = {
             "prototypes": np.asarray(self.prototypes),
             "config_json": np.array(json.dumps(self.config, default=_json_default)),
@@ -230,7 +235,6 @@ class ClusteringResult:
             arrays.update(self.state.to_arrays())
         arrays = {name: np.asarray(value) for name, value in arrays.items()}
         arrays[CHECKSUMS] = np.array(json.dumps({name: array_digest(name, a) for name, a in arrays.items()}))
-        path.parent.mkdir(parents=True, exist_ok=True)
 
         def write(tmp: Path) -> None:
             with open(tmp, "wb") as fh:          # a file object: numpy adds no second .npz suffix
@@ -246,8 +250,10 @@ class ClusteringResult:
         ``columns``: extra per-item columns ({name: N values}, e.g. an object table), written after
         ``item``. ``names``: one name per item, in place of its number. Written as CSV when ``path`` is
         given; the rows are returned either way. Names or columns of another length are refused before
-        anything is written.
+        anything is written (and ``path`` goes through the output guard, ``core.atomic.check_outputs``).
         """
+        if path is not None:
+            check_outputs({}, {"The table": path})
         if names is not None:
             if isinstance(names, (str, bytes)) or not hasattr(names, "__len__"):
                 raise InputError(f"The names are a {type(names).__name__}: give a list of one name per item ({self.n}).")

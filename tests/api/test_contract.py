@@ -157,7 +157,7 @@ NAPARI_FREE = ("core", "kernels", "transforms", "features", "methods", "objects"
 ROOM_MAY_IMPORT = {
     "io": ("core", "errors", "events", "result"),
     "datasets": ("core", "errors", "events", "objects", "transforms"),
-    "objects": ("core", "errors", "events", "result", "api", "methods", "transforms"),
+    "objects": ("core", "errors", "events", "result", "api", "kernels", "methods", "transforms"),
     "plate": ("core", "errors", "events", "result", "api", "curation", "metrics", "io", "kernels", "methods",
               "objects", "transforms"),
     "cli": NAPARI_FREE + ("_napari.launcher",),

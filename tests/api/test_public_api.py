@@ -10,7 +10,9 @@ PUBLIC = {
     "sample": "function", "available_methods": "function", "get_method": "function", "evaluate": "function",
     "nuclei_field": "function", "objects_from_labels": "function", "shapes_from_labels": "function",
     "load_result": "function", "extract": "function", "open_objects": "function", "write_cluster_labels": "function",
-    "InputError": "class", "ClusteringResult": "class", "ObjectStore": "class",
+    "segment_nuclei": "function", "read_labels": "function", "scan_k": "function",
+    "InputError": "class", "ClusteringResult": "class", "ObjectStore": "class", "KScan": "class",
+    "object_tracks": "function", "track_states": "function", "time_lapse": "function",
 }
 
 
@@ -27,7 +29,9 @@ def test_public_names_come_from_their_rooms():
     rooms = {"predict": "ticlust.plate", "extract": "ticlust.plate", "ObjectStore": "ticlust.plate",
              "open_objects": "ticlust.plate", "read_input": "ticlust.io", "sample": "ticlust.datasets",
              "nuclei_field": "ticlust.datasets", "objects_from_labels": "ticlust.objects",
-             "shapes_from_labels": "ticlust.objects", "write_cluster_labels": "ticlust.plate"}
+             "shapes_from_labels": "ticlust.objects", "write_cluster_labels": "ticlust.plate",
+             "segment_nuclei": "ticlust.objects", "read_labels": "ticlust.io",
+             "object_tracks": "ticlust.objects", "track_states": "ticlust.objects", "time_lapse": "ticlust.datasets"}
     for name, room in rooms.items():
         assert getattr(ticlust, name).__module__.startswith(room), (name, getattr(ticlust, name).__module__)
 

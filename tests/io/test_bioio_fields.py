@@ -149,8 +149,9 @@ def test_a_scene_without_its_mask_fails_alone_naming_the_mask_it_needs(tmp_path)
         store = ticlust.extract(tmp_path, tmp_path / "s.zarr")
     assert list(store.failed["scene"]) == [0]
     assert store.failed["error"].iloc[0] == ("No mask for p.ome.tif (scene 0): name it p_s0_cp_masks.tif, "
-                                             "p_s0_masks.tif or p_s0.labels.tif (any image type) beside it, or give "
-                                             "its path in a manifest's labels column.")
+                                             "p_s0_masks.tif or p_s0.labels.tif (any image type) beside it, give "
+                                             "its path in a manifest's labels column, or let ticlust find the nuclei "
+                                             "(--segment nuclei).")
     assert set(store.table["scene"]) == {1}
 
 

@@ -64,6 +64,7 @@ CASES = {
     "nt": (four_digits, dict(max_iter=5, m=256, init="kmeans")),
     "pssc": (four_digits, dict(pad_to=16, scales=2, candidates=120, representatives=40, restarts=3, poc=0)),
     "rigid-spectral": (four_digits, dict(anchors=60)),
+    "cell-kmeans": (four_digits, dict(scale=0.5, n_init=3)),   # digits: fine structure
 }
 
 

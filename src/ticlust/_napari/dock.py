@@ -23,13 +23,14 @@ from ..events import Progress, Snapshot
 from .curate import CurateTab
 from .inspector import Inspector
 from .map_panel import MapPart
-from .parts import Latest, Rollback, RunButton, freeze_heap, show_progress, start_worker, warm_up, when_closed
+from .parts import Latest, Rollback, RunButton, ask_path, freeze_heap, show_progress, start_worker, warm_up, when_closed
 from .plate import PlateSource
 from .sources import FieldSource, PointsSource, StackSource, row
 
 DOCK_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes are redrawn while a fit runs
 PAGES = ("Data", "Fit", "Predict", "Curate", "Export")
+RESULTS = "ticlust result (*.npz)"
 
 
 class TiclustDock(Container):
@@ -129,6 +130,8 @@ class TiclustDock(Container):
         wanted = [m for m in available_methods() if self.source.takes(get_method(m))]
         if list(self.form.method.choices) != wanted:
             self.form.method.choices = wanted
+        if self.source.method in wanted:
+            self.form.method.value = self.source.method
 
     def _layers_changed(self, _=None) -> None:
         self.reset_choices()
@@ -412,26 +415,13 @@ class TiclustDock(Container):
                             done=lambda paths: self.say(f"Exported the gallery: {len(paths)} PNG files in {folder}{note}."))
 
     def _ask_gallery(self):
-        from qtpy.QtWidgets import QFileDialog
+        return ask_path(self.native, "folder", "Export the gallery into a folder", self.export_gallery)
 
-        folder = QFileDialog.getExistingDirectory(self.native, "Export the gallery into a folder")
-        return self.export_gallery(folder) if folder else None
-
-    def _ask_save(self, _=None) -> None:
-        from qtpy.QtWidgets import QFileDialog
-
-        path = QFileDialog.getSaveFileName(self.native, "Save ticlust result", "result.npz", "ticlust result (*.npz)")[0]
-        if path:
-            self.save_result(path)
+    def _ask_save(self, _=None) -> None:       # the output guard's sentence in a notification, nothing written
+        ask_path(self.native, "save", "Save ticlust result", self.save_result, "result.npz", RESULTS, self.refuse)
 
     def _ask_load(self, _=None) -> None:
-        from qtpy.QtWidgets import QFileDialog
-
-        path = QFileDialog.getOpenFileName(self.native, "Load ticlust result", "", "ticlust result (*.npz)")[0]
-        try:
-            path and self.load_result(path)
-        except InputError as exc:
-            self.say(str(exc))
+        ask_path(self.native, "open", "Load ticlust result", self.load_result, "", RESULTS, self.refuse)
 
 
 def _import_methods() -> None:

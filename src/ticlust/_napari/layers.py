@@ -266,7 +266,12 @@ def place_layer(layer, **where) -> None:
 
 
 def set_image(viewer, name: str, data, **kwargs):
-    """Update the Image layer called ``name`` in place (shown, if it was undrawn), or add it."""
+    """Update the Image layer called ``name`` in place (shown, if it was undrawn), or add it. napari fixes whether a
+    layer is RGB when it is made: a picture of the other kind (or of other dimensions) gets a new layer, where setting
+    it would break the layer (grey data in an RGB layer reads its columns as colours: a 1-D layer)."""
+    if name in viewer.layers and (viewer.layers[name].rgb != bool(kwargs.get("rgb", False)) or
+                                  np.ndim(viewer.layers[name].data) != np.ndim(data)):
+        viewer.layers.remove(name)
     if name in viewer.layers:
         layer = viewer.layers[name]
         reveal(layer)

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
-from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QVBoxLayout, QWidget
 
 from ..errors import InputError
 from . import layers as L
@@ -66,9 +66,14 @@ class MapPanel(QWidget):
         layout.addWidget(self.message)
         layout.addWidget(self.compute_button)
         self.map.canvas.setMinimumHeight(MAP_HEIGHT)
-        policy = self.map.sizePolicy()       # its room kept while it is hidden: shown once a store is predicted, the
-        policy.setRetainSizeWhenHidden(True)  # map would otherwise resize the window and napari's canvas with it
-        self.map.setSizePolicy(policy)
+        # Its room kept while it is hidden, and no say in the column's width (its own and its sentences' width hints
+        # ignored): shown once a store is predicted, the map would otherwise resize the window's right column and
+        # napari's canvas with it (a pixel is enough to redraw the canvas at a new size).
+        for widget in (self.map, self.message, self.counts):
+            policy = widget.sizePolicy()
+            policy.setHorizontalPolicy(QSizePolicy.Policy.Ignored)
+            policy.setRetainSizeWhenHidden(widget is self.map)
+            widget.setSizePolicy(policy)
         layout.addWidget(self.map, 1)
         layout.addWidget(self.counts)
         layout.addLayout(actions)

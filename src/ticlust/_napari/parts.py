@@ -91,6 +91,22 @@ def drain(events, sink):
         events.close()
 
 
+def ask_path(parent, kind: str, title: str, then, start: str = "", filter: str = "", refuse=None):
+    """A file dialog (``kind``: "open", "save" or "folder"), then ``then(path)`` with the path picked (nothing when
+    none is); an InputError it raises is said through ``refuse``. Returns what ``then`` returned, or None."""
+    from qtpy.QtWidgets import QFileDialog
+
+    path = QFileDialog.getExistingDirectory(parent, title) if kind == "folder" else \
+        getattr(QFileDialog, f"get{kind.title()}FileName")(parent, title, start, filter)[0]
+    try:
+        return then(path) if path else None
+    except InputError as exc:
+        if refuse is None:
+            raise
+        refuse(str(exc))
+        return None
+
+
 def _while(alive, slot):
     def call(*args):
         if alive():

@@ -21,7 +21,7 @@ from ..plate.store import ObjectStore
 from ..plate.view import (GALLERY_PER_CLUSTER, assign_field, cluster_shares, condition_columns, field_picture,
                           field_starts, field_title, gallery_sample, load_store_result, read_predictions)
 from . import layers as L
-from .parts import drain, said
+from .parts import ask_path, drain, said
 from .plate_field import PlateField
 from .plate_parts import Extract, PlateExport, PlateMap, PlateObjects, Shares
 from .sources import Source
@@ -113,6 +113,7 @@ class PlateSource(PlateField, PlateObjects, Source):
     title = "plate (object store)"
     pages = ("Fit", "Predict", "Curate", "Export", "Shares")
     word = "object"
+    method = "cell-kmeans"                  # a store holds cells: the method that wins on real cells
 
     def __init__(self, dock):
         super().__init__(dock)
@@ -377,7 +378,7 @@ class PlateSource(PlateField, PlateObjects, Source):
         def loaded(done) -> None:
             got, problem = done
             if problem is not None:
-                self.dock.say(problem)
+                self.dock.refuse(problem)
                 return
             result, ours = got
             self.dock.take_result(result, fitted=result.state is not None)
@@ -447,9 +448,5 @@ class PlateSource(PlateField, PlateObjects, Source):
         return f" {self.pending()}" if self.pending() else ""
 
     def _ask_open(self, _=None) -> None:
-        from qtpy.QtWidgets import QFileDialog
-
-        path = QFileDialog.getExistingDirectory(self.dock.native, "Open an object store (ticlust extract)")
-        if path:
-            self.open_store(path)
+        ask_path(self.dock.native, "folder", "Open an object store (ticlust extract)", self.open_store)
 

@@ -15,7 +15,7 @@ from ..plate.view import cluster_shares, condition_columns, field_table, field_t
 from . import layers as L
 from .map_panel import gallery_grid, gallery_rows, map_table, colour_columns, PREDICTED, ring_objects, show_gallery
 from .method_form import crop_options
-from .parts import said
+from .parts import ask_path, said
 from .sources import Seen
 from .plots import SharePlot
 
@@ -136,18 +136,10 @@ class Extract(Container):
                                                f"{store.path.name}{left}.")
 
     def _ask_folder(self, _=None) -> None:
-        from qtpy.QtWidgets import QFileDialog
-
-        path = QFileDialog.getExistingDirectory(self.native, "The plate's fields: a folder with masks, or an OME-Zarr")
-        if path:
-            self.offer(path)
+        ask_path(self.native, "folder", "The plate's fields: a folder with masks, or an OME-Zarr", self.offer)
 
     def _ask_file(self, _=None) -> None:
-        from qtpy.QtWidgets import QFileDialog
-
-        path, _ = QFileDialog.getOpenFileName(self.native, "The plate's manifest", "", "CSV manifest (*.csv)")
-        if path:
-            self.offer(path)
+        ask_path(self.native, "open", "The plate's manifest", self.offer, "", "CSV manifest (*.csv)")
 
 
 class Shares(Container):
@@ -209,20 +201,13 @@ class Shares(Container):
         """Write the share table shown to ``path`` (CSV, atomically)."""
         if self.table is None or self.counting.busy:
             raise InputError("There are no shares to export yet: open a store that has predictions.")
-        out = write_shares(self.table, path)
+        out = write_shares(self.table, path, self.plate.store)
         self.plate.dock.say(f"Wrote the cluster shares per {self.by} to {out.name}.")
         return out
 
     def _ask_export(self, _=None) -> None:
-        from qtpy.QtWidgets import QFileDialog
-
-        path, _ = QFileDialog.getSaveFileName(self.native, "Export cluster shares", f"shares_per_{self.by}.csv",
-                                              "CSV (*.csv)")
-        if path:
-            try:
-                self.export(path)
-            except InputError as exc:
-                self.plate.dock.say(str(exc))
+        ask_path(self.native, "save", "Export cluster shares", self.export, f"shares_per_{self.by}.csv", "CSV (*.csv)",
+                 lambda message: self.plate.dock.refuse(message, "Stopped: "))
 
 
 class PlateExport:
@@ -275,11 +260,8 @@ class PlateExport:
             " (the store's predictions: the edits since the last re-predict are not in them)"
 
     def _ask_table(self):
-        from qtpy.QtWidgets import QFileDialog
-
-        path, _ = QFileDialog.getSaveFileName(self.plate.dock.native, "Export every object's cluster",
-                                              "plate_clusters.csv", "CSV (*.csv);;Parquet (*.parquet)")
-        return self.export_objects(path) if path else None
+        return ask_path(self.plate.dock.native, "save", "Export every object's cluster", self.export_objects,
+                        "plate_clusters.csv", "CSV (*.csv);;Parquet (*.parquet)")
 
 
 class PlateMap:
@@ -538,11 +520,10 @@ class PlateObjects:
         """The object's layer right of the field, showing its crop (blank without one): the inspector, its grid and
         the prototypes are laid out from it."""
         size = self.store.size
-        item = np.zeros((size, size), np.float32) if seen is None or seen.picture is None else seen.picture
+        blank = seen is None or seen.picture is None        # blank, of the crops' kind (an RGB store's is RGB)
+        item = np.zeros(self.store.crops.shape[1:], np.float32) if blank else seen.picture
         rgb = item.ndim == 3 and item.shape[-1] == 3
         name, field = self.names()["object"], self.names()["field"]
-        if name in self.viewer.layers and self.viewer.layers[name].rgb != rgb:
-            self.viewer.layers.remove(name)
         lo, hi = L.field_extent(self.viewer.layers[field]) if field in self.viewer.layers else (np.zeros(2), np.zeros(2))
         u = float(max(1, round((hi[0] - lo[0]) / (6 * size))))
         translate = (float(lo[0]) + (u - 1) / 2, float(hi[1]) + max(8.0, (hi[1] - lo[1]) / 32) + (u - 1) / 2)

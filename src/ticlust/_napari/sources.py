@@ -59,6 +59,7 @@ class Source:
     title = ""                              # its entry in the dock's input box
     pages = ("Fit", "Curate", "Export")     # the steps it takes beyond Data
     word = "item"                           # what its items are called in sentences
+    method = "kmeans"                       # the method the form offers first for it
 
     def __init__(self, dock):
         self.dock, self.viewer = dock, dock.viewer
@@ -409,7 +410,11 @@ class LayerSource(Source):
 
     def save(self, result, path) -> Path:
         """The result (.npz) and its assignments table (.csv beside it: the objects' table and, for channels, each
-        channel's mean per item, named by the channel)."""
+        channel's mean per item, named by the channel), after the output guard: both refused, or both written."""
+        from ..core.atomic import check_outputs
+        from ..result import npz_path
+
+        check_outputs({}, {"The result file": npz_path(path), "Its table": npz_path(path).with_suffix(".csv")})
         out = result.save(path)
         columns = dict(self.table) if self.table is not None and len(self.table["label"]) == result.n else {}
         names = result.config.get("channels")

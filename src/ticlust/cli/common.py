@@ -7,9 +7,7 @@ import contextlib
 import os
 import sys
 import warnings
-from pathlib import Path
 
-from ..core.atomic import check_outputs
 from ..errors import InputError
 
 #: What ``fit`` and ``predict`` say when a crop option comes without a label image.
@@ -53,7 +51,7 @@ def crop_options(parser, note: str) -> None:
     """The options of cutting objects out of a field, shared by ``fit --labels``, ``predict --labels`` and
     ``extract``."""
     parser.add_argument("--keep-border", action="store_true", help=f"{note}keep objects that touch the image border")
-    parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: fits the largest object)")
+    parser.add_argument("--crop-size", type=int, help=f"{note}crop side in pixels (default: from the objects' sizes)")
     parser.add_argument("--channel", type=channel_choice, metavar="NAME[,NAME]",
                         help=f"{note}keep these channels of a multi-channel field, by name (where the input names "
                         "them) or index, in this order (one alone: grey crops)")
@@ -115,24 +113,3 @@ def at_least_one(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} must be a whole number of at least 1")
     return value
-
-
-def check_writable(flag: str, path: Path) -> None:
-    """Fail before a long fit, not after it, when an output file cannot be written."""
-    existed = path.exists()
-    try:
-        with open(path, "ab"):
-            pass
-    except OSError as exc:
-        raise InputError(f"{flag} {path}: cannot write there ({exc.strerror}): choose a file in a folder that exists and is writable.") from None
-    if not existed:
-        path.unlink()
-
-
-def check_files(inputs: dict, outputs: dict) -> None:
-    """Before any work: no output is an input or another output (``check_outputs``), and every output given
-    can be written (``inputs`` / ``outputs``: flag → path, None for not given)."""
-    check_outputs(inputs, outputs)
-    for flag, target in outputs.items():
-        if target is not None:
-            check_writable(flag, Path(target))

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..core.atomic import check_outputs
 from ..errors import InputError
 from ..result import OUTLIER, npz_path
-from .common import check_files, notes
+from .common import notes
 
 
 def add_parser(sub, common) -> None:
@@ -53,7 +54,7 @@ def run(args) -> int:
                          "fitted on a stack is split and refined in Python or napari, where the data is).")
     if args.free_moved and not args.refine:
         raise InputError("--free-moved only applies with --refine.")
-    check_files({"RESULT": args.result, "--store": args.store}, {"-o": npz_path(args.output), "--csv": args.csv})
+    check_outputs({"RESULT": args.result, "--store": args.store}, {"-o": npz_path(args.output), "--csv": args.csv})
     result = load_result(args.result)
     if args.store is not None:
         return _curate_store(args, result)
@@ -87,10 +88,11 @@ def _curate_store(args, result) -> int:
     """The plate's edit: objects by the store's numbers; the edited result saved, then the store's predictions
     brought to it (``plate.curate.repredict``: renumbered after merge/move/outliers, predicted anew after refine)."""
     from ..plate import curate
-    from ..plate.run import sample_agreement
+    from ..plate.run import sample_agreement, store_inputs
     from ..plate.store import open_objects
 
     store = open_objects(args.store)
+    check_outputs({"RESULT": args.result, **store_inputs(store)}, {"-o": npz_path(args.output), "--csv": args.csv})
     curate.check_plate_result(result, store)
     progress = not args.quiet
     with notes():

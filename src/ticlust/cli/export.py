@@ -18,7 +18,7 @@ def add_parser(sub, common) -> None:
 
 def run(args) -> int:
     """``ticlust export RESULT --input STACK --gallery FOLDER``: no picture written over an input."""
-    from ..io.gallery import export_gallery, gallery_files
+    from ..io.gallery import export_gallery, gallery_outputs
     from ..api import load_result
 
     from ..plate.run import is_store
@@ -28,9 +28,9 @@ def run(args) -> int:
                          "the galleries of a stack's result; look at a store's clusters in the napari plate panel, or "
                          "give the stack the result was fitted on.")
     inputs = {"RESULT": args.result, "--input": args.input}
-    check_outputs(inputs, {"--gallery": args.gallery})
+    check_outputs(inputs, {"--gallery": args.gallery}, folders=True)
     result = load_result(args.result)
-    check_outputs(inputs, {f"--gallery's {p.name}": p for p in gallery_files(result, args.gallery)})
+    gallery_outputs(result, args.gallery, inputs, "--gallery")
     images, _ = read_input(args.input, key=args.key)
     with notes():
         paths = export_gallery(result, images, args.gallery, args.max_items)

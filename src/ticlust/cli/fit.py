@@ -8,13 +8,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import check_outputs
+from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError
 from ..io.readers import IMAGE_SUFFIXES, folder_images, read_input
 from ..plate import STORE_FIT_ALL
 from ..result import npz_path
-from .common import (CROP_NEEDS_LABELS, check_in_process, check_writable, cluster_options, crop_given, crop_options,
-                     notes)
+from . import timelapse
+from .common import CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_given, crop_options, notes
+
+DEFAULT_OUTPUT = "ticlust_result.npz"
 
 
 def add_parser(sub, common) -> None:
@@ -25,6 +27,13 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--sample", choices=sorted(SAMPLES), help="use a bundled sample instead of INPUT")
     fit.add_argument("--method", default="kmeans", help="clustering method (see `ticlust methods`)")
     fit.add_argument("--k", type=int, help="number of clusters (default: the method's own, see `ticlust methods`)")
+    fit.add_argument("--k-scan", nargs="?", const="2-16", metavar="KMIN-KMAX", help="choose K: fit the method at every K "
+                     "of the range (default 2-16) on subsamples, print each K's scores and the suggested K; with -o, then "
+                     "fit at the suggested K and save that")
+    fit.add_argument("--k-scan-criterion", choices=("stability", "silhouette", "knee"), default="knee",
+                     help="with --k-scan: the criterion that suggests K (every criterion is printed)")
+    fit.add_argument("--k-scan-merge", action="store_true", help="with --k-scan: fit the top K once per repeat and "
+                     "merge its clusters down to each K (far fewer fits, for the slow methods)")
     fit.add_argument("--device", default="auto", help="auto, cpu or cuda")
     fit.add_argument("--seed", type=int, default=0)
     fit.add_argument("--runs", type=int, default=1, help="train this many seeds and keep the lowest final loss")
@@ -32,7 +41,7 @@ def add_parser(sub, common) -> None:
     fit.add_argument("--set", action="append", default=[], metavar="NAME=VALUE", help="a method parameter (repeatable)")
     fit.add_argument("--key", help="array name inside an .npz input (default: the first)")
     fit.add_argument("--labels-key", help="array of true labels inside the .npz, to print ACC/NMI/ARI")
-    fit.add_argument("-o", "--output", default="ticlust_result.npz", help="where to save the result (.npz)")
+    fit.add_argument("-o", "--output", help=f"where to save the result (.npz; default {DEFAULT_OUTPUT})")
     fit.add_argument("--csv", help="also write the assignments table here")
     fit.add_argument("--quiet", action="store_true", help="no progress bar")
     # objects from a segmentation: INPUT is a field, --labels its label image
@@ -43,6 +52,7 @@ def add_parser(sub, common) -> None:
                      "seeded sample of N objects spread over its fields (default: all objects, up to "
                      f"{STORE_FIT_ALL:,})")
     cluster_options(fit, "with an object store: run the fit's per-chunk steps (kmeans' and gmm's E-steps)")
+    timelapse.add_options(fit)
 
 
 @dataclass
@@ -67,15 +77,31 @@ def run(args) -> int:
         raise InputError("Give either an INPUT file or --sample NAME (one of them).")
     from ..plate.run import is_store
 
+    if args.k_scan is None and (args.k_scan_merge or args.k_scan_criterion != "knee"):
+        raise InputError("--k-scan-merge and --k-scan-criterion apply to --k-scan: add --k-scan KMIN-KMAX.")
+    scan_only = args.k_scan is not None and args.output is None     # a scan saves a fit only where -o asks for one
+    args.output = args.output or DEFAULT_OUTPUT
     if args.input is not None and is_store(args.input):
+        if args.k_scan is not None:
+            raise InputError("--k-scan scans a stack or a field's objects, not an object store: scan a sample of it "
+                             "(ticlust export, or --max-images on the stack it was cut from).")
         return _fit_store(args)
     if args.fit_sample is not None:
         raise InputError("--fit-sample applies to an object store (made by ticlust extract); for a stack use "
                          "--max-images N.")
     check_in_process(args, "fitted")
-    _check_outputs(args, {"INPUT": args.input, "--labels": args.labels})
+    lapse = timelapse.wanted(args)
+    if lapse:
+        timelapse.check(args)
+    if not scan_only:
+        _check_outputs(args, {"INPUT": args.input, "--labels": args.labels, "--tracks": args.tracks})
     given = _subset(args, _fit_input(args))
+    tracks = timelapse.tracks_for(args, given.objects, int(given.data.shape[0])) if lapse else None
     k = get_method(args.method).default_k if args.k is None else args.k
+    if args.k_scan is not None:
+        k = _k_scan(args, given)
+        if scan_only:
+            return 0
     print(f"ticlust: {args.method}, K={k}, {given.data.shape[0]} items from {given.source}", file=sys.stderr)
     with notes():
         result = fit(given.data, method=args.method, k=k, device=args.device, seed=args.seed, runs=args.runs,
@@ -85,18 +111,42 @@ def run(args) -> int:
 
         record_route(result, vars(args))
     out = result.save(args.output)
+    done = timelapse.states(args, result, tracks) if lapse else None
     if args.csv:
-        result.assignments_table(args.csv, names=given.names, columns=given.objects)
+        columns = given.objects if done is None else {**(given.objects or {}), **timelapse.object_columns(done)}
+        result.assignments_table(args.csv, names=given.names, columns=columns)
     _report(result, out, given.labels)
     return 0
 
 
+def _k_scan(args, given: FitInput) -> int:
+    """--k-scan KMIN-KMAX: the method fitted at every K of the range (``ticlust.evaluation.scan_k``), each K's scores
+    printed and the suggested K returned."""
+    from ..evaluation import scan_k
+
+    if args.k is not None:
+        raise InputError("--k and --k-scan both choose K: give one of them.")
+    low, sep, high = args.k_scan.partition("-")
+    if not (sep and low.strip().isdigit() and high.strip().isdigit()):
+        raise InputError(f"--k-scan {args.k_scan} must look like KMIN-KMAX, e.g. 2-16.")
+    print(f"ticlust: K scan of {args.method}, K={low}-{high}, {given.data.shape[0]} items from {given.source}",
+          file=sys.stderr)
+    with notes():
+        scan = scan_k(given.data, method=args.method, ks=range(int(low), int(high) + 1), device=args.device,
+                      seed=args.seed, merge=args.k_scan_merge, criterion=args.k_scan_criterion, progress=not args.quiet,
+                      **given.params)
+    print(scan.table())
+    fits = f"{scan.repeats} fits of K={scan.ks[-1]} merged down" if scan.merged else f"{scan.repeats} fits per K"
+    print(f"suggested K = {scan.suggested} (highest {scan.criterion}; {fits} on {scan.fraction:.0%} subsamples of "
+          f"{scan.items} items)")
+    return scan.suggested
+
+
 def _check_outputs(args, inputs: dict) -> None:
-    """-o and --csv are not an input nor each other, and can be written: checked before the fit, not after it."""
-    check_outputs(inputs, {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv})
-    for flag, target in (("-o", args.output), ("--csv", args.csv)):
-        if target is not None:
-            check_writable(flag, npz_path(target) if flag == "-o" else Path(target))
+    """-o, --csv and the state tables through the output guard (``core.atomic.check_outputs``) before the fit, not
+    after it."""
+    check_outputs(inputs, {"-o": npz_path(args.output) if args.output else None, "--csv": args.csv,
+                           **timelapse.outputs(args)})
 
 
 def _fit_input(args) -> FitInput:
@@ -177,15 +227,16 @@ def field_objects(args, field, params: dict):
 def _fit_store(args) -> int:
     """``ticlust fit STORE --fit-sample N``: fit on a seeded sample spread over the store's fields."""
     from ..methods import get_method
-    from ..plate.run import fit_store
+    from ..plate.run import fit_store, store_inputs
     from ..plate.store import open_objects
 
     from ..core.validation import check_seed
 
     _check_store_flags(args)
-    _check_outputs(args, {"INPUT": args.input})
+    _check_outputs(args, {"INPUT": args.input})      # inside the store: refused before the store is even opened
     check_seed(args.seed)
     store = open_objects(args.input)
+    _check_outputs(args, {"INPUT": args.input, **store_inputs(store)})
     store.check_parts()                # a damaged table or a missing part: refused before the fit is announced
     if args.fit_sample is None and len(store) > STORE_FIT_ALL:
         raise InputError(f"{args.input} holds {len(store):,} objects: fit on a sample of them with --fit-sample N "
@@ -199,7 +250,8 @@ def _fit_store(args) -> int:
                                   scheduler=args.scheduler, **_params(args))
     out = result.save(args.output)
     if args.csv:
-        _sample_rows(store, index, result).to_csv(args.csv, index=False)
+        rows = _sample_rows(store, index, result)
+        write_atomic(args.csv, lambda tmp: rows.to_csv(tmp, index=False))
     _report(result, out)
     return 0
 
@@ -215,6 +267,9 @@ def _check_store_flags(args) -> None:
     if wrong:
         raise InputError(f"{', '.join(wrong)} do(es) not apply to an object store: its objects were cut by ticlust "
                          "extract (extract again to change how).")
+    if timelapse.wanted(args):
+        raise InputError("The states along a plate's tracks come with the prediction of every object: ticlust predict "
+                         "RESULT STORE --time COLUMN --smooth ... (a fit on a store is a sample, not whole tracks).")
 
 
 def _sample_rows(store, index, result):

@@ -6,11 +6,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import check_outputs
+from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError
 from ..io.readers import folder_images, read_input
 from ..plate.labels import DEFAULT_NAME, OUTLIER_VALUE
-from .common import (CROP_NEEDS_LABELS, check_files, check_in_process, cluster_options, crop_given, crop_options,
+from . import timelapse
+from .common import (CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_given, crop_options,
                      notes, route_defaults)
 
 
@@ -38,6 +39,7 @@ def add_parser(sub, common) -> None:
                          "of that name that another result wrote")
     crop_options(predict, "with --labels: ")
     cluster_options(predict, "assign the store's parts")
+    timelapse.add_options(predict, store=True)
 
 
 def run(args) -> int:
@@ -53,13 +55,18 @@ def run(args) -> int:
 
 
 def _predict_store(args) -> int:
-    """Every object of the store, resumable: into the store, and --csv/--parquet when given."""
+    """Every object of the store, resumable: into the store, and --csv/--parquet when given; with --time / --smooth,
+    the states along its movies' tracks."""
+    from ..api import load_result
     from ..plate.run import predict_store, sample_agreement
 
     if args.labels is not None or crop_given(args) or args.key is not None:
         raise InputError("--labels, --key and the crop options do not apply to an object store: its objects were "
                          "cut by ticlust extract.")
-    check_outputs({"RESULT": args.result}, {"--csv": args.csv, "--parquet": args.parquet})
+    lapse = timelapse.wanted(args)
+    if lapse:
+        timelapse.check_syntax(args)
+    check_outputs({"RESULT": args.result}, {"--csv": args.csv, "--parquet": args.parquet, **timelapse.outputs(args)})
     if args.write_labels:
         from ..plate.labels import check_labels_target
 
@@ -78,6 +85,9 @@ def _predict_store(args) -> int:
         print(f"wrote {path}")
     if args.write_labels:
         _write_labels(args)
+    if lapse:
+        with notes():
+            timelapse.store_states(args, int(np.shape(load_result(args.result).scores)[1]))
     return 0
 
 
@@ -99,6 +109,10 @@ def _predict_stack(args) -> int:
     from ..api import load_result
 
     check_in_process(args, "assigned")
+    if timelapse.wanted(args):
+        raise InputError("--time, --smooth and the state tables follow the movies of an object store: for a movie with "
+                         "its labels, fit it (ticlust fit MOVIE --labels LABELS --smooth ...), or extract it into a store "
+                         "and predict that.")
     if args.write_labels or args.overwrite_labels or args.labels_name != DEFAULT_NAME:
         raise InputError("--write-labels writes into the OME-Zarr an object store was extracted from: extract the "
                          "OME-Zarr image or plate (ticlust extract INPUT -o STORE) and predict the store.")
@@ -108,8 +122,8 @@ def _predict_stack(args) -> int:
     if args.csv is None and args.parquet is None:
         raise InputError("Give --csv FILE and/or --parquet FILE for the assignments of a stack or a field (only an "
                          "object store keeps them itself).")
-    check_files({"RESULT": args.result, "INPUT": args.input, "--labels": args.labels},
-                {"--csv": args.csv, "--parquet": args.parquet})
+    check_outputs({"RESULT": args.result, "INPUT": args.input, "--labels": args.labels},
+                  {"--csv": args.csv, "--parquet": args.parquet})
     result = load_result(args.result)
     data, columns = _items(args, result)
     with notes():
@@ -117,11 +131,10 @@ def _predict_stack(args) -> int:
     import pandas as pd
 
     table = pd.DataFrame({**columns, **assigned})
-    for target, write in ((args.csv, lambda p: table.to_csv(p, index=False)),
-                          (args.parquet, lambda p: table.to_parquet(p, index=False))):
-        if target is not None:
-            write(target)
-            print(f"wrote {target}")
+    if args.csv is not None:
+        print(f"wrote {write_atomic(args.csv, lambda tmp: table.to_csv(tmp, index=False))}")
+    if args.parquet is not None:
+        print(f"wrote {write_atomic(args.parquet, lambda tmp: table.to_parquet(tmp, index=False))}")
     sizes = np.bincount(assigned["cluster"], minlength=int(np.shape(result.scores)[1]))
     print(f"{result.method}: {len(table)} items assigned; cluster sizes: {', '.join(map(str, sizes))}")
     return 0

@@ -48,11 +48,14 @@ def cell_painting_plate(folder, wells: int = 2, sites: int = 3, cells: int = 40,
     import pandas as pd
     import tifffile
 
+    from ..core.atomic import check_outputs, write_atomic
+
     for value, name, least in ((wells, "wells", 1), (sites, "sites", 1), (cells, "cells", 1)):
         whole_number(value, name, least, "")
     if len(shape) != 2 or min(shape) < 64:
         raise InputError(f"shape={shape!r} must be a field of at least 64×64 pixels.")
     root = Path(folder)
+    check_outputs({}, {"The plate folder": root}, folders=True)
     images, labels = root / "images", root / "labels"
     images.mkdir(parents=True, exist_ok=True)
     labels.mkdir(parents=True, exist_ok=True)
@@ -63,16 +66,16 @@ def cell_painting_plate(folder, wells: int = 2, sites: int = 3, cells: int = 40,
         for site in range(sites):
             stack, mask, kinds = _site(rng, cells, tuple(shape))
             name = f"{well}_s{site}"
-            for ch, plane in zip(CHANNELS, stack):
-                tifffile.imwrite(images / f"{name}_{ch}.tif", plane)
-            tifffile.imwrite(labels / f"{name}_cells.tif", mask)
+            for path, picture in [(images / f"{name}_{ch}.tif", plane) for ch, plane in zip(CHANNELS, stack)] + \
+                    [(labels / f"{name}_cells.tif", mask)]:
+                write_atomic(path, lambda tmp: tifffile.imwrite(tmp, picture))
             rows.append({**{f"FileName_{ch}": f"{name}_{ch}.tif" for ch in CHANNELS},
                          **{f"PathName_{ch}": "images" for ch in CHANNELS},
                          "ObjectsFileName_Cells": f"{name}_cells.tif", "ObjectsPathName_Cells": "labels",
                          "Metadata_Plate": "P1", "Metadata_Well": well, "Metadata_Site": site})
             truth += [{"Well": well, "Site": site, "label": i + 1, "kind": int(k)} for i, k in enumerate(kinds)]
-    pd.DataFrame(rows).to_csv(root / "load_data.csv", index=False)
-    pd.DataFrame(truth).to_csv(root / "truth.csv", index=False)
+    for name, table in (("load_data.csv", rows), ("truth.csv", truth)):
+        write_atomic(root / name, lambda tmp: pd.DataFrame(table).to_csv(tmp, index=False))
     return CellPaintingPlate(root, root / "load_data.csv", images, labels, root / "truth.csv")
 
 

@@ -62,12 +62,7 @@ def nuclei_field(n: int = 300, shape: tuple[int, int] = (1024, 1024), seed: int 
     h, w = _shape(shape)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise InputError(f"seed={seed!r} must be a whole number.")
-    try:
-        lo, hi = (float(v) for v in radius)
-    except (TypeError, ValueError):
-        raise InputError(f"radius={radius!r} must be a range (low, high) in pixels.") from None
-    if not 2.0 <= lo <= hi:
-        raise InputError(f"radius={radius!r} must be a range (low, high) with 2 ≤ low ≤ high pixels.")
+    lo, hi = radius_range(radius, 2.0)
     for name, value in (("wobble", wobble), ("blur", blur), ("brightness_spread", brightness_spread), ("background", background),
                         ("read_noise", read_noise), ("texture", texture), ("spacing", spacing)):
         if not np.isfinite(value) or value < 0:
@@ -163,6 +158,17 @@ def _place(reach: np.ndarray, shape, spacing: float, rng: np.random.Generator, t
     return centres
 
 
+def radius_range(radius, least: float) -> tuple[float, float]:
+    """``radius`` as a range (low, high) of pixels with ``least`` ≤ low ≤ high, or one sentence."""
+    try:
+        lo, hi = (float(v) for v in radius)
+    except (TypeError, ValueError):
+        raise InputError(f"radius={radius!r} must be a range (low, high) in pixels.") from None
+    if not least <= lo <= hi:
+        raise InputError(f"radius={radius!r} must be a range (low, high) with {least:g} ≤ low ≤ high pixels.")
+    return lo, hi
+
+
 def _count(n) -> int:
     return whole_number(n, "n", 1, "nuclei")
 
@@ -189,23 +195,28 @@ def write_nuclei_plate(folder, fields: int = 20, n: int = 250, shape: tuple[int,
 
     import tifffile
 
+    from ..core.atomic import check_outputs, write_atomic
+
     fields, per_well = _count(fields), _count(fields_per_well)
     folder = Path(folder)
+    check_outputs({}, {"The plate folder": folder}, folders=True)
     folder.mkdir(parents=True, exist_ok=True)
     plate, kinds = [], []
     for i in range(fields):
         well = f"{chr(ord('A') + (i // per_well) // 12)}{(i // per_well) % 12 + 1:02d}"
         name = f"{well}_s{i % per_well}"
         f = nuclei_field(n=n, shape=shape, seed=seed + i, **options)
-        tifffile.imwrite(folder / f"{name}.tif", f.image)
-        tifffile.imwrite(folder / f"{name}_cp_masks.tif", f.labels)
+        for file, picture in ((f"{name}.tif", f.image), (f"{name}_cp_masks.tif", f.labels)):
+            write_atomic(folder / file, lambda tmp: tifffile.imwrite(tmp, picture))
         plate.append({"image": f"{name}.tif", "labels": f"{name}_cp_masks.tif", "well": well, "site": i % per_well})
         kinds += [{"image": f"{name}.tif", "label": label, "kind": KINDS[f.kinds[label]]} for label in range(1, n + 1)]
     for file, rows in (("plate.csv", plate), ("kinds.csv", kinds)):
-        with open(folder / file, "w", newline="") as out:
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        def write(tmp, rows=rows):
+            with open(tmp, "w", newline="") as out:
+                writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+                writer.writeheader()
+                writer.writerows(rows)
+        write_atomic(folder / file, write)
     return folder / "plate.csv"
 
 

@@ -9,7 +9,6 @@ this. ``cfg`` is a PSSC config (``kernels.pssc.PSSCConfig``).
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from pathlib import Path
 
@@ -118,14 +117,22 @@ def scattering_features(stack: Stack, cfg, device: torch.device, timing: dict):
     timing["scattering_s"] = time.perf_counter() - start
     timing["cache_hit"] = False
     if path is not None:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
-            np.save(tmp, feats)
-            os.replace(tmp, path)
-        except OSError:
-            pass                                            # a read-only cache only costs speed
+        _cache(path, feats)
     return feats
+
+
+def _cache(path: Path, feats: np.ndarray) -> None:
+    """Keep the features in the cache folder, written whole (a read-only cache only costs speed)."""
+    from ..core.atomic import write_atomic
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:                         # a file object: numpy adds no .npy suffix
+            np.save(fh, feats)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(path, write)
+    except OSError:
+        pass
 
 
 def path_scales(feats: np.ndarray, groups: int, spatial: int) -> np.ndarray:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import write_atomic
+from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError, whole_number
 from ..result import ClusteringResult
 from ..core.stack import Stack
@@ -78,22 +78,32 @@ def gallery_files(result: ClusteringResult, folder: str | Path) -> list[Path]:
     return [folder / "prototypes.png"] + [folder / f"cluster_{c:02d}.png" for c in np.flatnonzero(result.cluster_sizes())]
 
 
+def gallery_outputs(result: ClusteringResult, folder: str | Path, inputs: dict | None = None,
+                    name: str = "The gallery folder") -> list[Path]:
+    """The files a gallery of ``result`` writes into ``folder`` (:func:`gallery_files`), through the output guard
+    before anything is drawn: the folder (made if missing; not a file, not in an object store or an OME-Zarr, not an
+    input) and, where it exists already, each of its files (none of them an input)."""
+    check_outputs(inputs or {}, {name: folder}, folders=True)
+    paths = gallery_files(result, folder)
+    if Path(folder).is_dir():
+        check_outputs(inputs or {}, {f"{name}'s {p.name}": p for p in paths})
+    return paths
+
+
 def export_gallery(result: ClusteringResult, images, folder: str | Path, max_items: int = 60) -> list[Path]:
     """Write ``prototypes.png`` (the montage) and one ``cluster_NN.png`` per non-empty cluster; returns the paths.
 
     Everything is checked before a file is written, and each file is written whole (temporary file +
     rename); files of an earlier export are replaced, with a warning naming any left from other clusters.
     """
+    paths = gallery_outputs(result, folder)
     stack = gallery_stack(result, images)
     max_items = check_max_items(max_items)
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise InputError(f"The gallery folder {folder} is a file: give a folder (it is made if missing).")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise InputError(f"Cannot make the gallery folder {folder} ({exc.strerror}): give a folder you can write in.") from None
-    paths = gallery_files(result, folder)
     write_png(paths[0], tile(list(np.asarray(result.prototypes)), min(10, result.k)))
     for path, c in zip(paths[1:], np.flatnonzero(result.cluster_sizes())):
         write_png(path, cluster_gallery(result, stack, int(c), max_items))

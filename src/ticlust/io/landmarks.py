@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.atomic import write_atomic
 from ..errors import InputError
 from ..core.validation import as_landmarks
 
@@ -63,17 +64,18 @@ def _landmark_rows(reader: csv.DictReader, name: str) -> tuple[list, list, list,
 
 
 def write_landmarks_csv(path: str | Path, landmarks, ids=None) -> Path:
-    """Write (n, L, 2) landmarks as a CSV with columns shape_id, landmark, x, y."""
+    """Write (n, L, 2) landmarks as a CSV with columns shape_id, landmark, x, y (whole, after the output guard)."""
     arr = as_landmarks(landmarks)
     ids = _ids(ids, arr.shape[0])
-    path = Path(path)
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["shape_id", "landmark", "x", "y"])
-        for i, name in enumerate(ids):
-            for j, (x, y) in enumerate(arr[i]):
-                writer.writerow([name, j, repr(float(x)), repr(float(y))])
-    return path
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w", newline="") as fh:
+            writer = csv.writer(fh)
+            writer.writerow(["shape_id", "landmark", "x", "y"])
+            for i, name in enumerate(ids):
+                for j, (x, y) in enumerate(arr[i]):
+                    writer.writerow([name, j, repr(float(x)), repr(float(y))])
+    return write_atomic(path, write)
 
 
 _TPS_KEY = re.compile(r"^\s*([A-Za-z]+)\s*=\s*(.*?)\s*$")
@@ -129,7 +131,7 @@ def read_tps(path: str | Path) -> tuple[np.ndarray, list[str]]:
 
 
 def write_tps(path: str | Path, landmarks, ids=None) -> Path:
-    """Write (n, L, 2) landmarks as a tpsDig ``.tps`` file (LM=, coordinates, ID=)."""
+    """Write (n, L, 2) landmarks as a tpsDig ``.tps`` file (LM=, coordinates, ID=; whole, after the output guard)."""
     arr = as_landmarks(landmarks)
     ids = _ids(ids, arr.shape[0])
     out = []
@@ -137,9 +139,7 @@ def write_tps(path: str | Path, landmarks, ids=None) -> Path:
         out.append(f"LM={shape.shape[0]}")
         out.extend(f"{float(x)!r} {float(y)!r}" for x, y in shape)
         out.append(f"ID={name}")
-    path = Path(path)
-    path.write_text("\n".join(out) + "\n")
-    return path
+    return write_atomic(path, lambda tmp: tmp.write_text("\n".join(out) + "\n"))
 
 
 def read_landmarks(path: str | Path) -> tuple[np.ndarray, list[str]]:

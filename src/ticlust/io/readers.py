@@ -101,6 +101,59 @@ def _read_npy(path: Path) -> np.ndarray:
                          "short): save the stack again with numpy.save.") from None
 
 
+#: The ending of Cellpose's saved segmentation (``NAME_seg.npy``: a pickled dict whose ``masks`` entry is the labels).
+CELLPOSE_SEG = "_seg.npy"
+
+
+def read_labels(path: str | Path):
+    """A label image as other segmenters write it, as it comes: Cellpose's ``NAME_seg.npy`` (its ``masks`` entry),
+    ``NAME_cp_masks.png`` / ``.tif``, StarDist's or any ``NAME_labels.tif``, a plain ``.npy`` (memory-mapped
+    where the format allows, as :func:`read_image`)."""
+    path = Path(path)
+    if path.name.lower().endswith(CELLPOSE_SEG):
+        return _cellpose_masks(path)
+    return read_image(path)
+
+
+#: What a Cellpose ``_seg.npy`` may hold besides plain Python values: NumPy arrays, scalars and dtypes, by the names
+#: NumPy 1 and 2 pickle them under. Nothing else is built while reading one (a pickle can run any code it names).
+_NUMPY_PICKLED = {(m, n) for m in ("numpy.core.multiarray", "numpy._core.multiarray") for n in ("_reconstruct", "scalar")} \
+    | {("numpy", "ndarray"), ("numpy", "dtype")}
+
+
+def _cellpose_masks(path: Path) -> np.ndarray:
+    """The ``masks`` entry of a Cellpose ``_seg.npy``, unpickled with only NumPy's array classes allowed."""
+    import pickle
+
+    from numpy.lib import format as npy
+
+    class ArraysOnly(pickle.Unpickler):
+        def find_class(self, module, name):
+            if (module, name) not in _NUMPY_PICKLED:
+                raise pickle.UnpicklingError(f"it names {module}.{name}, which is not a NumPy array's part")
+            import importlib
+
+            try:                       # NumPy 2 names its core numpy._core (numpy.core warns); NumPy 1 numpy.core
+                return getattr(importlib.import_module(module.replace("numpy.core.", "numpy._core.")), name)
+            except ImportError:
+                return getattr(importlib.import_module(module.replace("numpy._core.", "numpy.core.")), name)
+
+    try:
+        with open(path, "rb") as fh:
+            version = npy.read_magic(fh)
+            npy.read_array_header_1_0(fh) if version == (1, 0) else npy.read_array_header_2_0(fh)
+            content = ArraysOnly(fh).load()
+    except Exception as exc:
+        raise InputError(f"{path.name} could not be read as Cellpose's _seg.npy ({type(exc).__name__}: {exc}): give "
+                         "the masks Cellpose saved (NAME_seg.npy, or NAME_cp_masks.png with --save_png).") from None
+    content = content.item() if isinstance(content, np.ndarray) and content.dtype == object and content.ndim == 0 \
+        else content
+    masks = content.get("masks") if isinstance(content, dict) else None
+    if not isinstance(masks, np.ndarray):
+        raise InputError(f"{path.name} holds no 'masks' array, as Cellpose's _seg.npy does: give Cellpose's own file.")
+    return masks
+
+
 def folder_images(folder: str | Path) -> list[Path]:
     """The image files of a folder in the order they are stacked (sorted by name)."""
     return sorted(p for p in Path(folder).iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)

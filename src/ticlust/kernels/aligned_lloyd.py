@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..core.scratch import RowScratch, host_index
 from ..core.stack import Stack, StackImages, from_nchw, to_nchw
@@ -377,9 +378,32 @@ def reseed(aligner: Aligner, x: torch.Tensor, pairs: Alignments | WarmStart, lab
 
 def aligner_for(cfg, family: str, landmarks: int | None, size: tuple[int, int], device, lean: bool = False) -> Aligner:
     """The warps of an AI/ST K-means run: affine maps of ``family`` within the config's bounds, and with ``landmarks``
-    a thin-plate spline on that g×g grid whose displacements stay within ``max_displacement`` (``lean``: see Aligner)."""
+    a thin-plate spline on that g×g grid whose displacements stay within ``max_displacement`` (``lean``: see Aligner),
+    fitted on images reduced by :func:`work_factor`."""
     bound = {"max_displacement": cfg.max_displacement} if landmarks else {}
-    return Aligner(size, landmarks, device, lean=lean, **bound, **_warp_options(cfg, family))
+    return Aligner(size, landmarks, device, lean=lean, work=work_factor(cfg, size), **bound, **_warp_options(cfg, family))
+
+
+def work_factor(cfg, size: tuple[int, int]) -> int:
+    """The whole factor the config's ``work_side`` reduces crops of ``size`` by for the fit (1: none): the largest that
+    keeps the smaller side at least ``work_side`` (64 px → 2 at 32, 128 px → 4; 0 or a config without it: 1)."""
+    side = getattr(cfg, "work_side", 0)
+    return max(1, min(size) // side) if side else 1
+
+
+def full_size(run: AlignedRun, mu: torch.Tensor, pairs: WarmStart | Alignments, labels: torch.Tensor):
+    """A run whose warps were fitted on reduced images (``Aligner.work``) made whole: the centroids its members' own
+    warps make of the images at their own size (Eq. 4 once more), and every pair's loss scaled by work² to that size's
+    pixel count (the labels stay the fit's). Returns (the run at full size, the centroids); unchanged when the warps
+    were fitted at full size."""
+    work = run.aligner.work
+    if work == 1:
+        return run, mu
+    full = run.at_full_size()
+    zeros = torch.zeros(mu.shape[0], mu.shape[1], *full.aligner.size, device=mu.device, dtype=mu.dtype)
+    mu = centroid_update(full.aligner, full.x.full, zeros, pairs, labels, run.cfg.chunk)
+    pairs.losses *= work ** 2
+    return full, mu
 
 
 def _warp_options(cfg, family: str) -> dict:
@@ -391,13 +415,32 @@ def _warp_options(cfg, family: str) -> dict:
 @dataclass
 class StackPyramid:
     """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
-    Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit."""
+    Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit. ``full`` reads them at
+    the size the warps are fitted at (``Aligner.reduced``), ``images`` at their own."""
 
-    full: StackImages
+    images: StackImages
     aligner: Aligner
 
+    @property
+    def full(self):
+        return self.images if self.aligner.work == 1 else _Reduced(self.images, self.aligner)
+
     def rows(self, idx) -> Pyramid:
-        return self.aligner.pyramid(self.full[idx])
+        return self.aligner.pyramid(self.images[idx])
+
+
+class _Reduced:
+    """Images read from ``images`` (indexed like a tensor) at the aligner's working size when indexed."""
+
+    def __init__(self, images, aligner: Aligner):
+        self.images, self.aligner = images, aligner
+        self.shape = (images.shape[0], images.shape[1], *aligner.size)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, index) -> torch.Tensor:
+        return self.aligner.reduced(self.images[index])
 
 
 @dataclass
@@ -410,6 +453,7 @@ class AlignedRun:
     stack: Stack
     aligner: Aligner
     x: Pyramid | StackPyramid
+    images: Any = None   # the images at their own size, where the aligner fits the warps on smaller ones (in hand)
     repairs: list = dataclasses.field(default_factory=list)   # (Lloyd iteration, dropped, split) of each move made
     scratches: list = dataclasses.field(default_factory=list)   # shared with a stage's copy (dataclasses.replace)
 
@@ -421,7 +465,16 @@ class AlignedRun:
             cfg = dataclasses.replace(cfg, chunk=auto_chunk(stack, cfg.k, aligner.device))
         if x is None:
             return cls(cfg, stack, aligner, StackPyramid(StackImages(stack, aligner.device), aligner))
-        return cls(cfg, stack, aligner, aligner.pyramid(x))
+        return cls(cfg, stack, aligner, aligner.pyramid(x), x)
+
+    def at_full_size(self) -> "AlignedRun":
+        """The run with its warps applied at the images' own size (``Aligner.at_full_size``): what makes a fit's
+        prototypes and a result's pictures when the warps were fitted on reduced images. Itself when they were not."""
+        if self.aligner.work == 1:
+            return self
+        full = self.aligner.at_full_size()
+        x = StackPyramid(self.x.images, full) if isinstance(self.x, StackPyramid) else Pyramid(self.images, self.images)
+        return dataclasses.replace(self, aligner=full, x=x)
 
     def keep(self, scratch):
         """``scratch`` (anything with ``close``: a warm start, mini-batch moments), closed with the run."""
@@ -439,7 +492,11 @@ class AlignedRun:
         self.scratches.clear()
 
     def items(self, images: torch.Tensor) -> np.ndarray:
-        """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C)."""
+        """(B, C, H, W) images back in the stack's layout, (B, H, W) or (B, H, W, C), at its size (centroids of warps
+        fitted on reduced images, shown while the fit runs, enlarged bilinearly)."""
+        size = tuple(self.stack.item_shape[:2])
+        if tuple(images.shape[-2:]) != size:
+            images = F.interpolate(images, size=size, mode="bilinear", align_corners=False)
         return from_nchw(images, self.stack.channels > 1).cpu().numpy()
 
     def align_all(self, mu: torch.Tensor, pairs: Alignments, schedule: Schedule):

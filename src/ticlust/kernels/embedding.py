@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..events import drain
-from .pca import pca_poc_steps
+from .pca import pca_poc_steps, unit_scale
 
 #: Dimensions of the embedding (PCA of a family's features; fewer when the features or the fit have fewer).
 EMBED_DIMS = 16
@@ -99,6 +99,9 @@ def learn_pca(features: np.ndarray, dims: int, device, rng: np.random.Generator)
     # randomized subspace iteration (exact when the features are few): a full eigh of 1,024 features took 38 s on
     # a busy 2-core machine, longer than the whole map should
     _, mean, basis, _ = drain(pca_poc_steps(feats, min(dims, f, n - 1), 0, "randomized", device, rng))
+    # features far from unit scale (landmarks in 1e30 units) embed at unit scale: the layout's squared distances
+    # stay finite in float32 (an exact power of two, 1 for features in the usual range)
+    basis = basis / unit_scale(feats)
     return mean.float().cpu().numpy(), _signed(basis.float().cpu().numpy())
 
 

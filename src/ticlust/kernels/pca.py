@@ -75,7 +75,7 @@ def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Gene
     """
     f = cov.shape[0]
     if solver == "eigh" or d + 10 >= f:
-        vals, vecs = torch.linalg.eigh(cov)
+        vals, vecs = symmetric_eigh(cov)
         return vals.flip(0)[:d], vecs.flip(1)[:, :d]
     c32 = cov.float()
     g = torch.from_numpy(rng.standard_normal((f, d + 10)).astype(np.float32)).to(cov.device)
@@ -83,9 +83,32 @@ def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Gene
     for _ in range(power):
         q = torch.linalg.qr(c32 @ q).Q
     small = (q.T @ c32 @ q).double()
-    vals, vecs = torch.linalg.eigh((small + small.T) / 2)
+    vals, vecs = symmetric_eigh((small + small.T) / 2)
     vecs = q.double() @ vecs
     return vals.flip(0)[:d], vecs.flip(1)[:, :d]
+
+
+def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eigenpairs (ascending) of a symmetric PSD matrix: ``eigh``, and where LAPACK's eigh does not converge (a
+    matrix ill-conditioned or with many repeated eigenvalues) its SVD, whose singular pairs are the eigenpairs."""
+    try:
+        return torch.linalg.eigh(m)
+    except torch.linalg.LinAlgError:
+        u, vals, _ = torch.linalg.svd(m)
+        return vals.flip(0), u.flip(1)
+
+
+#: Rows whose largest magnitude lies within [2**-SAFE_EXPONENT, 2**SAFE_EXPONENT] are decomposed as they are.
+SAFE_EXPONENT = 20
+
+
+def unit_scale(x: np.ndarray, chunk: int = 8192) -> float:
+    """A power of two that brings the rows' largest magnitude near 1 (exact to divide by), or 1.0 where it is
+    already within 2**±SAFE_EXPONENT: float32 products of rows at 1e20 overflow, at 1e-25 underflow."""
+    top = max((float(np.abs(x[s:s + chunk]).max()) for s in range(0, len(x), chunk)), default=0.0)
+    if top == 0.0 or not np.isfinite(top) or 2.0 ** -SAFE_EXPONENT <= top <= 2.0 ** SAFE_EXPONENT:
+        return 1.0
+    return float(2.0 ** np.floor(np.log2(top)))
 
 
 def project_steps(x: np.ndarray, mean: torch.Tensor, basis: torch.Tensor, device: torch.device, chunk: int = 4096):
@@ -108,6 +131,10 @@ def pca_poc_steps(feats: np.ndarray, dim: int, poc: int, solver: str, device: to
     n, f = feats.shape
     d = min(dim, f, n - 1)
     n_poc = min(poc, d - 1)
+    scale = unit_scale(feats)
+    if scale != 1.0:                # decomposed at unit scale (exact: a power of two), given back in the rows' units
+        z, mean, basis, eigvals = yield from pca_poc_steps(feats / np.float32(scale), dim, poc, solver, device, rng)
+        return z * scale, mean * scale, basis, eigvals * scale ** 2
     if f > DUAL_PCA_FEATURES and n < f:        # large crops: the F×F covariance would not fit, N×N does
         mean, gram = yield from gram_steps(feats, device)
         yield Progress(2, 4, stage="PCA eigensolver")

@@ -34,7 +34,7 @@ import torch
 from ..core.stack import Stack, StackImages, from_nchw, to_nchw
 from ..core.validation import check_images, check_same_size
 from ..events import Progress
-from ..kernels.aligned_lloyd import AlignedRun, aligned_lloyd, aligner_for
+from ..kernels.aligned_lloyd import AlignedRun, aligned_lloyd, aligner_for, full_size
 from ..kernels.rigid_lloyd import aligned_stack, rigid_kmeans_steps, rigid_lloyd, rigid_match
 from ..result import ClusteringResult, FittedState
 from ..transforms.align import Aligner, Alignments
@@ -171,7 +171,9 @@ class RigidKMeans(Method):
         mu = torch.from_numpy(rigid.state.centers).to(device)
         pairs = run.aligner.zeros(stack.n, cfg.k)
         pairs.theta.copy_(torch.from_numpy(rigid.params["pair_theta"]).to(device))
-        mu, pairs, labels, history, iters = yield from aligned_lloyd(run, mu, None, pairs)
+        mu, pairs, labels, history, iters = yield from aligned_lloyd(run, run.aligner.reduced(mu), None, pairs)
+        history = [h * run.aligner.work ** 2 for h in history]
+        run, mu = full_size(run, mu, pairs, labels)   # warps fitted on reduced crops (work_side): prototypes at full size
         out = run.result_fields(pairs, labels)
         out["params"].update({k: rigid.params[k] for k in ("angle", "flip", "shift")})
         timing = {"fit_s": time.perf_counter() - start, "rigid_s": rigid.timing["fit_s"], "iterations": rigid.timing["iterations"] + iters}

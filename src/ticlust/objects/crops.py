@@ -33,6 +33,17 @@ MAX_AUTO_SIZE = 128
 #: the warps (``invariances``, see ``api.object_params``) only refine pose and the kinds compare by
 #: shape (docs/objects.md has the measurements behind this choice). The function's own defaults are off.
 ROUTE_OPTIONS = {"orient": True, "normalize": True}
+#: What ``field_objects`` may do with an object larger than the crop: set it aside (listed), or zoom it down to fit.
+OVERSIZE = ("skip", "rescale")
+#: A plate's default crop (:func:`plate_size`) holds this quantile of its objects' needed sides, times CROP_MARGIN.
+CROP_QUANTILE = 0.99
+CROP_MARGIN = 1.1
+#: A field more than this share of whose objects (of more than one pixel) are larger than the crop fails whole: so
+#: many are no outliers to leave out but a crop size or a mask that is wrong (an image given as its own mask).
+MOST_SET_ASIDE = 0.5
+#: An object whose pixels cover less than this share of its bounding box is scattered pixels, not an object (the same
+#: rule: most objects of a mask so, and its field fails).
+SCATTERED = 0.05
 #: Label ids above this are renumbered before ``find_objects`` (whose list is as long as the largest id).
 _MAX_DIRECT_ID = 1 << 22
 
@@ -262,23 +273,29 @@ def objects_from_labels(image, labels, size: int | None = None, *, keep_border: 
     Returns ``(stack, table)``: stack (N, size, size) for grey images or (N, size, size, C), table
     a dict of columns (see the module doc), one row per crop in stack order (frame, then label id).
     """
-    stack, _, table = _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill,
-                           channel_axis, channels, max_size, least=2, with_masks=False)
+    stack, _, table, _ = _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill,
+                              channel_axis, channels, max_size, least=2, with_masks=False)
     return stack, table
 
 
 def field_objects(image, labels, size: int, *, keep_border: bool = False, keep_context: bool = False,
                   rescale: bool = False, orient: bool = False, normalize: bool = False, margin: int = 1, fill: float = 0,
-                  channel_axis: int | None = None, channels=None):
+                  channel_axis: int | None = None, channels=None, oversize: str = "skip"):
     """One field's objects at a crop side fixed beforehand, with their masks, any number of them (none too).
 
     The per-field step of an object store (:mod:`ticlust.plate.store`), where every field of a plate is cut at
-    the plate's one crop size and an empty field is not an error. Same crops and table as
-    :func:`objects_from_labels` with the same options; returns ``(stack, masks, table)``, masks (N, size,
-    size) bool: the pixels of each crop that belong to its object.
+    the plate's one crop size and an empty field is not an error, nor an object that cannot be cut: ``oversize``
+    "skip" sets aside the objects larger than the crop, "rescale" zooms each of them down to the crop (its
+    ``scale`` below 1); both set aside objects of one pixel. The other objects give the same crops and table as
+    :func:`objects_from_labels` with the same options. Returns ``(stack, masks, table, skipped)``: masks (N, size,
+    size) bool, the pixels of each crop that belong to its object; ``skipped`` the objects set aside, as columns
+    (the table's, ``needs``: the crop side each needs, ``reason``: ``larger than the S×S crop`` or ``one pixel``).
     """
+    if oversize not in OVERSIZE:
+        raise InputError(f"oversize={oversize!r} is not known: choose 'skip' (objects larger than the crop are left out "
+                         "and listed) or 'rescale' (they are zoomed down to the crop).")
     return _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill,
-                channel_axis, channels, MAX_AUTO_SIZE, least=0, with_masks=True)
+                channel_axis, channels, MAX_AUTO_SIZE, least=0, with_masks=True, oversize=oversize)
 
 
 def crop_needs(labels, *, keep_border: bool = False, rescale: bool = False, orient: bool = False,
@@ -300,6 +317,20 @@ def auto_size(needs: np.ndarray, rescale: bool, max_size: int = MAX_AUTO_SIZE) -
     return min(max_size, _round4(float(np.median(needs) if rescale else np.max(needs))))
 
 
+def plate_size(needs: np.ndarray, rescale: bool, max_size: int = MAX_AUTO_SIZE) -> int:
+    """The default crop side of a plate's objects that need ``needs`` pixels: a robust statistic, not the largest
+    object (one clump would set every crop): the :data:`CROP_QUANTILE` quantile of the needs times
+    :data:`CROP_MARGIN`, at most the largest need, rounded up to a multiple of 4 and at most ``max_size``; the
+    few objects above it are skipped or zoomed down (``field_objects``' ``oversize``). With ``rescale`` the median,
+    as :func:`auto_size`."""
+    needs = np.asarray(needs, np.float64)
+    if rescale or needs.size == 0:
+        return auto_size(needs, rescale, max_size)
+    robust = float(np.quantile(needs, CROP_QUANTILE, method="higher")) * CROP_MARGIN   # a value of the data: no clump
+    # is averaged in, and below 100 objects it is the largest one
+    return min(max_size, _round4(min(float(np.max(needs)), robust)))
+
+
 def _needs(field, table, where, resample: bool, orient: bool, margin: int):
     """(need, radius, angle) per object: the crop side it needs with ``margin`` free pixels around it and,
     when resampling, its outline's reach from the centroid and its axis angle (see :func:`_pose`)."""
@@ -314,8 +345,10 @@ def _needs(field, table, where, resample: bool, orient: bool, margin: int):
 
 
 def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normalize, margin, fill, channel_axis,
-         channels, max_size, least: int, with_masks: bool):
-    """objects_from_labels' work: (stack, masks or None, table), refusing fewer than ``least`` objects."""
+         channels, max_size, least: int, with_masks: bool, oversize: str | None = None):
+    """objects_from_labels' work: (stack, masks or None, table, skipped), refusing fewer than ``least`` objects.
+    ``oversize`` None refuses objects larger than the crop; "skip" / "rescale" set them aside or zoom them down
+    (:func:`field_objects`), and set aside objects of one pixel; ``skipped`` lists those set aside."""
     _check_image(image)
     _check_labels(labels)
     field = _Field(image, labels, channel_axis, channels)
@@ -327,31 +360,100 @@ def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normal
     fill_value = _fill(fill, dtype)
     table, where = _measure(field)
     table, where = _select(table, where, keep_border, "clustering", least)
-    n = len(where)
-    cy, cx = table["centroid_y"], table["centroid_x"]
     resample = rescale or orient
     need, radius, angle = _needs(field, table, where, resample, orient, margin)
     side = size or auto_size(need, rescale, max_size)
-    if resample:
-        scale = (side / 2 - margin) / radius if rescale else np.ones(n)
-        too_big = np.flatnonzero(radius * scale > side / 2 + 1e-9) if not rescale else np.zeros(0, int)
-    else:
-        ry, rx = np.rint(cy).astype(np.int64), np.rint(cx).astype(np.int64)
-        too_big = np.flatnonzero(need - 2 * margin > side)
-        scale = np.ones(n)
-    if len(too_big):
-        worst = too_big[np.argmax(need[too_big])]
-        where_txt = f" (frame {int(table['frame'][worst])})" if field.time else ""
-        raise InputError(f"{len(too_big)} object{'s are' if len(too_big) > 1 else ' is'} larger than the {side}×{side} crop "
-                         f"(label {int(table['label'][worst])}{where_txt} needs {int(math.ceil(need[worst] - 2 * margin))} px): "
-                         f"give a larger size, rescale=True, or remove such objects from the labels.")
+    too_big = _too_big(need, radius, side, margin, rescale, resample)
+    if oversize is None and too_big.any():
+        _refuse_too_big(table, need, too_big, side, margin, field.time)
+    scale = (side / 2 - margin) / radius if rescale else np.ones(len(where))
+    table, where, scale, angle, skipped = _set_aside(field, table, where, need, too_big, scale, angle, side, margin,
+                                                     oversize)
     table["scale"] = np.asarray(scale, np.float64)
     table["angle"] = np.asarray(angle, np.float64)
+    stack, masks = _crops(field, table, where, side, resample, keep_context, normalize, fill_value, dtype, with_masks)
+    return stack, masks, table, skipped
+
+
+def _too_big(need, radius, side: int, margin: int, rescale: bool, resample: bool) -> np.ndarray:
+    """Per object: whether it is larger than a ``side`` crop (never, when every object is zoomed to the crop)."""
+    if rescale:
+        return np.zeros(len(need), bool)
+    if resample:
+        return radius > side / 2 + 1e-9
+    return need - 2 * margin > side
+
+
+def _refuse_too_big(table, need, too_big, side: int, margin: int, time: bool, of: int | None = None) -> None:
+    """The one sentence for objects larger than the crop, naming the largest; ``of``: the objects they are among, when
+    they are too many to leave out."""
+    big = np.flatnonzero(too_big)
+    worst = big[np.argmax(need[big])]
+    where_txt = f" (frame {int(table['frame'][worst])})" if time else ""
+    count = f"{len(big)} of the {of} objects are" if of else f"{len(big)} object{'s are' if len(big) > 1 else ' is'}"
+    fix = (", too many to leave out: give a larger crop size, rescale, or check that the mask is a label image (0 "
+           "background, one id per object)." if of else ": give a larger size, rescale=True, or remove such objects "
+           "from the labels.")
+    raise InputError(f"{count} larger than the {side}×{side} crop (label {int(table['label'][worst])}{where_txt} needs "
+                     f"{int(math.ceil(need[worst] - 2 * margin))} px){fix}")
+
+
+def _refuse_scattered(table) -> None:
+    """Refuse a mask most of whose objects (of three pixels or more) are pixels scattered over a box twenty times their
+    area: no segmentation but an image (an image and its mask given the other way round)."""
+    box = (table["bbox_y1"] - table["bbox_y0"]) * (table["bbox_x1"] - table["bbox_x0"])
+    sized = table["area"] >= 3
+    scattered = sized & (table["area"] < SCATTERED * box)
+    if scattered.sum() > MOST_SET_ASIDE * sized.sum():
+        worst = np.flatnonzero(scattered)[np.argmax(box[scattered])]
+        raise InputError(f"The mask is no label image: {int(scattered.sum())} of its {int(sized.sum())} objects are "
+                         f"pixels scattered over the field (label {int(table['label'][worst])}: "
+                         f"{int(table['area'][worst])} pixels over a {int(table['bbox_y1'][worst] - table['bbox_y0'][worst])}"
+                         f"×{int(table['bbox_x1'][worst] - table['bbox_x0'][worst])} box); give the segmentation (0 "
+                         "background, one id per object), not an image.")
+
+
+def _set_aside(field, table, where, need, too_big, scale, angle, side: int, margin: int, oversize):
+    """What ``oversize`` does with the objects that cannot be cut as they are: "skip" sets aside those larger than
+    the crop, "rescale" zooms them down to fit it (about their centroid, as ``rescale`` does); both set aside objects
+    of one pixel (no shape to cut). When most objects are larger than the crop the field is refused (InputError).
+    Returns the kept objects' table, places, scale and angle, and the set-aside
+    objects' rows (the table's columns, ``needs``: the crop side they need, ``reason``)."""
+    if oversize is None:
+        return table, where, scale, angle, None
+    tiny = table["area"] <= 1
+    _refuse_scattered(table)
+    if np.sum(too_big & ~tiny) > MOST_SET_ASIDE * np.sum(~tiny):      # not outliers: a wrong crop size or mask
+        _refuse_too_big(table, need, too_big & ~tiny, side, margin, field.time, of=int(np.sum(~tiny)))
+    reasons = np.where(tiny, "one pixel", np.where(too_big, f"larger than the {side}×{side} crop", ""))
+    if oversize == "rescale":
+        zoom = np.flatnonzero(too_big & ~tiny)
+        if len(zoom):
+            reach, _ = _pose(field, [where[i] for i in zoom], table["centroid_y"][zoom], table["centroid_x"][zoom], False)
+            scale = np.asarray(scale, np.float64).copy()
+            scale[zoom] = (side / 2 - margin) / reach
+        reasons = np.where(tiny, reasons, "")
+    out = reasons != ""
+    skipped = {c: v[out] for c, v in table.items()}
+    skipped["needs"] = np.ceil(need[out] - 2 * margin).astype(np.int64)
+    skipped["reason"] = reasons[out].astype(str)
+    keep = np.flatnonzero(~out)
+    kept = {c: v[keep] for c, v in table.items()}
+    return kept, [where[i] for i in keep], np.asarray(scale)[keep], np.asarray(angle)[keep], skipped
+
+
+def _crops(field, table, where, side: int, resample: bool, keep_context: bool, normalize: bool, fill_value, dtype,
+           with_masks: bool):
+    """Cut every object in ``where`` (its row of ``table`` gives centroid, scale, angle): (stack, masks or None). An
+    object is resampled when every object is (``resample``) or when it alone is zoomed (scale other than 1)."""
+    n = len(where)
+    cy, cx, scale, angle = table["centroid_y"], table["centroid_x"], table["scale"], table["angle"]
+    ry, rx = np.rint(cy).astype(np.int64), np.rint(cx).astype(np.int64)
     shape = (n, side, side) if field.squeeze else (n, side, side, field.n_channels)
     out = np.empty(shape, dtype=np.float32 if normalize else dtype)
     masks = np.empty((n, side, side), bool) if with_masks else None
     for pos, lab, t, sl, obj_id in _load_frames(field, where):
-        if resample:
+        if resample or scale[pos] != 1:
             crop, obj = _resampled(field, lab, t, obj_id, cy[pos], cx[pos], scale[pos], angle[pos], side, keep_context,
                                    fill_value, dtype)
         else:
@@ -364,7 +466,7 @@ def _cut(image, labels, size, keep_border, keep_context, rescale, orient, normal
         out[pos] = crop[..., 0] if field.squeeze else crop
         if with_masks:
             masks[pos] = obj
-    return out, masks, table
+    return out, masks
 
 
 #: Crops whose largest magnitude lies outside [FLOAT32_SAFE[0], FLOAT32_SAFE[1]] are normalised in float64: in float32

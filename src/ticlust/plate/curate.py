@@ -253,11 +253,12 @@ class Repredicted:
 def result_digest_of(result, folder: Path) -> str:
     """The digest ``predict_store`` tags predictions with, of a result file or of a result in memory (saved into a
     temporary file in ``folder`` for the count)."""
+    from ..core.atomic import owned
     from .run import result_digest
 
     if not isinstance(result, ClusteringResult):
         return result_digest(result)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+    with owned(folder), tempfile.TemporaryDirectory(dir=folder) as tmp:     # the store's scratch folder
         return result_digest(result.save(Path(tmp) / "result.npz"))
 
 
@@ -271,10 +272,11 @@ def repredict(result, store, previous=None, *, device: str = "auto", batch_size:
     result (Refine an edited one first). Either way the store's predictions.parquet (and ``csv`` / ``parquet``)
     are written with the hand-set clusters applied. ``progress``: as for ``predict_store``."""
     from ..api import load_result
-    from .run import PREDICTIONS, part_digest, predict_store
+    from .run import PREDICTIONS, check_prediction_outputs, part_digest, predict_store
 
     start = time.perf_counter()
     store = store if isinstance(store, ObjectStore) else ObjectStore(store)
+    check_prediction_outputs(store, result, csv, parquet)
     result = load_result(result) if not isinstance(result, ClusteringResult) else result
     previous = load_result(previous) if previous is not None and not isinstance(previous, ClusteringResult) \
         else previous

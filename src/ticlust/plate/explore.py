@@ -5,7 +5,6 @@ return; a notebook calls them as they are.
 """
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,28 +63,17 @@ def inspect_object(store: ObjectStore, result, obj: int, device: str = "auto") -
 def export_objects(store: ObjectStore, path) -> Path:
     """The store's predictions, one row per object, at ``path``: a ``.parquet`` file as ``ticlust predict --parquet``
     writes it (the same bytes), anything else as its CSV (``--csv``: the same columns, row for row). Written whole
-    or not at all."""
-    import pyarrow.csv as pcsv
-    import pyarrow.parquet as pq
-
-    from ..core.atomic import write_atomic
-    from .run import PREDICTIONS
+    or not at all, after the output guard (``core.atomic.check_outputs``: never into the store or onto its input)."""
+    from ..core.atomic import check_outputs
+    from .run import PREDICTIONS, copy_table, store_inputs
 
     source, path = store.path / PREDICTIONS, Path(path)
+    check_outputs(store_inputs(store), {"The table": path})
     if not source.is_file():
         raise InputError(f"{store.path.name} has no predictions yet: predict its objects first.")
-    if not path.parent.is_dir():
-        raise InputError(f"{path}: its folder does not exist: choose a file in a folder that exists.")
-    if path.suffix.lower() == ".parquet":
-        return write_atomic(path, lambda tmp: shutil.copyfile(source, tmp))
-
-    def write(tmp):
-        table = pq.ParquetFile(source)
-        with pcsv.CSVWriter(tmp, table.schema_arrow.remove_metadata()) as writer:
-            for group in range(table.num_row_groups):
-                writer.write_table(table.read_row_group(group).replace_schema_metadata(None))
+    parquet = path.suffix.lower() == ".parquet"
     try:
-        return write_atomic(path, write)
+        return copy_table(source, path, parquet)
     except OSError as exc:
         raise InputError(f"Cannot write {path} ({exc.strerror or exc}): choose a file you can write.") from None
 
@@ -94,15 +82,22 @@ def export_plate_gallery(store: ObjectStore, folder, result=None, max_items: int
     """A gallery folder of the store's predictions: ``prototypes.png`` (the prototypes of ``result``, when given and
     an image method's) and one ``cluster_NN.png`` per cluster with its ``max_items`` closest objects across the plate (lowest score
     first), as ``ticlust export --gallery`` draws them. Only those objects' crops are read. Returns the paths."""
+    from ..core.atomic import check_outputs
     from ..io.gallery import tile, write_png
     from ..methods import get_method
+    from .run import store_inputs
     from .view import read_predictions
 
     max_items = whole_number(max_items, "max_items", 1, "objects shown per cluster")
+    inputs, folder = store_inputs(store), Path(folder)
+    check_outputs(inputs, {"The gallery folder": folder}, folders=True)
     predictions = read_predictions(store, ["cluster", "score"])
     if predictions is None:
         raise InputError(f"{store.path.name} has no predictions yet: predict its objects first.")
-    folder = Path(folder)
+    drawn = np.unique(predictions["cluster"].to_numpy())
+    if folder.is_dir():                # none of its files an input (a plate's images kept in that folder)
+        check_outputs(inputs, {f"The gallery's {n}": folder / n for n in
+                               ["prototypes.png"] + [f"cluster_{int(c):02d}.png" for c in drawn[drawn >= 0]]})
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..io.readers import (IMAGE_SUFFIXES, VENDOR_SUFFIXES, BioField, ChannelStack, bioio_scenes, read_by_bioio,
-                          read_image, vendor_suffix)
+                          read_image, read_labels, vendor_suffix)
 from .manifest import manifest_listing, scene_index
 from .spec import CHANNEL_PREFIX, FieldSpec, beside, blank, first_line, repeated
 from .spec import ASSIGN_COLUMNS, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS  # noqa: F401 - offered here, as before
@@ -41,36 +41,49 @@ from .spec import ASSIGN_COLUMNS, MAP_COLUMNS, RESERVED_COLUMNS, ROW_COLUMNS  # 
 # the helpers' names this module has always offered its room
 _beside, _first_line = beside, first_line
 
-#: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels.
-MASK_ENDINGS = ("_cp_masks", "_masks", ".labels")
+#: How a mask is named after its image's stem NAME: NAME_cp_masks (Cellpose), NAME_masks, NAME.labels,
+#: NAME_labels (StarDist's and others' label images). Cellpose's NAME_seg.npy is one too, taken when NAME has no other.
+MASK_ENDINGS = ("_cp_masks", "_masks", ".labels", "_labels")
+#: Cellpose's saved segmentation, a mask of the image NAME when nothing else is (io.readers.read_labels reads it).
+SEG_ENDING = "_seg"
 #: Cellpose's other outputs beside its masks (NAME_seg.npy, NAME_flows.tif, NAME_cp_outlines.png, ...): not fields.
 SIDE_ENDINGS = ("_seg", "_flows", "_outlines")
 #: Files a folder of fields may hold, images and masks alike (and files bioio reads, images only).
 FIELD_SUFFIXES = IMAGE_SUFFIXES + (".npy",)
 
 
-def list_fields(input, labels=None):
+def list_fields(input, labels=None, *, segment: bool = False, suffixes=None):
     """The fields of INPUT in a fixed order: ``(specs, listing)``, ``listing`` a DataFrame with one row
-    per field (``field``, ``image``, ``labels`` as the input names them, then a manifest's other columns)."""
+    per field (``field``, ``image``, ``labels`` as the input names them, then a manifest's other columns).
+    ``segment``: the fields need no masks (ticlust segments them; ``plate.segment``), so none is asked for.
+    ``suffixes``: INPUT is a folder of one file per channel, ``NAME<suffix>.tif`` (``NAME_D.tif``, ``NAME_F.tif``:
+    suffixes D, F), one field per NAME, its channels named by the suffixes (:func:`suffix_listing`)."""
     import pandas as pd
 
     path = Path(input)
     if not path.exists():
         raise InputError(f"There is no file or folder at {path}: check the path.")
-    if path.is_dir() and _is_zarr(path) and _plate_attributes(path) is not None:
+    if suffixes is not None:
+        rows, specs = suffix_listing(path, suffixes, need_masks=not segment)
+    elif segment and path.is_dir() and _is_zarr(path):
+        raise InputError(f"{path.name} is an OME-Zarr: ticlust segments fields given as image files (a folder, a "
+                         "manifest, one file); add the segmentation to the OME-Zarr as a label image instead.")
+    elif path.is_dir() and _is_zarr(path) and _plate_attributes(path) is not None:
         rows, specs = _plate_listing(path, labels)
     elif path.is_dir() and _is_zarr(path):
         image, name = _ome_listing(path, labels)
         rows, specs = [{"image": image, "labels": name}], [FieldSpec(0, image, name, ome=True)]
     elif path.suffix.lower() == ".csv":
-        rows, specs = manifest_listing(path, labels)
+        rows, specs = manifest_listing(path, labels, need_masks=not segment)
     elif labels is not None and path.is_dir():
         raise InputError("--labels (labels=) goes with one field image or names an OME-Zarr label image: a folder "
                          "pairs every image with its own mask.")
     elif path.is_dir():
-        rows, specs = _folder_listing(path)
+        rows, specs = _folder_listing(path, need_masks=not segment)
     elif labels is None and read_by_bioio(path):
-        rows, specs = _scene_listing(path.parent, [path])
+        rows, specs = _scene_listing(path.parent, [path], need_masks=not segment)
+    elif labels is None and segment:
+        rows, specs = [{"image": str(path.resolve()), "labels": None}], [FieldSpec(0, str(path.resolve()), None)]
     elif labels is None:
         raise InputError(f"{path.name} is one field: give its mask with --labels MASK (labels=), or give a folder of "
                          "fields with masks, a CSV manifest or an OME-Zarr image.")
@@ -103,9 +116,9 @@ def _stem(path: Path) -> str:
     return name[:len(name) - len(suffix)] if name.lower().endswith(suffix) else path.stem
 
 
-def _folder_listing(folder: Path):
+def _folder_listing(folder: Path, need_masks: bool = True):
     """Images of a folder (sorted by name) paired with their masks by name; a file bioio reads gives one field
-    per scene."""
+    per scene. ``need_masks``: a folder without any mask is refused."""
     files = sorted(p for p in folder.iterdir() if p.is_file() and (p.suffix.lower() in FIELD_SUFFIXES
                                                                     or vendor_suffix(p) in VENDOR_SUFFIXES))
     masks = _masks_by_stem(files)
@@ -113,12 +126,13 @@ def _folder_listing(folder: Path):
     if not images:
         raise InputError(f"The folder {folder} holds no field images ({', '.join(FIELD_SUFFIXES + VENDOR_SUFFIXES)}) "
                          "beside masks: put each field image beside its mask.")
-    if not masks:
+    if not masks and need_masks:
         raise InputError(f"The folder {folder} holds {len(images)} images but no masks: name each image's mask "
-                         "NAME_cp_masks.tif (Cellpose), NAME_masks.tif or NAME.labels.tif beside NAME.tif, or list the "
-                         "pairs in a CSV manifest with columns image,labels.")
+                         "NAME_cp_masks.tif (Cellpose), NAME_masks.tif or NAME.labels.tif beside NAME.tif, list the "
+                         "pairs in a CSV manifest with columns image,labels, or let ticlust find the nuclei "
+                         "(--segment nuclei --diameter D).")
     bio = [p for p in images if read_by_bioio(p)]
-    rows, specs = _scene_listing(folder, bio, masks) if bio else ([], [])
+    rows, specs = _scene_listing(folder, bio, masks, need_masks) if bio else ([], [])
     for image in images:
         if image in bio:
             continue
@@ -128,6 +142,54 @@ def _folder_listing(folder: Path):
     order = sorted(range(len(rows)), key=lambda i: (rows[i]["image"], rows[i].get("scene", 0)))
     rows = [rows[i] for i in order]
     return rows, [replace(specs[i], index=n) for n, i in enumerate(order)]
+
+
+def suffix_listing(folder: Path, suffixes, need_masks: bool = True):
+    """A folder of one image file per channel, named ``NAME<suffix>`` for each channel suffix (``01_POS002_D.TIF``,
+    ``01_POS002_F.TIF`` with suffixes D, F): one field per NAME (a separator ``_ - .`` before the suffix is not part
+    of it), its channels the suffixes in the order given, its mask ``NAME_masks.tif`` (any mask ending) if there is
+    one. A field missing a channel's file fails alone when it is cut."""
+    suffixes = _suffixes(suffixes)
+    if not folder.is_dir():
+        raise InputError(f"--channel-suffixes (channel_suffixes=) names the channels of a folder's files, and {folder} "
+                         "is not a folder: give the folder of the fields' channel files.")
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in FIELD_SUFFIXES)
+    masks = _masks_by_stem(files)
+    fields: dict[str, dict[str, Path]] = {}
+    for p in files:
+        stem = _stem(p)
+        if _mask_ending(stem) is not None or stem.endswith(SIDE_ENDINGS):
+            continue
+        suffix = next((x for x in sorted(suffixes, key=len, reverse=True) if stem.endswith(x) and len(stem) > len(x)),
+                      None)
+        if suffix is not None:
+            fields.setdefault(stem[:-len(suffix)].rstrip("_-. ") or stem[:-len(suffix)], {})[suffix] = p
+    if not fields:
+        raise InputError(f"No image file of {folder} ends in a channel suffix ({', '.join(suffixes)}): name the files "
+                         f"NAME_{suffixes[0]}.tif, or give the suffixes their names end with.")
+    if need_masks and not any(masks.get(name) for name in fields):
+        raise InputError(f"The folder {folder} holds {len(fields)} fields but no masks: name each field's mask "
+                         "NAME_masks.tif beside its channel files, or let ticlust find the nuclei (--segment nuclei "
+                         "--diameter D).")
+    rows, specs = [], []
+    for index, (name, found) in enumerate(sorted(fields.items())):
+        mask = _one_mask(Path(name), masks.get(name, []))
+        paths = [found.get(x) for x in suffixes]
+        first = next(p for p in paths if p is not None)
+        rows.append({"image": first.name, "labels": mask.name if mask else None,
+                     **{CHANNEL_PREFIX + x: p.name if p else None for x, p in zip(suffixes, paths)}})
+        specs.append(FieldSpec(index, str(first.resolve()), str(mask.resolve()) if mask else None,
+                               channels=tuple((x, str(p.resolve()) if p else None) for x, p in zip(suffixes, paths))))
+    return rows, specs
+
+
+def _suffixes(suffixes) -> list[str]:
+    """Channel suffixes as a list of distinct, non-empty texts (``"D,F,R"`` or a list), or one sentence."""
+    picks = [t.strip() for t in suffixes.split(",")] if isinstance(suffixes, str) else list(suffixes or [])
+    if not picks or any(not isinstance(t, str) or not t.strip() for t in picks) or len(set(picks)) < len(picks):
+        raise InputError(f"channel_suffixes={suffixes!r} must name each channel's file suffix once, e.g. D,F,R for "
+                         "NAME_D.tif, NAME_F.tif, NAME_R.tif.")
+    return [t.strip() for t in picks]
 
 
 def _mask_ending(stem: str) -> str | None:
@@ -141,21 +203,24 @@ def _masks_by_stem(files) -> dict[str, list[Path]]:
     masks: dict[str, list[Path]] = {}
     for p in files:
         stem = _stem(p)
-        ending = _mask_ending(stem)
+        ending = _mask_ending(stem) or (SEG_ENDING if p.suffix.lower() == ".npy" and stem.endswith(SEG_ENDING) else None)
         if ending is not None:
             masks.setdefault(stem[:-len(ending)], []).append(p)
     return masks
 
 
 def _one_mask(image: Path, found: list[Path]):
-    """The one mask found for ``image`` (or None), refusing two."""
+    """The one mask found for ``image`` (or None), refusing two; Cellpose's ``_seg.npy`` only when nothing else is
+    there (Cellpose writes it beside its ``_cp_masks.png``, the same masks)."""
+    named = [p for p in found if not _stem(p).endswith(SEG_ENDING)]
+    found = named or found
     if len(found) > 1:
         raise InputError(f"{image.name} has {len(found)} masks ({', '.join(p.name for p in found)}): keep one of "
                          "them in the folder.")
     return found[0] if found else None
 
 
-def _scene_listing(folder: Path, files: list[Path], masks: dict | None = None):
+def _scene_listing(folder: Path, files: list[Path], masks: dict | None = None, need_masks: bool = True):
     """Every scene of files bioio reads, each a field, its mask found by name in ``folder``: ``NAME_s<k>`` with a
     mask ending for scene k, or ``NAME`` with one for a file of one scene. One file given alone (no ``masks``)
     is refused when no scene of it has a mask."""
@@ -170,7 +235,7 @@ def _scene_listing(folder: Path, files: list[Path], masks: dict | None = None):
             mask = _one_mask(image, [m for n in names for m in masks.get(n, [])])
             rows.append({"image": image.name, "labels": mask.name if mask else None, "scene": k})
             specs.append(FieldSpec(len(specs), str(image.resolve()), str(mask.resolve()) if mask else None, scene=k))
-    if alone and not any(s.labels for s in specs):
+    if alone and need_masks and not any(s.labels for s in specs):
         name = _stem(files[0])
         raise InputError(f"No scene of {files[0].name} has a mask: name scene k's mask {name}_s<k>_cp_masks.tif, "
                          f"{name}_s<k>_masks.tif or {name}_s<k>.labels.tif beside it (a file of one scene: "
@@ -399,26 +464,38 @@ def field_source(spec: FieldSpec, channel=None, z=None):
         name += f"_s{spec.scene}" if spec.scene is not None else ""
         raise InputError(f"No mask for {Path(spec.image).name if spec.image else 'this row'}"
                          f"{f' (scene {spec.scene})' if spec.scene is not None else ''}: name it "
-                         f"{name}_cp_masks.tif, {name}_masks.tif or {name}.labels.tif (any image type) beside it, or "
-                         "give its path in a manifest's labels column.")
+                         f"{name}_cp_masks.tif, {name}_masks.tif or {name}.labels.tif (any image type) beside it, give "
+                         "its path in a manifest's labels column, or let ticlust find the nuclei (--segment nuclei).")
     if spec.ome:
         image, labels, caxis, names = _ome_field(spec, channel, z)
         return image, labels, caxis, _indices(channel, names, Path(spec.image).name)
+    image, caxis, picks = field_image(spec, channel, z)    # the image first: a missing image is what a user hears of
+    labels = _read(spec.labels, "mask")
+    if spec.scene is not None:
+        caxis = image.ndim - 1 if image.ndim > np.ndim(labels) else None
+    return image, labels, caxis, picks
+
+
+def field_image(spec: FieldSpec, channel=None, z=None):
+    """``(image, channel_axis, channels)`` of a field given as files (not OME-Zarr), without its mask: what a
+    segmentation reads. ``channel_axis`` is known for channel files (the last axis) and left None otherwise (the
+    field's mask settles it when cut);
+    ``channels`` what is still to pick (indices, or None), as :func:`field_source` gives them."""
+    if spec.image is None and not spec.channels:
+        raise InputError("This manifest row names no image: give the field image's path in its image column.")
     if z not in (None, 0) and spec.scene is None:
         raise InputError(f"{Path(spec.image or spec.channels[0][1] or '').name} is a 2-D image: --z (z=) applies to "
                          "images with Z planes (OME-Zarr, OME-TIFF, microscope files).")
-    if spec.channels:                  # the image first, then its mask: a missing image is what a user hears of
+    if spec.channels:
         image, caxis = _channel_files(spec, channel, z)
-        return image, _read(spec.labels, "mask"), caxis, None
+        return image, caxis, None
     if spec.scene is not None:
         image = BioField(spec.image, spec.scene, z)
         picks = _indices(channel, image.names, f"{Path(spec.image).name} (scene {spec.scene})")
         image.select(None if picks is None else picks if isinstance(picks, list) else [picks],
                      keep_axis=isinstance(picks, list))
-        labels = _read(spec.labels, "mask")
-        return image, labels, (image.ndim - 1 if image.ndim > np.ndim(labels) else None), None
-    image = _read(spec.image, "image")
-    return image, _read(spec.labels, "mask"), None, _indices(channel, None, Path(spec.image).name)
+        return image, None, None
+    return _read(spec.image, "image"), None, _indices(channel, None, Path(spec.image).name)
 
 
 def _channel_files(spec: FieldSpec, channel, z=None):
@@ -515,9 +592,10 @@ def _existing(path: str, what: str) -> Path:
 
 
 def _read(path: str, what: str):
-    """One image or mask file, or an InputError naming it."""
+    """One image or mask file (a mask as other segmenters write it: ``io.readers.read_labels``), or an InputError
+    naming it."""
     p = _existing(path, what)
     try:
-        return read_image(p)
+        return read_labels(p) if what == "mask" else read_image(p)
     except Exception as exc:
         raise InputError(f"Could not read the {what} {p.name} ({type(exc).__name__}: {exc}).") from None

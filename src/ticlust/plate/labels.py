@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..core.atomic import owned
 from ..errors import InputError
 
 #: The label image's name inside each field's ``labels`` group, unless another is given.
@@ -106,13 +107,14 @@ def write_cluster_labels(store, result, *, name: str = DEFAULT_NAME, overwrite: 
         report, written, paths = Reporter(progress), 0, []
         for done, target in enumerate(fields):
             report("writing labels", done, len(fields))
-            _sweep(target)
-            fmt = None
-            if not _holds(made[target.index], digest):
-                picked = field_rows(store, target.index)     # one block: the table is in field order
-                fmt = _write_field(target, {c: v[picked] for c, v in rows.items()}, loaded, digest)
-                written += 1
-            _register(target, fmt)
+            with owned(target.target.parent):    # the field's labels group: checked above, ticlust's to write in
+                _sweep(target)
+                fmt = None
+                if not _holds(made[target.index], digest):
+                    picked = field_rows(store, target.index)     # one block: the table is in field order
+                    fmt = _write_field(target, {c: v[picked] for c, v in rows.items()}, loaded, digest)
+                    written += 1
+                _register(target, fmt)
             paths.append(target.target)
         report("writing labels", len(fields), len(fields))
         report.close()

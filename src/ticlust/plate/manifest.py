@@ -4,7 +4,10 @@
 - ``image_<Channel>`` columns, one per channel (``image_DNA,image_ER,…``), and ``labels``: a field whose channels
   are separate files, stacked in the columns' order;
 - CellProfiler's LoadData CSV as it is: ``FileName_<Channel>`` with ``PathName_<Channel>`` (the folder, optional)
-  per channel, the segmentation in ``ObjectsFileName_<Name>``/``ObjectsPathName_<Name>`` (or a ``labels`` column).
+  per channel, the segmentation in ``ObjectsFileName_<Name>``/``ObjectsPathName_<Name>`` (or a ``labels`` column);
+  CellProfiler's exported per-image table too, whose same columns carry the prefix ``Image_``
+  (``Image_FileName_<Channel>``, ``Image_PathName_<Channel>``, ``Image_ObjectsFileName_<Name>``,
+  ``Image_Metadata_<Name>``): read as the LoadData columns are.
 
 Paths are relative to the CSV's folder unless absolute. Every other column is carried to every object row; a
 ``Metadata_<Name>`` column (CellProfiler's) is carried as ``<Name>`` unless that name is taken. A ``scene`` column
@@ -25,16 +28,20 @@ from .spec import (ASSIGN_COLUMNS, CHANNEL_PREFIX, RESERVED_COLUMNS, FieldSpec, 
 LOADDATA = ("FileName_", "PathName_", "ObjectsFileName_", "ObjectsPathName_")
 #: The prefix of CellProfiler's metadata columns, dropped when a column is carried to the object rows.
 METADATA = "Metadata_"
+#: The prefix CellProfiler's exported per-image table (ExportToSpreadsheet, ExportToDatabase) puts before the
+#: LoadData and metadata columns: ``Image_FileName_DNA`` is read as ``FileName_DNA``.
+IMAGE_TABLE = "Image_"
 
 
-def manifest_listing(csv: Path, labels=None):
+def manifest_listing(csv: Path, labels=None, need_masks: bool = True):
     """``(rows, specs)`` of a CSV manifest in any of its layouts (see the module doc): one row and one
-    :class:`FieldSpec` per field, in row order. ``labels`` names a LoadData manifest's object set."""
+    :class:`FieldSpec` per field, in row order. ``labels`` names a LoadData manifest's object set; ``need_masks``
+    False: a manifest without a mask column is taken (its fields are segmented: ``plate.segment``)."""
     table = read_manifest(csv)
     if len(table) == 0:
         raise InputError(f"The manifest {csv.name} lists no fields: add one row per field image.")
     channels = _channel_columns(csv, table)
-    masks = _mask_column(csv, table, labels, any(isinstance(c, tuple) for c in channels.values()))
+    masks = _mask_column(csv, table, labels, any(isinstance(c, tuple) for c in channels.values()), need_masks)
     files = {c for c in channels.values() if not isinstance(c, tuple)} | {"image", "labels"} \
         | {c for c in table.columns if str(c).startswith(LOADDATA)}
     carried = _carried(csv, table, [c for c in table.columns if c not in files])
@@ -44,7 +51,7 @@ def manifest_listing(csv: Path, labels=None):
     for i, record in enumerate(table.to_dict("records")):
         named = {ch: _cell_path(record, column) for ch, column in channels.items()}
         image = next(iter(named.values())) if channels else _cell(record.get("image"))
-        mask = _cell_path(record, masks) if isinstance(masks, tuple) else _cell(record.get(masks))
+        mask = _cell_path(record, masks) if isinstance(masks, tuple) else _cell(record.get(masks)) if masks else None
         scene = _scene(csv, i, beside(base, image), record.get("scene"), scenes)
         row = {"image": image, "labels": mask, **{CHANNEL_PREFIX + ch: p for ch, p in named.items()}}
         rows.append({**row, **{new: record[old] for old, new in carried.items()}})
@@ -84,12 +91,26 @@ def read_manifest(csv: Path):
             twice[len("FileName_"):] if twice.startswith("FileName_") else None
         what = f"the channel {channel} twice (two {twice} columns)" if channel else f"the column {twice} twice"
         raise InputError(f"The manifest {csv.name} names {what}: give each column (each channel) one name of its own.")
+    table = _loaddata_names(csv, table)
     blanks = [c for c in table.columns if str(c).startswith("Unnamed: ")]
     named = [c for c in blanks if table[c].notna().any()]
     if named:
         raise InputError(f"The manifest {csv.name} has a column without a name in its header (column "
                          f"{table.columns.get_loc(named[0]) + 1}): name it, or remove its cells.")
     return table.drop(columns=blanks)
+
+
+def _loaddata_names(csv: Path, table):
+    """``table`` with CellProfiler's per-image table columns (``Image_FileName_<Ch>``, ``Image_PathName_<Ch>``,
+    ``Image_ObjectsFileName_<Name>``, ``Image_ObjectsPathName_<Name>``, ``Image_Metadata_<Name>``) named as LoadData
+    names them; a column so named twice (``FileName_DNA`` beside ``Image_FileName_DNA``) is refused."""
+    renamed = {c: str(c)[len(IMAGE_TABLE):] for c in table.columns
+               if str(c).startswith(IMAGE_TABLE) and str(c)[len(IMAGE_TABLE):].startswith(LOADDATA + (METADATA,))}
+    twice = next((new for old, new in renamed.items() if new in table.columns), None)
+    if twice is not None:
+        raise InputError(f"The manifest {csv.name} has both {twice} and {IMAGE_TABLE}{twice}, which name the same "
+                         "column: keep one of them.")
+    return table.rename(columns=renamed) if renamed else table
 
 
 def _channel_columns(csv: Path, table) -> dict[str, object]:
@@ -120,9 +141,9 @@ def _channel_columns(csv: Path, table) -> dict[str, object]:
     return {c[len("FileName_"):]: (c, "PathName_" + c[len("FileName_"):]) for c in loaddata}
 
 
-def _mask_column(csv: Path, table, labels, loaddata: bool):
+def _mask_column(csv: Path, table, labels, loaddata: bool, need: bool = True):
     """The manifest's mask column: ``labels``, or a LoadData object set's ``(file, folder)`` columns (the one
-    there is, or the one ``labels`` names)."""
+    there is, or the one ``labels`` names); None when there is none and none is ``need``ed."""
     columns = [str(c) for c in table.columns]
     objects = [c[len("ObjectsFileName_"):] for c in columns if c.startswith("ObjectsFileName_")]
     if labels is not None:
@@ -139,9 +160,12 @@ def _mask_column(csv: Path, table, labels, loaddata: bool):
     if objects:
         raise InputError(f"The manifest {csv.name} has {len(objects)} object sets ({', '.join(objects)}): choose the "
                          "one to cut with --labels NAME (labels=NAME).")
+    if not need:
+        return None
     if loaddata:
         raise InputError(f"The LoadData manifest {csv.name} has no object column: add each field's label image as "
-                         "ObjectsFileName_<Name> (with ObjectsPathName_<Name>, its folder) or a labels column.")
+                         "ObjectsFileName_<Name> (with ObjectsPathName_<Name>, its folder) or a labels column, or let "
+                         "ticlust find the nuclei (--segment nuclei --diameter D).")
     raise InputError(f"The manifest {csv.name} has no column 'labels': give each field's mask in a labels column "
                      "(paths relative to the CSV).")
 

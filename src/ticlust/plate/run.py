@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import InputError, whole_number
 from ..core.backends import LOCAL, Backend
 from .fields import ASSIGN_COLUMNS, MAP_COLUMNS
+from .spec import CHANNEL_PREFIX
 from .store import (WHOLE_CHUNKS, LazyStack, ObjectStore, Reporter, _write_errors, busy, open_objects, part_name,
                     part_objects, part_rows, read_attributes, read_crops, store_lock, store_problem)
 
@@ -178,7 +179,8 @@ def fit_store(store, method: str = "kmeans", k: int | None = None, sample: int |
         job = fit_job(items, method=method, k=k, device=device, seed=seed, runs=runs, **object_params(method, params))
         result = execute(job, report.sink)
     result.config["store"] = {"path": str(store.path.resolve()), "digest": store_digest(store),
-                              "options": store.options, "crop": store.attributes["crop"], "objects": len(store)}
+                              "options": store.options, "crop": store.attributes["crop"], "objects": len(store),
+                              "channel_names": store_channels(store)}
     if landmarks:
         result.config["store"]["n_points"] = n_points
     result.config["fit_sample"] = {"size": int(len(index)), "requested": None if sample is None else int(sample),
@@ -208,31 +210,63 @@ def _loaded(path: str, digest: str):
 
 
 def check_result_for_store(result, store: ObjectStore) -> None:
-    """Refuse, with one sentence, a result that cannot assign this store's objects."""
+    """Refuse, with one sentence, a result that cannot assign this store's objects: the one decision of whether a
+    result and a store go together, from what the store records — its crop options, its crop as the methods see
+    it (:func:`store_item`) and its channels' names in their order (:func:`store_channels`) — against what the
+    result was fitted on. A store always takes the results fitted on it."""
     from ..methods import get_method
 
     if result.state is None:
         raise InputError("This result was edited by hand and not refined yet: run ticlust.refine(data, result) "
                          "before assigning new items.")
     spec = get_method(result.method)
-    fitted = result.config.get("store")
-    if fitted is not None:
-        theirs = fitted.get("options", {})
-        diff = [k for k in CROP_OPTIONS if k in theirs and theirs[k] != store.options.get(k)]
-        if diff:
-            raise InputError(f"The result was fitted on a store made with "
-                             f"{', '.join(f'{k}={theirs[k]!r}' for k in diff)} but {store.path} was made with "
-                             f"{', '.join(f'{k}={store.options.get(k)!r}' for k in diff)}: extract the plate with the "
-                             "fit's options (or fit on this store).")
+    fitted = result.config.get("store") or {}
+    theirs = fitted.get("options", {})
+    names, fitted_names = store_channels(store), fitted.get("channel_names")
+    named = names is not None and fitted_names is not None      # then the names say which channels, not the option
+    diff = [k for k in CROP_OPTIONS if k in theirs and theirs[k] != store.options.get(k) and not
+            (named and k == "channel")]
+    if diff:
+        raise InputError(f"The result was fitted on a store made with "
+                         f"{', '.join(f'{k}={theirs[k]!r}' for k in diff)} but {store.path} was made with "
+                         f"{', '.join(f'{k}={store.options.get(k)!r}' for k in diff)}: extract the plate with the "
+                         "fit's options (or fit on this store).")
     if spec.inputs == ("landmarks",):
         return
-    item = (store.size, store.size) + ((store.channels,) if store.channels else ())
-    shape = tuple(int(s) for s in np.shape(result.prototypes)[1:])
+    item, shape = store_item(store), tuple(int(s) for s in np.shape(result.prototypes)[1:])
     if shape != item:
         what = lambda s: f"{s[0]}×{s[1]} crops" + (f" with {s[2]} channels" if len(s) > 2 else "")   # noqa: E731
         raise InputError(f"The result was fitted on {what(shape)} but {store.path} holds {what(item)}: extract the "
                          f"plate with --crop-size {shape[0]}{' and the same channels' if shape[2:] != item[2:] else ''}"
                          ", or fit a result on this store.")
+    if named and list(fitted_names) != list(names):
+        raise InputError(f"The result was fitted on the channels {', '.join(fitted_names)} but {store.path} holds "
+                         f"{', '.join(names)}: extract the plate with --channel {','.join(fitted_names)} (in that "
+                         "order), or fit a result on this store.")
+
+
+def store_item(store: ObjectStore) -> tuple[int, ...]:
+    """One crop's shape as a method sees it (``core.validation.channels_last``): (S, S), or (S, S, C) for C > 1
+    channels (a single channel, as a manifest with one image_<Channel> column gives, is a grey crop)."""
+    from ..core.validation import channels_last
+
+    crop = (1, store.size, store.size) + ((store.channels,) if store.channels else ())
+    return channels_last(np.broadcast_to(np.uint8(0), crop), crop, f"crops of {store.path}")[1][1:]
+
+
+def store_channels(store: ObjectStore) -> tuple[str, ...] | None:
+    """The names of the store's crop channels in their order, as the user gave them: the manifest's channel
+    columns (``image_<Channel>``, LoadData's ``FileName_<Channel>``), picked by the store's ``channel`` option;
+    None where the listing does not name the channels (an image file of several channels, an OME-Zarr)."""
+    names = [str(c)[len(CHANNEL_PREFIX):] for c in store.fields.columns if str(c).startswith(CHANNEL_PREFIX)]
+    if not names:
+        return None
+    picked = store.options.get("channel")
+    picks = picked if isinstance(picked, list) else [picked] if picked is not None else list(range(len(names)))
+    try:
+        return tuple(p if isinstance(p, str) else names[int(p)] for p in picks)
+    except (IndexError, ValueError):
+        return None
 
 
 def result_points(result) -> int:
@@ -330,6 +364,14 @@ def predict_part(task: PartTask) -> PartReport:
     file + rename: there whole or not at all) and, with ``save_aligned``, ``fields/NNNNN/aligned`` (each
     object aligned with its prototype, written batch by batch into a temporary array, then renamed).
     Skipped when the part holds what was asked for, made by the same result."""
+    from ..core.atomic import owned
+
+    with owned(task.store):            # the part's own files, in the store this step was given
+        return _predict_part(task)
+
+
+def _predict_part(task: PartTask) -> PartReport:
+    """:func:`predict_part`'s work, inside the store it owns for the step."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zarr
@@ -479,31 +521,19 @@ def predict_store(result, store, *, device: str = "auto", batch_size: int | None
 
 
 def check_prediction_outputs(store: ObjectStore, result, csv, parquet) -> None:
-    """Refuse, before anything is predicted, a ``csv`` / ``parquet`` target that would destroy a file: one inside
-    the store's folder (or the folder itself), the store's input (its manifest, a field's image or mask, or
-    anything inside an OME-Zarr input), the result file, an existing folder, or the other target; and one whose
-    folder does not exist."""
+    """Refuse, before anything is predicted, a ``csv`` / ``parquet`` target that would destroy a file: the guard of
+    every output (``core.atomic.check_outputs``) with the store's inputs and the result file as the inputs."""
     from ..core.atomic import check_outputs
 
-    outputs = {flag: Path(t) for flag, t in (("--csv", csv), ("--parquet", parquet)) if t is not None}
-    if not outputs:
-        return
+    inputs = {"RESULT": None if not isinstance(result, (str, os.PathLike)) else result, **store_inputs(store)}
+    check_outputs(inputs, {"--csv": csv, "--parquet": parquet})
+
+
+def store_inputs(store: ObjectStore) -> dict[str, Path]:
+    """What a store was extracted from, as the output guard's inputs (name → path): its input (a folder, a
+    manifest, an OME-Zarr) and every field's image and mask file; nothing may be written onto them."""
     source, files = store.input_files()
-    inputs = {"RESULT": None if not isinstance(result, (str, os.PathLike)) else result, "INPUT": source,
-              **{f"{f.name}, a field's image or mask": f for f in files}}
-    check_outputs(inputs, outputs)
-    inside = [(store.path.resolve(), "in the store")] + ([(source.resolve(), "in the OME-Zarr input")]
-                                                        if source.is_dir() and not files else [])
-    for flag, target in outputs.items():
-        where = target.resolve()
-        for folder, what in inside:
-            if where == folder or where.is_relative_to(folder):
-                raise InputError(f"{flag} {target} lies {what} {folder}: choose a file outside it, so that nothing "
-                                 "of it is overwritten.")
-        if target.is_dir():
-            raise InputError(f"{flag} {target} is a folder: give a file name for the table.")
-        if not target.parent.is_dir():
-            raise InputError(f"{flag} {target}: its folder does not exist: choose a file in a folder that exists.")
+    return {"INPUT": source, **{f"{f.name}, a field's image or mask": f for f in files}}
 
 
 @contextmanager
@@ -511,15 +541,18 @@ def _result_file(result, store: ObjectStore):
     """``(result, its file)`` for a prediction's per-part steps, which read the result from a file: a
     ClusteringResult is saved into the store's tmp/ for the run (and removed after it), a file is loaded."""
     from ..api import load_result
+    from ..core.atomic import owned
     from ..result import ClusteringResult
 
     if not isinstance(result, ClusteringResult):
         yield load_result(Path(result)), Path(result)
         return
     temp = store.path / "tmp" / f"result-{os.getpid()}-{uuid.uuid4().hex[:8]}.npz"
-    temp.parent.mkdir(exist_ok=True)
     try:
-        yield result, result.save(temp)
+        with owned(store.path / "tmp"):     # the store's scratch folder, where the parts' workers read it
+            temp.parent.mkdir(exist_ok=True)
+            saved = result.save(temp)
+        yield result, saved
     finally:
         if temp.exists():
             temp.unlink()
@@ -554,10 +587,13 @@ def _run_parts(tasks, counts, backend, progress) -> list[PartReport]:
 
 
 def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
-    """predictions.parquet (and --csv / --parquet): the store's table with the parts' assignments, row group
-    by row group (:func:`_joined`), the result's hand-set clusters applied (``pins.pinned_columns``). Returns (sample objects whose cluster differs from the fit's, sample size)
-    when the result was fitted on a sample of this store, else (None, None)."""
-    from ..core.atomic import write_atomic
+    """predictions.parquet: the store's table with the parts' assignments, row group by row group (:func:`_joined`),
+    the result's hand-set clusters applied (``pins.pinned_columns``); then --csv / --parquet copied from it
+    (:func:`copy_table`, the same bytes ``export_objects`` writes). Returns (sample objects whose cluster differs
+    from the fit's, sample size) when the result was fitted on a sample of this store, else (None, None)."""
+    import pyarrow.parquet as pq
+
+    from ..core.atomic import owned, write_atomic
     from .pins import pinned_columns, plate_pins
 
     pins = plate_pins(result)          # clusters set by hand (ticlust.plate.curate), applied over the predictions
@@ -566,31 +602,25 @@ def _write_joined(store: ObjectStore, result, digest: str, ids, csv, parquet):
     index = np.asarray(sample["index"], np.int64) if same_store else None
     picked = np.full(0 if index is None else len(index), -1, np.int64)
     meta = {b"ticlust_result": digest.encode(), b"method": result.method.encode()}
-    partials = []                      # (--parquet / --csv file, its .partial) once begun
 
     def write(tmp):
-        writers, offset = [], 0
+        writer, offset = None, 0
         for table in _joined(store, ids, digest):
             if index is not None:
                 sel = (index >= offset) & (index < offset + table.num_rows)
                 picked[sel] = table.column("cluster").to_numpy()[index[sel] - offset]
             table = pinned_columns(table, offset, pins)
             offset += table.num_rows
-            if not writers:
-                writers = _joined_writers(tmp, table.schema.with_metadata(meta), parquet, csv, partials)
-            for w, tagged in writers:
-                w.write_table(table.replace_schema_metadata(meta if tagged else None))
-        for w, _ in writers:
-            w.close()
+            writer = writer or pq.ParquetWriter(tmp, table.schema.with_metadata(meta))
+            writer.write_table(table.replace_schema_metadata(meta))
+        if writer is not None:
+            writer.close()
 
-    try:
+    with owned(store.path):
         write_atomic(store.path / PREDICTIONS, write)
-        for final, tmp in partials:
-            os.replace(tmp, final)
-    finally:
-        for _, tmp in partials:
-            if tmp.exists():
-                tmp.unlink()
+    for target in (parquet, csv):
+        if target is not None:
+            copy_table(store.path / PREDICTIONS, target, parquet=target is parquet)
     if index is None:
         return None, None
     return int((picked != np.asarray(result.labels)[:len(index)]).sum()), int(len(index))
@@ -656,21 +686,23 @@ def with_map_columns(part):
     return out
 
 
-def _joined_writers(tmp: Path, schema, parquet, csv, partials: list) -> list:
-    """(writer, whether its table carries the result's tags) for the joined table: predictions.parquet's temp
-    file ``tmp``, then ``parquet`` and ``csv`` (when given) each into its ``.partial`` file, recorded in
-    ``partials`` to be renamed when all is written."""
+def copy_table(source: Path, path, parquet: bool) -> Path:
+    """A store's table (``source``, Parquet) written whole at ``path`` (through the output guard): as Parquet, the
+    same bytes; else as CSV, row group by row group, without Arrow's metadata."""
     import pyarrow.csv as pcsv
     import pyarrow.parquet as pq
 
-    writers = [(pq.ParquetWriter(tmp, schema), True)]
-    if parquet is not None:
-        partials.append((parquet, Path(f"{parquet}.partial")))
-        writers.append((pq.ParquetWriter(partials[-1][1], schema), True))
-    if csv is not None:
-        partials.append((csv, Path(f"{csv}.partial")))
-        writers.append((pcsv.CSVWriter(partials[-1][1], schema.remove_metadata()), False))
-    return writers
+    from ..core.atomic import write_atomic
+
+    if parquet:
+        return write_atomic(path, lambda tmp: shutil.copyfile(source, tmp))
+
+    def write(tmp):
+        table = pq.ParquetFile(source)
+        with pcsv.CSVWriter(tmp, table.schema_arrow.remove_metadata()) as writer:
+            for group in range(table.num_row_groups):
+                writer.write_table(table.read_row_group(group).replace_schema_metadata(None))
+    return write_atomic(path, write)
 
 
 def aligned_images(store):

@@ -33,11 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.atomic import write_atomic
+from ..core.atomic import owned, write_atomic, zarr_root
 from ..core.backends import Backend, backend_for, stderr_notice
 from ..errors import InputError, whole_number
-from ..objects.crops import (MAX_AUTO_SIZE, ROUTE_OPTIONS, TABLE_COLUMNS, auto_size, crop_channels, crop_needs,
-                             field_objects)
+from ..objects.crops import (MAX_AUTO_SIZE, OVERSIZE, ROUTE_OPTIONS, TABLE_COLUMNS, crop_channels, crop_needs,
+                             field_objects, plate_size)
+from . import segment as segmenting
 from .fields import FieldSpec, _first_line, channel_names, field_source, list_fields
 
 #: Version of the layout on disk (docs/store.md).
@@ -51,7 +52,9 @@ ROW_GROUP = 1 << 14
 WHOLE_CHUNKS = {"write_empty_chunks": True}
 #: What a store's folder holds before its attributes are written (a run stopped early), and once it is complete.
 UNFINISHED_ENTRIES = (".lock", "fields.parquet", "fields", "tmp")
-STORE_ENTRIES = UNFINISHED_ENTRIES + ("zarr.json", "table.parquet", "failed.parquet")
+STORE_ENTRIES = UNFINISHED_ENTRIES + ("zarr.json", "table.parquet", "failed.parquet", "skipped.parquet")
+#: What extraction does by default with an object larger than the crop: leave it out, listed (``--oversize``).
+OVERSIZE_DEFAULT = OVERSIZE[0]
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class Plan:
     normalize: bool
     rescale: bool
     z: int | str | None = None
+    oversize: str = OVERSIZE_DEFAULT
+    segment: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -85,26 +90,31 @@ class Survey:
 
 @dataclass(frozen=True)
 class FieldReport:
-    """What one field's step reports: how many objects it committed, or why the field was left out
-    (``error``), or why the store could not be written (``fatal``: the run stops, the field is not done)."""
+    """What one field's step reports: how many objects it committed (and ``skipped``: how many it left out, listed
+    in its part), or why the field was left out (``error``), or why the store could not be written (``fatal``: the
+    run stops, the field is not done)."""
 
     field: int
     objects: int = 0
     error: str | None = None
     fatal: str | None = None
+    skipped: int = 0
 
 
 # ---- the per-field steps (pure: paths in, a small record out) --------------------------------------
 def survey_field(spec: FieldSpec, options: dict) -> Survey:
-    """What fixing the store's crop size, dtype and channels needs from one field: masks and headers only."""
+    """What fixing the store's crop size, dtype and channels needs from one field: masks and headers only (a field
+    to segment is segmented first, its mask written: :mod:`ticlust.plate.segment`)."""
     try:
+        if options.get("segment"):
+            segmenting.ensure_mask(spec, options["segment"], options["channel"], options.get("z"),
+                                   options["keep_border"])
         image, labels, caxis, pick = field_source(spec, options["channel"], options.get("z"))
         channels = crop_channels(image, labels, caxis, pick)
         needs = None
         if options["crop_size"] is None:
             needs = crop_needs(labels, keep_border=options["keep_border"], rescale=options["rescale"],
-                               orient=options["orient"])
-            needs = needs if options["rescale"] or needs.size == 0 else needs.max(keepdims=True)
+                               orient=options["orient"]).astype(np.float32)
         reach = math.ceil(math.hypot(*[int(n) for n in np.shape(labels)[-2:]]))
         return Survey(spec.index, str(np.dtype(image.dtype)), channels, needs, reach=reach)
     except Exception as exc:
@@ -115,16 +125,16 @@ def extract_field(spec: FieldSpec, plan: Plan, store: str) -> FieldReport:
     """Cut one field's objects and commit them as the store's part ``fields/NNNNN``, whole or not at all."""
     final = Path(store) / "fields" / part_name(spec.index)
     if final.exists():
-        return FieldReport(spec.index, part_objects(final))
+        return FieldReport(spec.index, part_objects(final), skipped=part_skipped(final))
     try:
-        crops, masks, table = _cut(spec, plan)
+        crops, masks, table, skipped = _cut(spec, plan)
     except Exception as exc:
         return FieldReport(spec.index, error=_reason(exc))
     try:
-        _commit(Path(store), spec.index, crops, masks, table)
+        _commit(Path(store), spec.index, crops, masks, table, skipped)
     except OSError as exc:
         return FieldReport(spec.index, fatal=exc.strerror or str(exc))
-    return FieldReport(spec.index, len(crops))
+    return FieldReport(spec.index, len(crops), skipped=len(skipped["label"]))
 
 
 def _survey(task: tuple) -> Survey:
@@ -138,11 +148,14 @@ def _extract(task: tuple) -> FieldReport:
 
 
 def _cut(spec: FieldSpec, plan: Plan):
-    """The field's crops in the store's dtype, masks and table rows; InputError when they do not fit the store."""
+    """The field's crops in the store's dtype, masks, table rows and the objects it left out; InputError when they do
+    not fit the store. A field to segment whose mask is not written yet is segmented first."""
+    if plan.segment:
+        segmenting.ensure_mask(spec, plan.segment, plan.channel, plan.z, plan.keep_border)
     image, labels, caxis, pick = field_source(spec, plan.channel, plan.z)
-    crops, masks, table = field_objects(image, labels, plan.size, keep_border=plan.keep_border, rescale=plan.rescale,
-                                        orient=plan.orient, normalize=plan.normalize, channel_axis=caxis,
-                                        channels=pick)
+    crops, masks, table, skipped = field_objects(image, labels, plan.size, keep_border=plan.keep_border,
+                                                 rescale=plan.rescale, orient=plan.orient, normalize=plan.normalize,
+                                                 channel_axis=caxis, channels=pick, oversize=plan.oversize)
     got = crops.shape[3] if crops.ndim == 4 else None
     if got != plan.channels:
         raise InputError(f"Its crops have {got or 'no'} channels where the store's have {plan.channels or 'none'}: "
@@ -152,11 +165,19 @@ def _cut(spec: FieldSpec, plan: Plan):
             raise InputError(f"Its image is {crops.dtype}, which the store's {plan.dtype} crops cannot hold exactly: "
                              "give fields of one dtype (or use --normalize).")
         crops = crops.astype(plan.dtype)
-    return crops, masks, table
+    return crops, masks, table, skipped
 
 
-def _commit(store: Path, index: int, crops, masks, table) -> None:
-    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit)."""
+def _commit(store: Path, index: int, crops, masks, table, skipped) -> None:
+    """Write one field's part under tmp/ and move it into fields/ with one rename (the commit); the objects it left
+    out, if any, as ``skipped.parquet`` in it: files of the store a worker was given, its own to write
+    (``core.atomic.owned``)."""
+    with owned(store):
+        _write_part(store, index, crops, masks, table, skipped)
+
+
+def _write_part(store: Path, index: int, crops, masks, table, skipped) -> None:
+    """:func:`_commit`'s writes: the part under tmp/, then one rename into fields/."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     import zarr
@@ -171,6 +192,8 @@ def _commit(store: Path, index: int, crops, masks, table) -> None:
             if len(data):
                 array[...] = data
         pq.write_table(pa.table(table), tmp / "rows.parquet")
+        if len(skipped["label"]):
+            pq.write_table(pa.table(skipped), tmp / "skipped.parquet")
         try:
             os.rename(tmp, store / "fields" / part_name(index))
         except OSError:
@@ -185,6 +208,14 @@ def part_objects(part: Path) -> int:
     import zarr
 
     return int(zarr.open_group(part, mode="r", zarr_format=3).attrs["objects"])
+
+
+def part_skipped(part: Path) -> int:
+    """How many objects a committed part left out (the rows of its ``skipped.parquet``; 0 without one)."""
+    import pyarrow.parquet as pq
+
+    path = Path(part) / "skipped.parquet"
+    return pq.ParquetFile(path).metadata.num_rows if path.is_file() else 0
 
 
 def part_rows(root: Path, index: int, columns=None):
@@ -213,34 +244,34 @@ def part_name(index: int) -> str:
 # ---- extraction ------------------------------------------------------------------------------------
 def extract(input, store, *, labels=None, crop_size: int | None = None, keep_border: bool = False, channel=None,
             orient: bool = ROUTE_OPTIONS["orient"], normalize: bool = ROUTE_OPTIONS["normalize"], rescale: bool = False,
-            z=None, workers: int | None = None, scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
-    """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``).
+            z=None, oversize: str = OVERSIZE_DEFAULT, segment: str | None = None, diameter: float | None = None,
+            threshold: str | None = None, channel_suffixes=None, workers: int | None = None,
+            scheduler: str | None = None, client=None, progress=None) -> ObjectStore:
+    """Cut every object of a plate into the object store ``store`` (a folder, e.g. ``plate.zarr``); docs/store.md.
 
-    ``input``: a folder of fields with masks paired by name, a CSV manifest (``image,labels``, one
-    ``image_<Channel>`` column per channel, or CellProfiler's LoadData; other columns carried to every row), an
-    OME-Zarr image or HCS plate with labels (``labels`` names one), a microscope file bioio reads (its scenes),
-    or one field image with ``labels=MASK`` (:mod:`ticlust.plate.fields`). ``channel``: None (all), a channel's
-    name (as the input names it) or index (grey crops), or a list of them (those, in that order). ``z``: the Z
-    plane of fields that have several (an index) or ``"max"`` (their maximum projection). The crop options
-    are the objects route's (:func:`ticlust.objects.crops.objects_from_labels`; ``orient``, ``normalize`` on);
-    ``crop_size`` None: the smallest multiple of 4 that holds every kept object (the median one with
-    ``rescale``), at most 128, from a first pass over the masks.
-    Where the fields are cut (docs/cluster.md): in this process by default; ``workers=N`` starts a
-    local dask cluster of N worker processes (at most one per field) for the run; ``scheduler`` (an
-    address, ``tcp://HOST:PORT``) or ``client`` (a ``distributed.Client``) uses a running cluster, whose
-    workers must see the input and the store at the same paths. The store is the same, byte for byte,
-    wherever it was cut. ``progress``: True for a bar on standard error (and a line with the cluster's
-    dashboard address), or a callable that takes :class:`ticlust.events.Progress` events.
+    ``input``: a folder of fields with masks paired by name (``channel_suffixes=["D", "F"]``: of one file per channel,
+    ``NAME_D.tif``, ...), a CSV manifest (``image,labels``, ``image_<Channel>`` columns, CellProfiler's LoadData or
+    per-image table; other columns carried to every row), an OME-Zarr image or HCS plate with labels (``labels``
+    names one), a microscope file bioio reads, or one field image with ``labels=MASK`` (:mod:`ticlust.plate.fields`).
+    ``segment="nuclei"``: the fields have no masks; ticlust finds the nuclei (``diameter`` in pixels, ``threshold``
+    method) in the first channel ``channel`` names and writes the masks beside the store (:mod:`.segment`).
+    ``channel``: None (all), a channel's name or index (grey crops), or a list of them. ``z``: the Z plane of
+    fields that have several, or ``"max"``. The crop options are the objects route's (``orient``, ``normalize``
+    on); ``crop_size`` None: from a first pass over the masks, 99 % of the objects with a 10 % margin
+    (:func:`ticlust.objects.crops.plate_size`), at most 128. ``oversize``: an object larger than the crop is left
+    out and listed in ``ObjectStore.skipped`` (``"skip"``, as objects of one pixel are) or zoomed down to the crop
+    (``"rescale"``); its field is cut either way. Where (docs/cluster.md): this process; ``workers=N``, a local
+    dask cluster for the run; ``scheduler`` / ``client``, a running one seeing the same paths; the store is the
+    same byte for byte. ``progress``: True (a bar on standard error) or a callable taking Progress events.
 
-    Run it again on the same store to finish an interrupted run; a store made with other options or
-    from another input is refused. Fields that cannot be read or cut are left out, named in one warning
-    and in ``ObjectStore.failed``. Returns the :class:`ObjectStore`.
+    Run it again on the same store to finish an interrupted run; a store made with other options or from another
+    input is refused. Fields that cannot be read or cut are left out, named in one warning and in
+    ``ObjectStore.failed``. Returns the :class:`ObjectStore`.
     """
-    options = _options(crop_size, keep_border, channel, orient, normalize, rescale, z)
-    specs, listing = list_fields(input, labels)
-    _known_channels(specs, options["channel"])
+    options = _options(crop_size, keep_border, channel, orient, normalize, rescale, z, oversize,
+                       segmenting.segment_option(segment, diameter, threshold))
     root = Path(store)
-    _not_the_input(root, input)
+    specs, listing, masks = _listing(input, root, labels, options, channel_suffixes)
     # a scheduler that cannot be reached fails here, before the store is touched
     backend = backend_for(workers, scheduler, client, notice=stderr_notice if progress is True else None,
                           tasks=len(specs))
@@ -252,6 +283,8 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
             try:
                 attrs = _resume(root, options, listing)
                 lock.created = attrs is None
+                if masks is not None:
+                    segmenting.prepare_folder(masks, options, _digest(listing))
                 attrs = attrs or _create(root, input, specs, listing, options, steps)
                 failed = _extract_fields(root, specs, _plan_of(attrs), steps)
             finally:
@@ -260,29 +293,73 @@ def extract(input, store, *, labels=None, crop_size: int | None = None, keep_bor
             _something_cut(root, specs, listing, options, failed, lock)
             if _repair(root, listing):
                 _finish(root, listing, failed)
+            if masks is not None:
+                segmenting.write_manifest(masks, listing, input)
         finished = True
     finally:
         backend.close()
         report.close(finished)
     result = ObjectStore(root)
-    if failed:
-        shown = "; ".join(f"{r['image']}: {r['error']}" for r in result.failed.head(2).to_dict("records"))
-        more = f"; and {len(failed) - 2} more" if len(failed) > 2 else ""
-        warnings.warn(f"{len(failed)} of {len(specs)} fields were left out (listed in the store's failed table; a "
-                      f"new run tries them again) — {shown}{more}", stacklevel=2)
+    _left_out(result, failed, len(specs))
     return result
 
 
-def _options(crop_size, keep_border, channel, orient, normalize, rescale, z=None) -> dict:
-    """The extraction options as the store records them, checked (``z`` only when given, so that the stores
-    made before it existed are finished with the same options)."""
+def _listing(input, root: Path, labels, options: dict, suffixes):
+    """``(specs, listing, masks)``: the input's fields (refused before anything is written when a channel it names
+    is not the input's, or the store would be the input) and, when ticlust segments them, the masks folder beside
+    the store, every field's mask placed in it (:mod:`ticlust.plate.segment`); ``masks`` None otherwise."""
+    segment = options.get("segment") is not None
+    if segment and labels is not None:
+        raise InputError("labels= (--labels) names masks to cut and segment= (--segment) makes them: give one of the two.")
+    specs, listing = list_fields(input, labels, segment=segment, suffixes=suffixes)
+    _known_channels(specs, options["channel"])
+    _not_the_input(root, input)
+    if not segment:
+        return specs, listing, None
+    masks = segmenting.masks_folder(root)
+    return (*segmenting.with_masks(specs, listing, masks), masks)
+
+
+def _left_out(store: ObjectStore, failed: list, fields: int) -> None:
+    """One warning line for the fields left out (``failed``, of ``fields``) and one for the objects left out."""
+    if failed:
+        shown = "; ".join(f"{r['image']}: {r['error']}" for r in store.failed.head(2).to_dict("records"))
+        more = f"; and {len(failed) - 2} more" if len(failed) > 2 else ""
+        warnings.warn(f"{len(failed)} of {fields} fields were left out (listed in the store's failed table; a "
+                      f"new run tries them again) — {shown}{more}", stacklevel=3)
+    if len(store.skipped):
+        warnings.warn(_skipped_note(store), stacklevel=3)
+
+
+def _skipped_note(store: ObjectStore) -> str:
+    """The one line that says which objects a store left out, and how to keep them."""
+    reasons = store.skipped["reason"].value_counts().sort_index()
+    told = ", ".join(f"{n} {why}" for why, n in reasons.items())
+    keep = (" (--oversize rescale zooms the large ones down to the crop, --crop-size a larger crop keeps them whole)"
+            if any(str(why).startswith("larger") for why in reasons.index) else "")
+    fields = store.skipped["field_index"].nunique()
+    return (f"{len(store.skipped)} objects were left out of {fields} field{'s' if fields > 1 else ''}, listed in the "
+            f"store's skipped table: {told}{keep}")
+
+
+def _options(crop_size, keep_border, channel, orient, normalize, rescale, z=None, oversize=OVERSIZE_DEFAULT,
+             segment: dict | None = None) -> dict:
+    """The extraction options as the store records them, checked (``z``, ``oversize`` and ``segment`` only when
+    given and not the default, so that the stores made before they existed are finished with the same options)."""
     if crop_size is not None:
         whole_number(crop_size, "crop_size", 4, "pixels", none_means="fit the objects")
+    if oversize not in OVERSIZE:
+        raise InputError(f"oversize={oversize!r} is not known: choose 'skip' (objects larger than the crop are left out "
+                         "and listed) or 'rescale' (they are zoomed down to the crop).")
     options = {"crop_size": None if crop_size is None else int(crop_size), "keep_border": bool(keep_border),
                "channel": channel_option(channel), "orient": bool(orient), "normalize": bool(normalize),
                "rescale": bool(rescale)}
     if z is not None:
         options["z"] = z_option(z)
+    if oversize != OVERSIZE_DEFAULT:
+        options["oversize"] = oversize
+    if segment is not None:
+        options["segment"] = segment
     return options
 
 
@@ -347,6 +424,13 @@ def store_lock(root: Path, busy: str):
     into a store (an extraction, a prediction) takes it, so a second one is refused with ``busy``, one
     sentence. A lock file this call made in a folder that is no store when it ends (a refused extraction) is
     removed again: nothing is left in the user's folder. Where there is no fcntl (Windows) there is no lock."""
+    with owned(root), _flock(root, busy):    # the store's own files: this run's to write while it holds the lock
+        yield
+
+
+@contextmanager
+def _flock(root: Path, busy: str):
+    """:func:`store_lock`'s lock file and its flock."""
     lock = Path(root) / ".lock"
     made = not lock.exists()
     handle = open(lock, "a")
@@ -433,6 +517,10 @@ def _not_the_input(root: Path, input) -> None:
                          "input is never written into.")
     if source.is_dir() and (source / "zarr.json").exists() and store.is_relative_to(source):
         raise InputError(f"The store {root} lies inside the OME-Zarr input {input}: choose a folder outside it.")
+    outer = zarr_root(store.parent)
+    if outer is not None:
+        raise InputError(f"The store {root} lies inside the Zarr hierarchy {outer} (an object store, an OME-Zarr): "
+                         "choose a folder outside it.")
 
 
 def _refuse_foreign(root: Path) -> None:
@@ -482,7 +570,8 @@ def _clear_tmp(root: Path) -> None:
 def _create(root: Path, input, specs, listing, options: dict, steps: _Steps) -> dict:
     """A new store: the first pass over the masks fixes crop size, dtype and channels, then the listing,
     the fields group and the attributes (last: from then on the folder is a store)."""
-    with closing(steps.map(_survey, [(s, options) for s in specs], "measuring masks")) as results:
+    stage = "segmenting fields" if options.get("segment") else "measuring masks"
+    with closing(steps.map(_survey, [(s, options) for s in specs], stage)) as results:
         surveys = sorted(results, key=lambda s: s.field)
     crop = _crop_of(surveys, options, listing)
     attrs = {"format": FORMAT, "options": options, "crop": crop,
@@ -529,7 +618,7 @@ def _crop_of(surveys, options: dict, listing) -> dict:
         needs = np.concatenate([s.needs for s in same])
         if needs.size == 0:
             raise InputError(_no_objects(len(surveys), options))
-        size = auto_size(needs, options["rescale"], MAX_AUTO_SIZE)
+        size = plate_size(needs, options["rescale"], MAX_AUTO_SIZE)
     return {"size": int(size), "dtype": dtype, "channels": ok[0].channels}
 
 
@@ -566,7 +655,8 @@ def _damaged_tables(root: Path, complete: bool, objects: int) -> list[str]:
     import pyarrow.parquet as pq
 
     bad = []
-    for name in ("fields.parquet",) + (("table.parquet", "failed.parquet") if complete else ()):
+    tables = ("table.parquet", "failed.parquet") + (("skipped.parquet",) if (root / "skipped.parquet").exists() else ())
+    for name in ("fields.parquet",) + (tables if complete else ()):
         try:
             table = pq.read_table(root / name)
         except Exception:      # pyarrow's errors (ArrowInvalid, OSError, ...) have no common base of ours
@@ -609,7 +699,7 @@ def _plan_of(attrs: dict) -> Plan:
     """The per-field plan from a store's attributes, so a resumed run cuts exactly as the first did."""
     o, c = attrs["options"], attrs["crop"]
     return Plan(c["size"], c["dtype"], c["channels"], o["keep_border"], o["channel"], o["orient"], o["normalize"],
-                o["rescale"], o.get("z"))
+                o["rescale"], o.get("z"), o.get("oversize", OVERSIZE_DEFAULT), o.get("segment"))
 
 
 def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldReport]:
@@ -633,8 +723,8 @@ def _extract_fields(root: Path, specs, plan: Plan, steps: _Steps) -> list[FieldR
 
 
 def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
-    """Write table.parquet (every part's rows in field order, with the field's listing columns) and
-    failed.parquet, then mark the store complete; all of it again if killed before the mark."""
+    """Write table.parquet (every part's rows in field order, with the field's listing columns), failed.parquet and
+    skipped.parquet, then mark the store complete; all of it again if killed before the mark."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -668,7 +758,32 @@ def _finish(root: Path, listing, failed: list[FieldReport]) -> None:
         left = listing[listing["field_index"].isin(list(errors))].copy()
         left["error"] = [errors[f] for f in left["field_index"]]
         write_atomic(root / "failed.parquet", lambda tmp: left.to_parquet(tmp, index=False))
-        _write_attributes(root, {**read_attributes(root), "complete": True, "objects": total, "failed": len(failed)})
+        skipped = _skipped_rows(root, listing)
+        write_atomic(root / "skipped.parquet", lambda tmp: skipped.to_parquet(tmp, index=False))
+        _write_attributes(root, {**read_attributes(root), "complete": True, "objects": total, "failed": len(failed),
+                                 "skipped": len(skipped)})
+
+
+#: The columns of a store's skipped table after the listing's: the object as its field's table would have had it,
+#: the crop side it needs, and why it was left out.
+SKIPPED_COLUMNS = tuple(c for c in TABLE_COLUMNS if c not in ("scale", "angle")) + ("needs", "reason")
+
+
+def _skipped_rows(root: Path, listing):
+    """Every part's objects left out (its ``skipped.parquet``), in field order, with the field's listing columns."""
+    import pandas as pd
+
+    frames = []
+    for i in range(len(listing)):
+        path = root / "fields" / part_name(i) / "skipped.parquet"
+        if path.is_file():
+            rows = pd.read_parquet(path)
+            frames.append(pd.concat([listing.iloc[[i] * len(rows)].reset_index(drop=True), rows], axis=1))
+    if frames:
+        return pd.concat(frames, ignore_index=True)
+    kinds = {"centroid_y": np.float64, "centroid_x": np.float64, "touches_border": bool, "reason": object}
+    empty = pd.DataFrame({c: pd.Series(dtype=kinds.get(c, np.int64)) for c in SKIPPED_COLUMNS})
+    return pd.concat([listing.iloc[[]].reset_index(drop=True), empty], axis=1)
 
 
 # ---- running the steps -----------------------------------------------------------------------------
@@ -862,6 +977,17 @@ class ObjectStore:
     def failed(self):
         """The fields left out: their listing row and ``error``, the reason in one sentence."""
         return self._read_table("failed.parquet").to_pandas()
+
+    @cached_property
+    def skipped(self):
+        """The objects left out of the fields that were cut — larger than the crop (``--oversize skip``) or of one
+        pixel — each with its field's listing row, its measured columns (label, centroid, bbox, area, ...),
+        ``needs`` (the crop side it needs) and ``reason``; empty for a store made before the table existed."""
+        if not (self.path / "skipped.parquet").is_file():
+            import pandas as pd
+
+            return pd.DataFrame(columns=["field_index", "image", "labels", *SKIPPED_COLUMNS])
+        return self._read_table("skipped.parquet").to_pandas()
 
     @cached_property
     def field_index(self) -> np.ndarray:

@@ -199,13 +199,14 @@ def cluster_shares(predictions, by: str = "well"):
     return out
 
 
-def write_shares(shares, path) -> Path:
-    """The share table as a CSV at ``path``, written whole or not at all."""
-    from ..core.atomic import write_atomic
+def write_shares(shares, path, store: ObjectStore | None = None) -> Path:
+    """The share table as a CSV at ``path``, written whole or not at all, after the output guard
+    (``core.atomic.check_outputs``; ``store``: the store the shares were counted from, whose input is kept)."""
+    from ..core.atomic import check_outputs, write_atomic
+    from .run import store_inputs
 
     path = Path(path)
-    if not path.parent.is_dir():
-        raise InputError(f"{path}: its folder does not exist: choose a file in a folder that exists.")
+    check_outputs({} if store is None else store_inputs(store), {"The shares table": path})
     return write_atomic(path, lambda tmp: shares.to_csv(tmp, index=False))
 
 

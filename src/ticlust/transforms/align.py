@@ -326,7 +326,13 @@ class Aligner:
 
     def __init__(self, size: tuple[int, int], landmarks: int | None, device, *, lowpass: float = 0.0,
                  padding: str = "zeros", max_scale: float = math.inf, max_shift: float = math.inf,
-                 max_displacement: float = math.inf, linear: str = "affine", lean: bool = False):
+                 max_displacement: float = math.inf, linear: str = "affine", lean: bool = False, work: int = 1):
+        # work: the warps are fitted on images averaged over work×work blocks (``reduced``); a warp is the same map of
+        # normalised coordinates at any size, so ``at_full_size`` applies it to the images as they are
+        self.options = dict(lowpass=lowpass, padding=padding, max_scale=max_scale, max_shift=max_shift,
+                            max_displacement=max_displacement, linear=linear, lean=lean)
+        self.full_size, self.work = tuple(size), max(1, int(work))
+        size = tuple(-(-int(s) // self.work) for s in size)
         self.size = size
         # lean: sampling grids made by one matrix product (``_grid_maps``) and each item sampled once for all its
         # pairs (``warp_pairs``): several times faster to differentiate, equal up to float roundoff. Predict's fast
@@ -346,6 +352,21 @@ class Aligner:
         self.factor = 2 if self.sigma >= 1.5 and min(size) >= 16 else 1
         self.low_size = (math.ceil(size[0] / self.factor), math.ceil(size[1] / self.factor))
         self.low_points = identity_points(self.low_size, device).reshape(-1, 2)
+
+    def at_full_size(self) -> "Aligner":
+        """The same warps applied at the images' own size (itself when it fits there)."""
+        if self.work == 1:
+            return self
+        return Aligner(self.full_size, self.landmarks, self.device, **self.options)
+
+    def reduced(self, images: torch.Tensor) -> torch.Tensor:
+        """Images (..., C, H, W) at the size the warps are fitted at: averaged over work×work blocks when they are at the
+        full size (a last partial block averaged alone), as they are when already there."""
+        if self.work == 1 or tuple(images.shape[-2:]) == self.size:
+            return images
+        lead = images.shape[:-3]
+        out = F.avg_pool2d(images.reshape(-1, *images.shape[-3:]), self.work, ceil_mode=True)
+        return out.reshape(*lead, *out.shape[-3:])
 
     @property
     def n_landmarks(self) -> int:
@@ -376,8 +397,10 @@ class Aligner:
         return self._maps[key]
 
     def pyramid(self, images: torch.Tensor, chunk: int = LOWPASS_CHUNK) -> Pyramid:
-        """Images with their low-passed copies, filtered ``chunk`` images at a time: a convolution over a
-        whole stack at once would allocate its unfolded buffer (N × kernel side × H × W) for every item."""
+        """Images at the warps' size (``reduced``) with their low-passed copies, filtered ``chunk`` images at a time: a
+        convolution over a whole stack at once would allocate its unfolded buffer (N × kernel side × H × W) for every
+        item."""
+        images = self.reduced(images)
         low = [self.lowpass(images[s:s + chunk]) for s in range(0, images.shape[0], chunk)]
         return Pyramid(images, low[0] if len(low) == 1 else torch.cat(low))
 

@@ -38,6 +38,19 @@ SHIFT_FRACTION = 0.15
 DIRECT_BLOCK = 2 ** 27
 #: FFT pairs handled at once (memory ~ 8 bytes × padded pixels each, a few times over).
 FFT_BLOCK_PAIRS = 4096
+#: The coarse-to-fine search halves the resolution while the smaller side stays at least this (``pyramid_levels``),
+#: from crops of PYRAMID_SIDE on; smaller crops are searched exhaustively (on 32-px nuclei the 16-px coarse search
+#: missed a fifth of the item-on-own-prototype poses; the exhaustive search costs little there).
+COARSEST_SIDE, PYRAMID_SIDE = 16, 48
+#: Bytes of the turned prototypes gathered for one step of the local refinement (items × K × 3 angles of them).
+REFINE_BLOCK_BYTES = 2 ** 25
+#: Prototypes per item whose full-resolution pose the coarse-to-fine search refines last (the nearest after its
+#: every-pose step); the others keep that step's pose and score.
+REFINED = 3
+#: The most local searches (±1 angle × 3×3 shifts) at full resolution for a pair whose pose keeps moving.
+CLIMBS = 4
+#: Prototypes per item (the nearest) whose shift the search checks again at half resolution before the climb.
+AGAIN = 1
 
 
 def angle_count(size: tuple[int, int], rim_step: float = RIM_STEP_PX) -> int:
@@ -175,66 +188,289 @@ def _correlate_gemm(x: torch.Tensor, copies: torch.Tensor, window: tuple[int, in
 
 
 def rigid_search(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None, flip: bool = False,
-                 max_shift: int | None = None, engine: str = "auto", block: int = 256) -> RigidMatch:
+                 max_shift: int | None = None, engine: str = "auto", block: int = 256, levels: int | None = None) -> RigidMatch:
     """Best rigid pose of every item x (B, C, H, W) against every prototype mu (K, C, H, W).
 
     ``n_angles`` angles evenly over 360° (None: :func:`angle_count`), each also mirrored when ``flip``; every
     integer shift with |s| ≤ ``max_shift`` pixels per axis (None: every shift that keeps some overlap).
-    ``engine``: ``fft`` (every shift at once, cost independent of the window), ``gemm`` (one matrix
-    product with the shifted copies: faster for small windows) or ``auto`` (gemm up to 49 shifts).
+    ``levels``: halvings of the resolution searched coarse to fine (None: :func:`pyramid_levels`, 0 below 32 px;
+    0: every pose at full resolution, exhaustively). ``engine`` (the exhaustive search's, or the coarsest level's):
+    ``fft`` (every shift at once), ``gemm`` (one matrix product with the shifted copies: faster for small windows),
+    ``direct`` (the plain sums) or ``auto`` (gemm up to 49 shifts).
     Items are processed ``block`` at a time: ``x`` may be anything that slices like the tensor (``shape``,
     ``device``, ``x[s:t]``), so a stack's images read block by block (``core.stack.StackImages``) are never held
     whole. Ties keep the first pose (angle 0 unflipped first).
     """
-    return drain(rigid_search_blocks(x, mu, n_angles, flip, max_shift, engine, block))
+    return drain(rigid_search_blocks(x, mu, n_angles, flip, max_shift, engine, block, levels))
+
+
+def pyramid_levels(size: tuple[int, int], n_angles: int | None = None) -> int:
+    """The halvings of a coarse-to-fine search: none below ``PYRAMID_SIDE`` (the exhaustive search is cheap there: 0 for
+    28×28, 32×32, 40×40), else the resolution is halved while the smaller side stays ≥ ``COARSEST_SIDE`` (1 for 48×48,
+    2 for 64×64, 3 for 128×128), and no more than the angle grid allows (its count divisible by 2^(levels − 1), so that
+    every finer level's angles lie on the grid)."""
+    n_angles = angle_count(size) if n_angles is None else int(n_angles)
+    levels, side = 0, min(size)
+    if side < PYRAMID_SIDE:
+        return 0
+    while side // 2 >= COARSEST_SIDE and (levels == 0 or n_angles % 2 ** levels == 0):
+        levels, side = levels + 1, side // 2
+    return levels
 
 
 def rigid_search_blocks(x: torch.Tensor, mu: torch.Tensor, n_angles: int | None = None, flip: bool = False,
-                        max_shift: int | None = None, engine: str = "auto", block: int = 256):
+                        max_shift: int | None = None, engine: str = "auto", block: int = 256, levels: int | None = None):
     """:func:`rigid_search` as a generator that yields (blocks done, blocks) after each block of ``block`` items, for a
     caller's progress; returns the RigidMatch. The prototypes are turned and shifted (or transformed) once for all
     blocks."""
     size = tuple(x.shape[-2:])
     n_angles = angle_count(size) if n_angles is None else int(n_angles)
-    angles = torch.arange(n_angles, device=x.device, dtype=torch.float32) * (2 * math.pi / n_angles)
-    flips = torch.zeros(n_angles, dtype=torch.bool, device=x.device)
-    if flip:
-        angles, flips = torch.cat([angles, angles]), torch.cat([flips, ~flips])
+    levels = pyramid_levels(size, n_angles) if levels is None else int(levels)
+    if levels > 1 and n_angles % 2 ** (levels - 1):
+        raise ValueError(f"levels={levels}: {n_angles} angles are not divisible by {2 ** (levels - 1)}")
     window = _shift_window(size, max_shift)
-    n_shifts = (2 * window[0] + 1) * (2 * window[1] + 1)
-    if engine == "auto":
-        engine = "gemm" if n_shifts <= 49 else "fft"
-    k, m = mu.shape[0], len(angles)
-    turned = turned_prototypes(mu, angles, flips)                               # (K, M, C, H, W)
-    energy = (turned ** 2).sum((-3, -2, -1)).reshape(1, k * m, 1)               # ||P||² per turned prototype
-    flat = turned.reshape(k * m, *turned.shape[2:])
-    copies = shifted_copies(flat, window) if engine == "gemm" else None
-    spectra = torch.fft.rfft2(flat, s=_fft_size(size, window)) if engine == "fft" else None
-    best_score, best_index = [], []
+    search = (_Pyramid(mu, n_angles, flip, window, engine, levels) if levels > 0
+              else _Exhaustive(mu, *pose_grid(n_angles, flip, mu.device), window, engine))
+    found = []
     starts = range(0, x.shape[0], block)
     for done, s in enumerate(starts, 1):
-        xb = x[s:s + block]
-        if engine == "fft":
-            corr = _correlate_fft(xb, spectra, window)
-        elif engine == "gemm":
-            corr = _correlate_gemm(xb, copies, window)
-        elif engine == "direct":
-            corr = _correlate_direct(xb, flat[None].expand(len(xb), -1, -1, -1, -1), window)
-        else:
-            raise ValueError(f"engine={engine!r}: choose fft, gemm, direct or auto")
-        d2 = (xb ** 2).sum((-3, -2, -1)).view(-1, 1, 1) + energy - 2 * corr.reshape(len(xb), k * m, -1)
-        d2 = d2.reshape(len(xb), k, m * n_shifts)
-        val, idx = d2.min(-1)
-        best_score.append(val.clamp_min(0))
-        best_index.append(idx)
+        found.append(search(x[s:s + block].contiguous()))   # one layout (a stack reads channels-last)
         yield done, len(starts)
-    score, idx = torch.cat(best_score), torch.cat(best_index)
-    pose, cell = idx // n_shifts, idx % n_shifts
-    sy = cell // (2 * window[1] + 1) - window[0]
-    sx = cell % (2 * window[1] + 1) - window[1]
+    score, pose, shift = (torch.cat(parts) for parts in zip(*found))
+    angles, flips = pose_grid(n_angles, flip, mu.device)
     angle, flipped = angles[pose], flips[pose]
-    shift = torch.stack([sx, sy], -1).to(torch.float32)
     return RigidMatch(angle, flipped, shift, score, pose_theta(angle, flipped, shift, size))
+
+
+def pose_grid(n_angles: int, flip: bool, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The poses searched, (M,) angles in radians and (M,) flips: ``n_angles`` angles from 0, then (``flip``) the same
+    angles mirrored; pose m is angle m mod n_angles."""
+    angles = torch.arange(n_angles, device=device, dtype=torch.float32) * (2 * math.pi / n_angles)
+    flips = torch.zeros(n_angles, dtype=torch.bool, device=device)
+    if flip:
+        angles, flips = torch.cat([angles, angles]), torch.cat([flips, ~flips])
+    return angles, flips
+
+
+class _Exhaustive:
+    """Every pose (angles, flips) × every shift of the window for K prototypes, turned and shifted (or transformed)
+    once; called on a block of items it returns their best (score (B, K), pose index (B, K), shift (B, K, 2) x/y)."""
+
+    def __init__(self, mu: torch.Tensor, angles: torch.Tensor, flips: torch.Tensor, window: tuple[int, int], engine: str):
+        n_shifts = (2 * window[0] + 1) * (2 * window[1] + 1)
+        self.engine = ("gemm" if n_shifts <= 49 else "fft") if engine == "auto" else engine
+        if self.engine not in ("fft", "gemm", "direct"):
+            raise ValueError(f"engine={engine!r}: choose fft, gemm, direct or auto")
+        self.k, self.m, self.window, self.n_shifts = mu.shape[0], len(angles), window, n_shifts
+        turned = turned_prototypes(mu, angles, flips)                               # (K, M, C, H, W)
+        self.energy = (turned ** 2).sum((-3, -2, -1)).reshape(1, self.k * self.m, 1)   # ||P||² per turned prototype
+        self.flat = turned.reshape(self.k * self.m, *turned.shape[2:])
+        self.copies = shifted_copies(self.flat, window) if self.engine == "gemm" else None
+        self.spectra = torch.fft.rfft2(self.flat, s=_fft_size(tuple(mu.shape[-2:]), window)) if self.engine == "fft" else None
+
+    def __call__(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        if self.engine == "fft":
+            corr = _correlate_fft(xb, self.spectra, self.window)
+        elif self.engine == "gemm":
+            corr = _correlate_gemm(xb, self.copies, self.window)
+        else:
+            corr = _correlate_direct(xb, self.flat[None].expand(len(xb), -1, -1, -1, -1), self.window)
+        d2 = (xb ** 2).sum((-3, -2, -1)).view(-1, 1, 1) + self.energy - 2 * corr.reshape(len(xb), self.k * self.m, -1)
+        val, idx = d2.reshape(len(xb), self.k, self.m * self.n_shifts).min(-1)
+        pose, cell = idx // self.n_shifts, idx % self.n_shifts
+        wy, wx = self.window
+        shift = torch.stack([cell % (2 * wx + 1) - wx, cell // (2 * wx + 1) - wy], -1)
+        return val.clamp_min(0), pose, shift.to(torch.float32)
+
+
+def halved(x: torch.Tensor, times: int) -> torch.Tensor:
+    """Images x (N, C, H, W) averaged over 2×2 blocks ``times`` times (an odd last row or column averaged alone)."""
+    for _ in range(times):
+        x = F.avg_pool2d(x, 2, ceil_mode=True)
+    return x
+
+
+class _Pyramid:
+    """Coarse to fine, as cryo-EM 2D classification searches. At the coarsest level (the images halved ``levels`` times)
+    every 2^levels-th angle of the grid × every shift of the window; at each finer level but the last, the angle found
+    and its two neighbours on that level's grid × the 3×3 integer shifts about twice the shift found; at full
+    resolution every pose of the grid at twice the shift found (one matrix product per prototype). Each item's nearest
+    prototype (``AGAIN``) is searched again: every pose of the half-resolution grid at the 3×3 shifts about the
+    half-resolution shift, then every full-resolution pose at twice the best of them; the better pose is kept. From
+    there its ``REFINED`` nearest prototypes climb: the pose's two neighbouring angles × the 3×3 shifts, again from
+    where that lands while the pose moves (at most ``CLIMBS`` times). The angle is chosen at full resolution because a coarse image hides what
+    turns a round cell (its texture); the shift is found coarse (its outline), then checked a pixel about. Every pose
+    returned and its score are one the exhaustive search compares; what it can miss is a pose whose coarse image
+    ranked below another's (``tests/transforms/test_rigid_pyramid.py``, benchmarks/results/rigid_pyramid.md)."""
+
+    def __init__(self, mu: torch.Tensor, n_angles: int, flip: bool, window: tuple[int, int], engine: str, levels: int):
+        self.n_angles, self.k = n_angles, mu.shape[0]
+        self.windows = [tuple(-(-w // 2 ** level) for w in window) for level in range(levels + 1)]
+        angles, flips = pose_grid(n_angles, flip, mu.device)
+        on_level = [torch.nonzero(torch.arange(len(angles), device=mu.device) % n_angles % 2 ** level == 0).flatten()
+                    for level in range(levels + 1)]        # the poses of each level's grid, as indices of the full one
+        self.coarse_poses = on_level[levels]
+        self.coarse = _Exhaustive(halved(mu, levels), angles[self.coarse_poses], flips[self.coarse_poses],
+                                  self.windows[levels], engine)
+        self.banks = []     # per level below the coarsest, and the next: its prototypes turned to its poses, a blank last
+        for level in range(max(levels, 2)):
+            turned = turned_prototypes(halved(mu, level), angles[on_level[level]], flips[on_level[level]]).flatten(0, 1)
+            self.banks.append((torch.cat([turned, torch.zeros_like(turned[:1])]), (turned ** 2).sum((-3, -2, -1))))
+
+    def __call__(self, xb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        levels = len(self.windows) - 1
+        pyramid = [xb]
+        for _ in range(levels):
+            pyramid.append(halved(pyramid[-1], 1))
+        padded = [_Padded(x, w) for x, w in zip(pyramid, self.windows)]
+        b = len(xb)
+        item = torch.arange(b, device=xb.device).repeat_interleave(self.k)   # every (item, prototype) pair, flat
+        proto = torch.arange(self.k, device=xb.device).repeat(b)
+        score, pose, shift = (v.flatten(0, 1) for v in self.coarse(pyramid[-1]))
+        pose = self.coarse_poses[pose]
+        for level in reversed(range(1, levels)):
+            score, pose, shift = self._local(padded[level], level, item, proto, pose, 2 * shift, 1)
+        half = shift                                                       # the shifts at half resolution
+        score, pose, shift = self._every_pose(padded[0], 0, item, proto, 2 * shift)
+        near = score.view(b, self.k).argsort(1)[:, :REFINED]
+        pairs = (near + torch.arange(b, device=xb.device)[:, None] * self.k).flatten()
+        first = pairs.view(b, -1)[:, :AGAIN].flatten()
+        again = self._searched_again(padded, item[first], proto[first], half[first], shift[first])
+        if again is not None:
+            moved, found = again
+            better = found[0] < score[first[moved]]
+            for field, value in zip((score, pose, shift), found):
+                field[first[moved][better]] = value[better]
+        for _ in range(CLIMBS):                    # down the full-resolution slope while a pair's pose still moves
+            found = self._local(padded[0], 0, item[pairs], proto[pairs], pose[pairs], shift[pairs], 1)
+            moved = (found[1] != pose[pairs]) | (found[2] != shift[pairs]).any(1)
+            score[pairs], pose[pairs], shift[pairs] = found
+            pairs = pairs[moved]
+            if not len(pairs):
+                break
+        return score.view(b, self.k), pose.view(b, self.k), shift.view(b, self.k, 2)
+
+    def _searched_again(self, padded: list, item: torch.Tensor, proto: torch.Tensor, half: torch.Tensor,
+                        shift: torch.Tensor):
+        """Pairs (flat) searched again about their half-resolution shift ``half`` (P, 2): every pose of the half-
+        resolution grid at the 3×3 shifts about it; where the best lands elsewhere than ``shift`` (P, 2, full
+        resolution), every full-resolution pose at twice its shift. Returns (those pairs, their score, pose, shift) or
+        None."""
+        steps = torch.stack(torch.meshgrid(*[torch.arange(-1, 2, device=half.device)] * 2, indexing="xy"), -1).view(-1, 2)
+        many = lambda t: t.repeat_interleave(len(steps), 0)             # noqa: E731  (each pair, once per step)
+        score, _, found = self._every_pose(padded[1], 1, many(item), many(proto), many(half) + steps.repeat(len(half), 1))
+        found = padded[0].inside(2 * found.view(len(item), -1, 2)[torch.arange(len(item)), score.view(len(item), -1).argmin(1)], (0, 0))
+        moved = torch.nonzero((found != shift).any(1)).flatten()
+        if not len(moved):
+            return None
+        return moved, self._every_pose(padded[0], 0, item[moved], proto[moved], found[moved])
+
+    def _every_pose(self, x: "_Padded", level: int, item: torch.Tensor, proto: torch.Tensor, shift: torch.Tensor):
+        """Every pose of this level's grid for each pair (flat: ``item``, ``proto``) at its shift (P, 2), kept in the
+        window: the items read at their pairs' shifts times the prototypes' turned copies. Returns the best score, pose
+        (an index of the full grid) and the shift. An item cut once for several pairs (the same shift against several
+        prototypes: the usual case, a crop centred on its object) is multiplied once against every prototype; when
+        that costs more than each pair against its own prototype, each pair is."""
+        flat, energy = self.banks[level]
+        m = len(energy) // self.k
+        shift = x.inside(shift, (0, 0))
+        first, group, _ = x.shared(item, shift)
+        if len(first) * self.k <= 2 * len(item):
+            crops = x.crops(item[first], shift[first], (0, 0)).flatten(1)                 # (U, C·h·w): x(q + s)
+            corr = (crops @ flat[:-1].flatten(1).T).view(len(first), self.k, m)[group, proto]  # (P, M)
+        else:
+            corr = torch.empty(len(item), m, device=shift.device, dtype=flat.dtype)
+            for k in range(self.k):
+                rows = torch.nonzero(proto == k).flatten()
+                corr[rows] = x.crops(item[rows], shift[rows], (0, 0)).flatten(1) @ flat[k * m:(k + 1) * m].flatten(1).T
+        score, index = (energy.view(self.k, m)[proto] - 2 * corr).min(-1)
+        step, n = 2 ** level, self.n_angles
+        per_flip = n // step
+        return (score + x.energy[item]).clamp_min(0), index // per_flip * n + index % per_flip * step, shift
+
+    def _local(self, x: "_Padded", level: int, item: torch.Tensor, proto: torch.Tensor, pose: torch.Tensor,
+               centre: torch.Tensor, spread: int):
+        """For each pair (flat, (P,)) the best of its pose ``pose`` (full-grid indices) and, with ``spread`` 1, its two
+        neighbours on this level's grid, × the 3×3 shifts about ``centre`` (P, 2; this level's pixels, kept in its
+        window)."""
+        flat, energy = self.banks[level]
+        step, n = 2 ** level, self.n_angles
+        flipped, j = pose // n, pose % n
+        near = (j[:, None] + step * torch.arange(-spread, spread + 1, device=pose.device)) % n            # (P, A')
+        rows = proto[:, None] * (len(energy) // self.k) + flipped[:, None] * (n // step) + near // step   # of ``flat``
+        radius = tuple(min(1, w) for w in x.window)                                                     # (y, x)
+        centre = x.inside(centre, radius)
+        corr = local_correlation(x, item, flat, rows, centre, radius)                                   # (P, A', cy, cx)
+        d2 = x.energy[item].view(-1, 1, 1, 1) + energy[rows][..., None, None] - 2 * corr
+        val, idx = d2.flatten(1).min(-1)
+        cells = corr.shape[-1] * corr.shape[-2]
+        choice, cell = idx // cells, idx % cells
+        step_xy = torch.stack([cell % corr.shape[-1] - radius[1], cell // corr.shape[-1] - radius[0]], -1)
+        return val.clamp_min(0), flipped * n + near.gather(1, choice[:, None])[:, 0], centre + step_xy
+
+
+class _Padded:
+    """A block of items (B, C, H, W) zero-padded by a shift window (wy, wx), their energies ||x||², and every window of
+    them as a strided view: what the local searches read each pair's crop from."""
+
+    def __init__(self, x: torch.Tensor, window: tuple[int, int]):
+        self.shape, self.window = x.shape, window
+        wy, wx = window
+        self.pad = F.pad(x, (wx, wx, wy, wy))
+        self.energy = (x ** 2).sum((-3, -2, -1))
+
+    def inside(self, centre: torch.Tensor, radius: tuple[int, int]) -> torch.Tensor:
+        """Shifts (P, 2) x/y moved where the shifts within ``radius`` (y, x) about them lie in the window."""
+        (wy, wx), (ry, rx) = self.window, radius
+        return torch.stack([centre[:, 0].clamp(rx - wx, wx - rx), centre[:, 1].clamp(ry - wy, wy - ry)], -1)
+
+    def shared(self, item: torch.Tensor, centre: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Pairs (``item``, ``centre``: (P,), (P, 2)) grouped by the crop they read: the first pair of each distinct
+        (item, shift) (U,), each pair's group (P,) and its place among its group's pairs (P,)."""
+        (wy, wx) = self.window
+        key = (item * (2 * wy + 1) + centre[:, 1].long() + wy) * (2 * wx + 1) + centre[:, 0].long() + wx
+        _, group = torch.unique(key, return_inverse=True)
+        order = torch.argsort(group, stable=True)
+        counts = torch.bincount(group)
+        starts = torch.cumsum(counts, 0) - counts
+        slot = torch.empty_like(group)
+        slot[order] = torch.arange(len(group), device=group.device) - starts[group[order]]
+        return order[starts], group, slot
+
+    def crops(self, item: torch.Tensor, centre: torch.Tensor, radius: tuple[int, int]) -> torch.Tensor:
+        """Item ``item[p]`` read from its pair's ``centre[p]`` − radius on (x/y pixels, inside the window):
+        (P, C, H + 2·ry, W + 2·rx), crop[i] = x(c − r + i), zero outside the image."""
+        b, c, h, w = self.shape
+        (wy, wx), (ry, rx) = self.window, radius
+        s = self.pad.stride()
+        windows = self.pad.as_strided((b, 2 * (wy - ry) + 1, 2 * (wx - rx) + 1, c, h + 2 * ry, w + 2 * rx),
+                                      (s[0], s[2], s[3], s[1], s[2], s[3]))
+        return windows[item, centre[:, 1].long() + wy - ry, centre[:, 0].long() + wx - rx]
+
+
+def local_correlation(x: _Padded, item: torch.Tensor, flat: torch.Tensor, rows: torch.Tensor, centre: torch.Tensor,
+                      radius: tuple[int, int]) -> torch.Tensor:
+    """(x ⋆ P)(c + d) = Σ_q x(q) P(q − c − d) for every |d_y| ≤ radius[0], |d_x| ≤ radius[1], of each pair p's item
+    ``item[p]`` with the prototypes ``flat[rows[p, a]]`` about its shift c = ``centre[p]`` (x, y pixels):
+    (P, A, 2·ry + 1, 2·rx + 1). One grouped convolution per block of distinct crops: each (item, shift) cut once
+    (what a convolution costs here), the prototypes of every pair that shares it as its filters (``flat``'s last
+    row, a blank, where a crop has fewer pairs than another)."""
+    _, c, h, w = x.shape
+    ry, rx = radius
+    a = rows.shape[1]
+    first, group, slot = x.shared(item, centre)
+    g = int(slot.max()) + 1
+    step = max(1, REFINE_BLOCK_BYTES // max(1, (g * a + 1) * c * h * w * flat.element_size()))
+    out = torch.empty(len(item), a, 2 * ry + 1, 2 * rx + 1, device=flat.device, dtype=flat.dtype)
+    for s in range(0, len(first), step):
+        sel = torch.nonzero((group >= s) & (group < s + step)).flatten()
+        crops = x.crops(item[first[s:s + step]], centre[first[s:s + step]], radius)      # (u, C, H', W')
+        u = len(crops)
+        table = torch.full((u, g, a), len(flat) - 1, device=rows.device, dtype=rows.dtype)
+        table[group[sel] - s, slot[sel]] = rows[sel]
+        found = F.conv2d(crops.reshape(1, u * c, h + 2 * ry, w + 2 * rx), flat[table.flatten()], groups=u)
+        out[sel] = found.reshape(u, g, a, 2 * ry + 1, 2 * rx + 1)[group[sel] - s, slot[sel]]
+    return out
 
 
 def aligned_items(x: torch.Tensor, theta: torch.Tensor) -> torch.Tensor:
