@@ -20,6 +20,7 @@ from napari.viewer import Viewer
 
 from ..errors import InputError
 from ..events import Progress, Snapshot
+from .choose_k import ChooseK
 from .curate import CurateTab
 from .inspector import Inspector
 from .map_panel import MapPart
@@ -69,6 +70,8 @@ class TiclustDock(Container):
         self.pages["Fit"].extend([self.waiting, self.seed, self.runs, *[w for s in self.sources for w in s.fit_widgets],
                                   row(self.run_button, self.save_button, self.load_button)])
         self.pages["Export"].append(self.gallery_run.button)
+        self.choose_k = ChooseK(self)
+        self.pages["Fit"].append(self.choose_k)
         for source in self.sources:
             self.pages["Predict"].extend(source.predict_widgets)
             self.pages["Export"].extend(source.export_widgets)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from magicgui.widgets import CheckBox, ComboBox, Container, Select
+from magicgui.widgets import CheckBox, ComboBox, Container, FloatSpinBox, Select
 
 from .. import api
 from ..errors import InputError
@@ -167,6 +167,11 @@ class Source:
         """The items the result was fitted on, as the methods read them (split, refine, galleries, the map)."""
         raise InputError(f"There are no {self.word}s to read.")
 
+    def scan_items(self, method: str, params: dict):
+        """The items a K scan fits (or a function that makes them in the worker), read now from what is picked."""
+        raise InputError("A K scan fits every K on items in memory: scan a stack, a field's objects or landmark shapes "
+                         "(a store: a sample of its crops from Python, ticlust.scan_k).")
+
     # ---- inspect: a job for the inspector's worker (its Seen, or a sentence; None: nothing to inspect) ----
     def current(self) -> int | None:
         return None
@@ -219,8 +224,10 @@ class LayerSource(Source):
                 and layer.name not in exclude]
 
     def enable(self, on: bool) -> None:
+        jobs = {id(runner.button) for runner in self.dock.runners}       # a job's button is the dock's to hold
         for widget in self.widgets:
-            widget.enabled = on
+            if id(widget) not in jobs:
+                widget.enabled = on
 
     def fitted_layer(self):
         if self.fitted not in self.viewer.layers:
@@ -503,22 +510,32 @@ class StackSource(LayerSource):
             self._choices()[:1]
         return [self.viewer.layers[n] for n in names]
 
-    def input_layer(self):
-        """The stack to fit: the layer picked, or the channels picked stacked into one layer (N×C×H×W: channels on a
-        slider of their own); a sentence when they do not make one stack."""
+    def stacked(self):
+        """(the layers picked, their items: the one layer's data, or the channels picked stacked N×C×H×W); a sentence
+        when they do not make one stack."""
         layers = self.picked_layers()
         if not layers:
             raise InputError("Choose an input layer first: open an image stack (or File > Open Sample > ticlust).")
         if len(layers) == 1:
-            return layers[0]
+            return layers, layers[0].data
         shapes = {tuple(layer.data.shape) for layer in layers}
         if len(shapes) > 1 or any(L.is_rgb(layer) or layer.ndim != 3 for layer in layers):
             raise InputError(f"The layers {', '.join(l.name for l in layers)} are not channels of one stack: give "
                              "grey stacks of one shape (N×H×W each).")
+        return layers, np.stack([np.asarray(layer.data) for layer in layers], axis=1)
+
+    def input_layer(self):
+        """The stack to fit: the layer picked, or the channels picked as one layer (channels on a slider of their
+        own)."""
+        layers, data = self.stacked()
+        if len(layers) == 1:
+            return layers[0]
         name = f"{' + '.join(l.name for l in layers)} {L.SUFFIXES['channels']}"
-        data = np.stack([np.asarray(layer.data) for layer in layers], axis=1)
         metadata = {k: v for k, v in layers[0].metadata.items() if k == "labels"}
         return L.set_image(self.viewer, name, data, metadata=metadata, colormap="gray")
+
+    def scan_items(self, method: str, params: dict):
+        return self.stacked()[1]
 
     def fit(self, args: dict):
         layer = self.input_layer()
@@ -564,13 +581,19 @@ class PointsSource(LayerSource):
         order = np.asarray(features["landmark"]) if "landmark" in features else None
         return points_to_landmarks(np.asarray(layer.data), np.asarray(features["shape_id"]), order)[0]
 
-    def fit(self, args: dict):
+    def picked_layer(self):
         if self.input.value not in self.viewer.layers:
             raise InputError("Choose a Points layer of landmark shapes first (File > Open Sample > ticlust > Landmark "
                              "shapes, or a tpsDig file).")
-        layer = self.viewer.layers[self.input.value]
+        return self.viewer.layers[self.input.value]
+
+    def fit(self, args: dict):
+        layer = self.picked_layer()
         self.fitted, self.table = layer.name, None
         return self.fit_job(self.read(layer), args)
+
+    def scan_items(self, method: str, params: dict):
+        return self.read(self.picked_layer())
 
     def picked(self, what: str) -> list[int]:
         layer = self.fitted_layer()
@@ -587,10 +610,11 @@ class PointsSource(LayerSource):
 class FieldSource(LayerSource):
     """A field (one image layer, or several of one shape as its channels) and its Labels layer: every object cut out
     (the objects route, as ``ticlust fit FIELD --labels``) and clustered, or its contour traced for a shape method;
-    the objects painted back by cluster. Predict assigns a field's objects with a result fitted elsewhere."""
+    the objects painted back by cluster. Predict assigns a field's objects with a result fitted elsewhere. A movie
+    (T×Y×X, its labels' ids the tracks) gets its states along the tracks too (:class:`.movie.MovieTracks`)."""
 
     title = "field and labels"
-    pages = ("Fit", "Predict", "Curate", "Export")
+    pages = ("Fit", "Predict", "Curate", "Export", "Tracks")
     word = "object"
 
     def __init__(self, dock):
@@ -607,11 +631,35 @@ class FieldSource(LayerSource):
         self.crop.visible = False
         self.show_crop.changed.connect(lambda on: setattr(self.crop, "visible", bool(on)))
         self.images.changed.connect(self._on_pick)
-        self.widgets = [self.images, self.labels, self.show_crop, self.crop]
+        from ..objects.segment import MIN_DIAMETER, THRESHOLDS
+
+        self.diameter = FloatSpinBox(label="diameter", min=MIN_DIAMETER, max=1000, value=15, step=1,
+                                     tooltip="The nuclei's expected diameter in pixels (measure one across)")
+        self.threshold = ComboBox(label="threshold", choices=list(THRESHOLDS), value="li",
+                                  tooltip="li: most fields; triangle: dim nuclei on a dark background; local: uneven "
+                                          "illumination (ticlust.segment_nuclei)")
+        self.segment_run = dock.button("Segment nuclei", self.segment,
+                                       tooltip="Find the nuclei of the first field layer picked (its nuclear channel) "
+                                               "as a Labels layer to correct with napari's brush before Run")
+        self.widgets = [self.images, self.labels, row(self.diameter, self.threshold, labels=True),
+                        self.segment_run.button, self.show_crop, self.crop]
         self.apply_run = dock.button("Apply result", self.apply,
                                      tooltip="Assign the field's objects with the dock's (or a loaded) result, cut as "
                                              "its objects were; painted by cluster over the field")
         self.predict_widgets = [self.apply_run.button]
+        from .movie import MovieTracks
+
+        self.movie = MovieTracks(self)
+        self.extra_pages = [("Tracks", self.movie.page)]
+
+    busy = property(lambda self: self.movie.busy)
+
+    def show(self, result, fresh: bool) -> None:
+        super().show(result, fresh)
+        self.movie.show(result)
+
+    def close(self) -> None:
+        self.movie.reading.drop()
 
     def _image_choices(self, _widget=None) -> list[str]:
         from napari.layers import Image
@@ -642,10 +690,44 @@ class FieldSource(LayerSource):
             self.labels.value = labels
 
     def offered(self) -> bool:
-        return len(self._labels_choices()) > 1 and bool(self._image_choices())
+        """A field and its labels, or a field (a 2-D image) to segment."""
+        from napari.layers import Image
+
+        return bool(self._image_choices()) and (len(self._labels_choices()) > 1 or
+                                                any(layer.ndim == 2 for layer in self.layers_of(Image)))
 
     def hint(self) -> str:
-        return "Pick a field (or its channel layers) and its labels layer, then Run in the Fit tab."
+        return ("Pick a field (or its channel layers) and its labels layer — or Segment nuclei to make one —, then "
+                "Run in the Fit tab.")
+
+    def segment(self):
+        """Segment the nuclei of the first field layer picked in a worker (``objects.segment.nuclei_steps``, one step
+        of the progress bar each): a Labels layer ``<field> nuclei``, picked as the field's labels, to correct with
+        napari's brush and eraser before Run. Cancel or a failure adds nothing. Returns the worker."""
+        from ..objects.segment import nuclei_steps
+        from .parts import drain
+
+        layers = self.field_layers()
+        if not layers:
+            self.dock.refuse("Open the field's image first: the first layer picked (its nuclear channel) is segmented.")
+            return None
+        field, diameter, threshold = layers[0], self.diameter.value, self.threshold.value
+        image = np.asarray(field.data)
+
+        def done(labels) -> None:
+            name = f"{field.name} nuclei"
+            if name in self.viewer.layers:
+                self.viewer.layers[name].data = labels
+            else:
+                self.viewer.add_labels(labels, name=name, scale=field.scale, translate=field.translate)
+            self.labels.reset_choices()
+            self.labels.value = name
+            self.dock.say(f"{int(labels.max())} nuclei found in {field.name}: correct them in {name!r} with napari's "
+                          "brush and eraser if need be, then Run in the Fit tab.")
+        self.dock.say(f"Segmenting the nuclei of {field.name}…")
+        return self.dock.run_job(self.segment_run, lambda sink: drain(nuclei_steps(image, diameter,
+                                                                                   threshold=threshold), sink),
+                                 done=done, kept="no labels layer was added", busy=True)
 
     def takes(self, spec) -> bool:
         return True
@@ -672,7 +754,7 @@ class FieldSource(LayerSource):
         name = self.labels.value
         return self.viewer.layers[name] if name not in (None, NO_LABELS) and name in self.viewer.layers else None
 
-    def cut(self, method: str, params: dict):
+    def route(self, method: str, params: dict):
         """What the worker calls to cut the objects out (or trace their contours, for a shape method): the one objects
         route (``objects.route.objects_route``, as the CLI's ``--labels``); the layers are read, never changed."""
         from ..methods import get_method
@@ -681,14 +763,26 @@ class FieldSource(LayerSource):
         labels = self.labels_layer()
         if labels is None:
             raise InputError("Choose the field's labels layer first (a segmentation: 0 = background, one id per "
-                             "object).")
+                             "object), or Segment nuclei.")
         landmarks = get_method(method).inputs == ("landmarks",)
         image, mask, o = None if landmarks else self.image(), labels.data, {w.name: w.value for w in self.crop}
-        field = (self.field_layers() or [labels])[0]
-        self.field_name, self.table, self.options = field.name, None, o
-        self.fitted = L.layer_names(field.name)["contours" if landmarks else "objects"]
         return lambda: objects_route(image, mask, method, params, keep_border=o["keep_border"], size=o["size"] or None,
                                      orient=o["orient"], rescale=o["rescale"], normalize=o["normalize"])
+
+    def cut(self, method: str, params: dict):
+        """:meth:`route`, the source now fitting what it cuts."""
+        from ..methods import get_method
+
+        route = self.route(method, params)
+        field = (self.field_layers() or [self.labels_layer()])[0]
+        self.field_name, self.table, self.options = field.name, None, {w.name: w.value for w in self.crop}
+        self.fitted = L.layer_names(field.name)["contours" if get_method(method).inputs == ("landmarks",) else
+                                                "objects"]
+        return route
+
+    def scan_items(self, method: str, params: dict):
+        route = self.route(method, params)
+        return lambda: route().items
 
     def fit(self, args: dict):
         route = self.cut(args["method"], args["params"])
