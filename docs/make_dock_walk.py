@@ -3,6 +3,7 @@
 as the dock leaves it (nobody presses Home).
 
     xvfb-run -a -s "-screen 0 1600x1000x24" python docs/make_dock_walk.py [stack] [field] [channels] [points] [plate]
+        [segment] [movie]
 
 writes docs/walk_<input>_<step>.png (every walk when none is named):
 
@@ -13,7 +14,10 @@ writes docs/walk_<input>_<step>.png (every walk when none is named):
 * channels — two stacks of one shape picked in order as one stack's channels, k-means on both channels;
 * points — the landmark-shapes sample: shape-kmeans, a shape picked and moved, its result saved;
 * plate — a generated plate's folder opened (File > Open: Extract offered), extracted, fitted on a sample, every
-  object predicted, an object clicked (the inspector) and moved, the shares per well and the objects' table exported.
+  object predicted, an object clicked (the inspector) and moved, the shares per well and the objects' table exported;
+* segment — a field without masks: Segment nuclei (a Labels layer to correct), a K scan, Run on its objects;
+* movie — a generated time-lapse and its tracked labels: Run on its objects, the Tracks layer coloured by state and
+  the strip of states per track.
 """
 import sys
 import tempfile
@@ -194,8 +198,47 @@ def walk_plate() -> None:
     viewer.close()
 
 
+def walk_segment() -> None:
+    viewer, dock = opened("nuclei")
+    viewer.layers.remove("nuclei labels")                    # a field as a microscope gives it: no masks
+    settle(dock)
+    dock.use(dock.field)
+    dock.field.pick("nuclei")
+    dock.field.diameter.value = 15
+    dock.field.segment_run.button.native.click()
+    settle(dock)
+    shot(viewer, dock, "segment", "1_segmented", "Data")
+    dock.form.method.value = "kmeans"
+    dock.choose_k.low.value, dock.choose_k.high.value = 2, 8
+    dock.choose_k.run.button.native.click()
+    settle(dock)
+    dock.choose_k.use.native.click()
+    shot(viewer, dock, "segment", "2_scan_k", "Fit")
+    dock.start()
+    settle(dock)
+    shot(viewer, dock, "segment", "3_fit", "Fit")
+    viewer.close()
+
+
+def walk_movie() -> None:
+    import ticlust
+
+    movie = ticlust.time_lapse(frames=40, cells=25, shape=(256, 256), seed=5)
+    viewer, dock = opened()
+    viewer.add_image(movie.movie, name="H2B")
+    viewer.add_labels(movie.labels, name="tracked", visible=False)
+    settle(dock)
+    dock.use(dock.field)
+    dock.field.pick("H2B", labels="tracked")
+    dock.form.method.value, dock.form.k.value = "kmeans", 6
+    dock.start()
+    settle(dock)
+    shot(viewer, dock, "movie", "1_tracks", "Tracks")
+    viewer.close()
+
+
 WALKS = {"stack": walk_stack, "field": walk_field, "channels": walk_channels, "points": walk_points,
-         "plate": walk_plate}
+         "plate": walk_plate, "segment": walk_segment, "movie": walk_movie}
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or list(WALKS):

@@ -116,5 +116,6 @@ def test_dti_offers_its_schedule_where_its_parameters_are_set(dock, make_napari_
     widget.form.method.value = "dti-kmeans"
     schedule = widget.form.param("schedule")
     assert list(schedule.choices) == ["paper", "quick"] and schedule.value == "paper"
+    assert "schedule" in [w.name for w in widget.form.params]          # up front, with the essentials
     schedule.value = "quick"
     assert widget.form.values()["schedule"] == "quick"

@@ -62,12 +62,12 @@ class ChooseK(Container):
         super().__init__(labels=True)
         self.dock, self.scan = dock, None
         self.low = SpinBox(label="scan K from", min=2, max=10_000, value=2)
-        self.high = SpinBox(label="to", min=3, max=10_000, value=10)
+        self.high = SpinBox(label="scan K to", min=3, max=10_000, value=10)
         self.run = dock.button("Scan K", self.start, tooltip="Fit the method at every K of the range (3 seeded "
                                "subsamples each) and suggest the K at the knee of its cost (ticlust.scan_k)")
         self.use = PushButton(text="Use K", enabled=False, tooltip="Put the suggested K in the form")
         self.plot = ScanPlot()
-        self.extend([row(self.low, self.high, labels=True), row(self.run.button, self.use)])
+        self.extend([self.low, self.high, row(self.run.button, self.use)])
         self.native.layout().addWidget(self.plot)
         self.use.changed.connect(self._use)
 

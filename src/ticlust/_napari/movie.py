@@ -40,7 +40,7 @@ class StripPlot(pg.PlotWidget):
     def __init__(self, clicked):
         super().__init__(background=BACKGROUND)
         self.clicked, self.ids = clicked, np.zeros(0, int)
-        self.setMinimumHeight(220)
+        self.setMinimumHeight(150)
         item = self.getPlotItem()
         item.hideButtons()
         item.setMenuEnabled(False)

@@ -641,8 +641,8 @@ class FieldSource(LayerSource):
         self.segment_run = dock.button("Segment nuclei", self.segment,
                                        tooltip="Find the nuclei of the first field layer picked (its nuclear channel) "
                                                "as a Labels layer to correct with napari's brush before Run")
-        self.widgets = [self.images, self.labels, row(self.diameter, self.threshold, labels=True),
-                        self.segment_run.button, self.show_crop, self.crop]
+        self.widgets = [self.images, self.labels, self.diameter, self.threshold, self.segment_run.button,
+                        self.show_crop, self.crop]
         self.apply_run = dock.button("Apply result", self.apply,
                                      tooltip="Assign the field's objects with the dock's (or a loaded) result, cut as "
                                              "its objects were; painted by cluster over the field")
