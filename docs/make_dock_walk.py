@@ -213,6 +213,8 @@ def walk_segment() -> None:
     dock.choose_k.run.button.native.click()
     settle(dock)
     dock.choose_k.use.native.click()
+    dock.show_tab("Fit")
+    dock.tabs.currentWidget().ensureWidgetVisible(dock.choose_k.plot)       # the tab scrolled down to the plot
     shot(viewer, dock, "segment", "2_scan_k", "Fit")
     dock.start()
     settle(dock)

@@ -38,7 +38,7 @@ class TiclustDock(Container):
     """The one ticlust panel: a source picked in ``input``, its steps in tabs, its parts shared."""
 
     def __init__(self, viewer: Viewer):
-        from qtpy.QtWidgets import QTabWidget
+        from qtpy.QtWidgets import QFrame, QScrollArea, QTabWidget
 
         super().__init__(labels=True)
         self.viewer = viewer
@@ -81,7 +81,11 @@ class TiclustDock(Container):
         self.tabs = QTabWidget()
         for title, page in [*self.pages.items(), *[p for s in self.sources for p in s.extra_pages]]:
             page.native.layout().addStretch(1)         # the widgets at the top of the tab, not spread over it
-            self.tabs.addTab(page.native, title)
+            scroll = QScrollArea()                     # a tall tab scrolls: the dock never makes the window taller
+            scroll.setWidgetResizable(True)
+            scroll.setFrameShape(QFrame.Shape.NoFrame)
+            scroll.setWidget(page.native)
+            self.tabs.addTab(scroll, title)
         self.native.layout().addWidget(self.tabs)
         self.extend([self.progress, self.status])
         self.native.setMinimumWidth(DOCK_WIDTH)
@@ -148,8 +152,7 @@ class TiclustDock(Container):
             page.reset_choices()
 
     def show_tab(self, title: str) -> None:
-        pages = dict([*self.pages.items(), *[p for s in self.sources for p in s.extra_pages]])
-        self.tabs.setCurrentWidget(pages[title].native)
+        self.tabs.setCurrentIndex(next(i for i in range(self.tabs.count()) if self.tabs.tabText(i) == title))
 
     # ---- the method form, once the registry is imported -------------------------------------------------
     def _methods_ready(self) -> None:
