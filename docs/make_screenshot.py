@@ -96,6 +96,7 @@ if segmentation or layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
     settle()
 else:
     layer.selected_data = {0}
+widget.show_tab("Curate" if curate else "Fit")
 for _ in range(30):
     QApplication.processEvents()
 viewer.screenshot(str(out), canvas_only=False)

@@ -29,6 +29,7 @@ from .plate import PlateSource
 from .sources import FieldSource, PointsSource, StackSource, row
 
 DOCK_WIDTH = 380      # the dock's width in pixels: the viewer keeps the rest of a 1600-pixel screen
+TAB_HEIGHT = 380      # the tabs' least height: a taller tab scrolls, and the object map below takes the rest
 LIVE_UPDATE_S = 0.4   # at most this often the live prototypes are redrawn while a fit runs
 PAGES = ("Data", "Fit", "Predict", "Curate", "Export")
 RESULTS = "ticlust result (*.npz)"
@@ -86,6 +87,7 @@ class TiclustDock(Container):
             scroll.setFrameShape(QFrame.Shape.NoFrame)
             scroll.setWidget(page.native)
             self.tabs.addTab(scroll, title)
+        self.tabs.setMinimumHeight(TAB_HEIGHT)
         self.native.layout().addWidget(self.tabs)
         self.extend([self.progress, self.status])
         self.native.setMinimumWidth(DOCK_WIDTH)
