@@ -211,7 +211,7 @@ def _mix(od: np.ndarray) -> np.ndarray:
 def object_descriptors(od: np.ndarray, masks: np.ndarray) -> dict[str, np.ndarray]:
     """Per crop, what tells stained cell types apart, none of it orientation's: the object's shape; its nucleus
     (the part above Otsu's threshold of the total optical density inside it): shape and share of the object; the
-    stains' mix of nucleus and of cytoplasm; the object's spread of optical density and its texture (the mean
+    stains' mix of nucleus and of cytoplasm (an object of one density is all nucleus); the object's spread of optical density and its texture (the mean
     absolute difference from a 2-pixel smoothing: granules). Named groups of (N, ·) float64 arrays."""
     fine = np.abs(od - ndimage.gaussian_filter(od, (0, 2, 2, 0)))
     total = od.sum(-1)
@@ -220,7 +220,7 @@ def object_descriptors(od: np.ndarray, masks: np.ndarray) -> dict[str, np.ndarra
     for i, m in enumerate(masks):
         m = m if m.sum() > 4 else np.ones(m.shape, bool)
         t = total[i][m]
-        nucleus = m & (total[i] > (threshold_otsu(t) if t.max() > t.min() else t.max()))
+        nucleus = m & (total[i] > threshold_otsu(t)) if t.max() > t.min() else m        # a flat object: all nucleus
         cytoplasm = m & ~nucleus if (m & ~nucleus).any() else m
         rows["object shape"].append(_shape(m))
         rows["nucleus shape"].append(_shape(nucleus) + [nucleus.sum() / m.sum()])
