@@ -79,3 +79,17 @@ def test_descriptors_are_turn_invariant_and_scaled_by_group():
     np.testing.assert_allclose(z[:, :2].std(0), 1.0, atol=1e-9)             # shape: each value on its own
     assert z[:, 3].std() < 0.05 * z[:, 2].std()                             # one optical-density unit: faint stays faint
     assert np.isclose((z[:, 2:] ** 2).sum(1).mean(), 2.0)                   # the group weighs by its values
+
+
+def test_shapes_read_round_long_and_lobed():
+    round_, long_, lobes = np.zeros((3, SIDE, SIDE), bool)
+    round_[disc(15.5, 15.5, 8)] = True
+    long_[12:20, 4:28] = True
+    lobes[disc(15.5, 9, 4) | disc(15.5, 22, 4)] = True
+    (la, solid, ecc, pieces, outline) = cells.object_descriptors(
+        np.ones((3, SIDE, SIDE, 1), np.float32), np.stack([round_, long_, lobes]))["object shape"].T
+    np.testing.assert_allclose(np.expm1(la), [round_.sum(), long_.sum(), lobes.sum()])
+    assert ecc[0] < 0.2 < 0.9 < ecc[1]
+    assert solid[0] > 0.85 and solid[2] < 0.75
+    np.testing.assert_array_equal(pieces, [1, 1, 2])
+    assert outline[1] > outline[0]                                           # a long bar has more edge per area
