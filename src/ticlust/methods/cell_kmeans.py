@@ -56,7 +56,8 @@ class CellKMeansConfig:
                               choices=("auto", "dark", "bright"), essential=True)
     background: str = param("ring", "Each crop's background level per channel, taken off first: ring (the median of "
                             "its outer pixels) or none", choices=("ring", "none"))
-    n_init: int = param(10, "K-means runs from different k-means++ starts; the lowest distortion is kept", low=1)
+    n_init: int = param(20, "K-means runs from different k-means++ starts; the lowest distortion is kept (real cells "
+                        "leave basins of near-equal distortion: 10 starts miss the best one on some seeds)", low=1)
     max_iter: int = param(300, "Most Lloyd iterations per run", low=1)
     tol: float = param(1e-4, "Stop when the centroids move less than this (relative to the data's variance)", low=0.0)
     batch_size: int = param(8192, "Items per batch when computing distances", low=1, gui=False)
