@@ -77,7 +77,7 @@ def test_descriptors_are_turn_invariant_and_scaled_by_group():
     centre, scale = cells.descriptor_scales(made)
     z = (np.concatenate(list(made.values()), 1) - centre) / scale
     np.testing.assert_allclose(z[:, :2].std(0), 1.0, atol=1e-9)             # shape: each value on its own
-    assert z[:, 3].std() < 0.05 * z[:, 2].std()                             # one optical-density unit: faint stays faint
+    assert z[:, 3].std() < 0.05 * z[:, 2].std()                             # one unit: a faint channel stays faint
     assert np.isclose((z[:, 2:] ** 2).sum(1).mean(), 2.0)                   # the group weighs by its values
 
 

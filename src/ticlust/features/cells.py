@@ -228,8 +228,9 @@ def _mix(od: np.ndarray) -> np.ndarray:
 def object_descriptors(od: np.ndarray, masks: np.ndarray) -> dict[str, np.ndarray]:
     """Per crop, what tells stained cell types apart, none of it orientation's: the object's shape; its nucleus
     (the part above Otsu's threshold of the total optical density inside it): shape and share of the object; the
-    stains' mix of nucleus and of cytoplasm (an object of one density is all nucleus); the object's spread of optical density and its texture (the mean
-    absolute difference from a 2-pixel smoothing: granules). Named groups of (N, ·) float64 arrays."""
+    stains' mix of nucleus and of cytoplasm (an object of one density is all nucleus); the object's spread of
+    optical density and its texture (the mean absolute difference from a 2-pixel smoothing: granules). Named groups
+    of (N, ·) float64 arrays; an object of 4 pixels or fewer is taken as the whole crop."""
     fine = np.abs(od - ndimage.gaussian_filter(od, (0, 2, 2, 0)))
     total = od.sum(-1)
     masks = np.where(masks.sum((1, 2))[:, None, None] > 4, masks, True)
@@ -255,7 +256,8 @@ def descriptor_scales(groups: dict[str, np.ndarray]) -> tuple[np.ndarray, np.nda
     mean, scale = [], []
     for name, v in groups.items():
         centred = v - v.mean(0)
-        s = centred.std(0) if name in SHAPE_GROUPS else np.full(v.shape[1], np.sqrt((centred ** 2).sum(1).mean() / v.shape[1]))
+        joint = np.sqrt((centred ** 2).sum(1).mean() / v.shape[1])
+        s = centred.std(0) if name in SHAPE_GROUPS else np.full(v.shape[1], joint)
         mean.append(v.mean(0))
         scale.append(np.where(s > 1e-12, s, 1.0))
     return np.concatenate(mean), np.concatenate(scale)
