@@ -42,8 +42,9 @@ class CellKMeansConfig:
     scale: float = param(1.6, "Smoothing before crops are compared, as a share of the objects' median radius: above 1 "
                          "it compares each channel's amount and where it lies (stain content, e.g. DNA for cell-cycle "
                          "phases), 0 compares every pixel (fine structure)", low=0.0, high=4.0, essential=True)
+    # under Advanced: a form shows at most three essentials (scale, pose, illumination)
     detail: bool = param(True, "Also compare the crops pixel by pixel, the two views (smoothed, pixels) weighted equally "
-                         "(each scaled to the same mean spread)", essential=True)
+                         "(each scaled to the same mean spread)")
     pose: str = param("none", "Undo each object's pose before comparing: none, centre (centre of mass to the crop's "
                       "centre) or centre+axis (and the major axis along +x: any orientation)",
                       choices=("none", "centre", "centre+axis"), essential=True)
