@@ -6,9 +6,9 @@
 Each measured process is started fresh (``--processes`` per case and method) and does what ``ticlust gui`` does —
 ``ticlust.cli.main(["gui"])``, with napari's event loop entered through a driver instead of ``napari.run``:
 
-* **start → dock ready**: from just before the process is spawned (the parent's clock) to the first turn of Qt's
-  event loop after ``gui_viewer`` returned (the window drawn, the nuclei sample open, the dock set up): what a user
-  waits for before Run can be pressed.
+* **start → dock ready**: from just before the process is spawned (the parent's clock) to the turn of Qt's event
+  loop after the dock's method form is built (the window drawn, the nuclei sample open, the dock set up, the method
+  registry imported in its worker): what a user waits for before Run can be pressed.
 * case ``sample``: the nuclei sample ``ticlust gui`` opens (60 nuclei, 320×320; 50 objects cut out) on the objects
   route it is set up for; case ``field300``: ``ticlust.nuclei_field(n=300)`` (1024×1024; 287 objects) opened as an
   Image and a Labels layer and chosen in the main dock's input and labels boxes, the way a user opens a field.
@@ -127,9 +127,9 @@ class Timeline:
         from ticlust._napari import layers as L
 
         self.marks, self.t0 = {}, 0.0
-        self._wrap(widget, "_on_event", "first_event", first_only=True)
-        self._wrap(widget, "_show_objects", "objects_drawn")
-        self._wrap(widget, "_show_run", "layers_made", before="fit_ended", cpu="show_result_gui_cpu_s")
+        self._wrap(widget, "on_event", "first_event", first_only=True)
+        self._wrap(widget.field, "fit_event", "objects_drawn")
+        self._wrap(widget, "_fitted", "layers_made", before="fit_ended", cpu="show_result_gui_cpu_s")
         self._wrap(L, "show_inspector", "inspector_drawn")
 
     def start(self) -> None:
@@ -184,13 +184,13 @@ def open_field300(viewer, widget):
 
 
 def choose(widget, method: str, case: str) -> None:
-    """Pick the method in the dock's method box, then K = 3 and the input and labels layers (a method change resets
-    them), as a user does in the form."""
-    combo = widget.method.native
-    combo.setCurrentIndex(combo.findText(method))
-    widget.k.value = 3
+    """Pick the field and its labels layer, then the method in the dock's method box and K = 3, as a user does."""
     image = "nuclei" if case == "sample" else "field"
-    widget.input.value, widget.labels.value = image, f"{image} labels"
+    widget.use(widget.field)
+    widget.field.pick(image, labels=f"{image} labels")
+    combo = widget.form.method.native
+    combo.setCurrentIndex(combo.findText(method))
+    widget.form.k.value = 3
     settle()
 
 
@@ -210,7 +210,7 @@ def press_run(widget, timeline) -> dict:
     def done():
         if not done_at and widget.status.value.startswith("Done:"):
             done_at.append(time.perf_counter() - start)
-        return bool(done_at) and widget.worker is None and widget._inspecting is None
+        return bool(done_at) and not widget.busy
     wait_until(done)
     ready = time.perf_counter() - start
     gui, other = cpu_split(before, thread_cpu(), gui_tid)
@@ -232,12 +232,12 @@ def child(args) -> None:
     def drive():
         from qtpy.QtWidgets import QApplication
 
-        from ticlust._napari.widget import TiclustWidget
+        from ticlust._napari.dock import TiclustDock
 
-        settle()
-        ready = time.time() - spawned
         viewer = napari.current_viewer()
-        widget = next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustWidget))
+        widget = next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustDock))
+        wait_until(lambda: widget.ready)         # the form built: Run can be pressed
+        ready = time.time() - spawned
         row = {"case": args.case, "method": args.method, "start_to_dock_s": round(ready, 3),
                "start_cpu_s": round(sum(os.times()[:2]), 2)}
         if args.case == "field300":

@@ -233,7 +233,6 @@ def freeze(args) -> None:
     import napari
     from qtpy.QtWidgets import QApplication
 
-    from ticlust._napari.store_panel import STORE_PANEL
     from ticlust.plate import curate
 
     global SAMPLER
@@ -249,8 +248,10 @@ def freeze(args) -> None:
     viewer.window.resize(1600, 1000)
     for _ in range(20):
         QApplication.processEvents()
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    idle = lambda: not (panel.busy or panel.object_map.busy)     # noqa: E731  (the map drawn too)
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust")      # the one dock, its plate source
+    plate_ = panel.plate
+    panel.use(plate_)
+    idle = lambda: not panel.busy            # noqa: E731  (its map drawn too)
     measure(lambda: None, idle)              # the method registry's import, in its worker
     row = {"fields": args.fields, "load_before": load()}
     steps = {}
@@ -262,35 +263,35 @@ def freeze(args) -> None:
 
     if args.reuse and pristine.is_dir():      # the extraction skipped: the store as it was extracted, opened
         shutil.copytree(pristine, target)
-        step("open store (extracted before)", lambda: panel.open_store(target))
+        step("open store (extracted before)", lambda: plate_.open_store(target))
     else:
-        panel.extract.offer(plate)
-        panel.extract.target.value = str(target)
-        step("extract", lambda: panel.extract.extract_button.native.click())
+        plate_.extract.offer(plate)
+        plate_.extract.target.value = str(target)
+        step("extract", lambda: plate_.extract.extract_button.native.click())
         shutil.rmtree(pristine, ignore_errors=True)
         shutil.copytree(target, pristine)
-    row["objects"] = len(panel.store)
-    panel.fit.sample.value, panel.fit.form.k.value, panel.fit.device.value = args.sample, 3, "cpu"
-    step("fit", lambda: panel.fit.fit_button.native.click())
-    step("predict", lambda: panel.predict.predict_button.native.click())
-    field = panel.picture.field_index
+    row["objects"] = len(plate_.store)
+    plate_.sample.value, panel.form.k.value, panel.device.value = args.sample, 3, "cpu"
+    step("fit", lambda: panel.run_button.native.click())
+    step("predict", lambda: plate_.predict_run.button.native.click())
+    field = plate_.picture.field_index
     sample = set(curate.fit_sample(panel.result).tolist())
-    obj = next(o for o in range(int(panel.starts[field]), int(panel.starts[field + 1])) if o not in sample)
-    ys, xs = np.nonzero(panel.picture.values == obj - int(panel.starts[field]) + 1)
-    step("inspect", lambda: panel.inspector.click_at((float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))))
-    panel.curate.to.value = (int(panel.picture.table["cluster"][obj - int(panel.starts[field])]) + 1) % 3
+    obj = next(o for o in range(int(plate_.starts[field]), int(plate_.starts[field + 1])) if o not in sample)
+    ys, xs = np.nonzero(plate_.picture.values == obj - int(plate_.starts[field]) + 1)
+    step("inspect", lambda: plate_.click_at((float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))))
+    panel.curate.to.value = (int(plate_.picture.table["cluster"][obj - int(plate_.starts[field])]) + 1) % 3
     step("move", lambda: panel.curate.move_button.native.click())
-    step("re-predict (renumbered)", lambda: panel.curate.repredict_button.native.click())
+    step("re-predict (renumbered)", lambda: plate_.repredict_run.button.native.click())
     panel.curate.a.value, panel.curate.b.value = 0, 1
     step("merge", lambda: panel.curate.merge_button.native.click())
     step("undo", lambda: panel.curate.undo_button.native.click())
-    step("refine", lambda: panel.curate.refine_button.native.click())
-    step("re-predict (anew)", lambda: panel.curate.repredict_button.native.click())
+    step("refine", lambda: panel.curate.refine_run.button.native.click())
+    step("re-predict (anew)", lambda: plate_.repredict_run.button.native.click())
     out = Path(tempfile.mkdtemp(prefix="ticlust_dock_export_"))
-    step("export objects", lambda: panel.export.export_objects(out / "objects.csv"))
-    step("export gallery", lambda: panel.export.export_gallery(out / "gallery"))
-    step("export shares", lambda: panel.export_shares(out / "shares.csv"))
-    step("switch field", lambda: panel.pick(7))
+    step("export objects", lambda: plate_.export.export_objects(out / "objects.csv"))
+    step("export gallery", lambda: panel.export_gallery(out / "gallery"))
+    step("export shares", lambda: plate_.shares.export(out / "shares.csv"))
+    step("switch field", lambda: plate_.pick(7))
     until = time.perf_counter() + 1.0
     row["idle_freeze_s"] = measure(lambda: None, lambda: time.perf_counter() > until)["freeze_s"]
     row["steps"] = steps
@@ -306,9 +307,9 @@ def floor(args) -> None:
     from qtpy.QtWidgets import QApplication
 
     from ticlust._napari import layers as L
-    from ticlust._napari.store_panel import _warm_up
+    from ticlust._napari.parts import warm_up
 
-    _warm_up()
+    warm_up()
     viewer = napari.Viewer(title="ticlust")
     viewer.window.resize(1600, 1000)
     for _ in range(20):

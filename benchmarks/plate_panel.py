@@ -5,7 +5,7 @@ cluster shares are counted per (issue "Plates and a million objects", item 6).
 
 Makes (once, in ``--plate-dir``) a generated plate of ``--fields`` 1024×1024 fields of 250 nuclei, extracts it,
 fits kmeans (K=3) on 2,000 objects and predicts the store; then, in a real napari window, opens the store in the
-plate panel, switches to five other fields, then sets **share per** to site, image, well, twice. A timer ticks
+ticlust dock (its plate source), switches to five other fields, then sets **share per** to site, image, well, twice. A timer ticks
 every 5 ms in the GUI thread: the longest gap between two ticks is the longest time the window could not react (a
 freeze). Prints one JSON line per run: the wall time of the open, of each field switch and of each share change
 (until drawn) and the longest freeze during each (medians over the switches and changes, and the changes' worst),
@@ -36,7 +36,6 @@ from qtpy.QtCore import QTimer  # noqa: E402
 from qtpy.QtWidgets import QApplication  # noqa: E402
 
 import ticlust  # noqa: E402
-from ticlust._napari.store_panel import STORE_PANEL  # noqa: E402
 
 TICK_MS = 5
 SWITCHES = 5
@@ -81,8 +80,10 @@ viewer = napari.Viewer(title="ticlust")
 viewer.window.resize(1600, 1000)
 for _ in range(20):
     QApplication.processEvents()
-_, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-idle = lambda: not getattr(panel, "busy", False)          # noqa: E731  (a panel without workers is never busy)
+_, dock = viewer.window.add_plugin_dock_widget("napari-ticlust")
+dock.use(dock.plate)
+panel = dock.plate
+idle = lambda: not dock.busy          # noqa: E731
 row = {"src": args.src, "fields": args.fields, "load": " ".join(f"{v:.2f}" for v in os.getloadavg())}
 row["open"] = measure(lambda: panel.open_store(store_path), lambda: panel.store is not None and idle())
 row["objects"] = len(panel.store)
@@ -97,8 +98,8 @@ until = time.perf_counter() + 1.0       # the floor: the longest gap while the p
 row["idle_freeze_s"] = measure(lambda: None, lambda: time.perf_counter() > until)["freeze_s"]
 changes = []
 for by in SHARES_PER:         # done when the plot's table is counted per ``by`` (the table has a column ``by``)
-    changes.append(measure(lambda: setattr(panel.group_by, "value", by),
-                           lambda: panel.shares is not None and by in panel.shares.columns and idle()))
+    changes.append(measure(lambda: setattr(panel.shares.group_by, "value", by),
+                           lambda: panel.shares.table is not None and by in panel.shares.table.columns and idle()))
 row["share_wall_s"] = round(float(np.median([c["wall_s"] for c in changes])), 3)
 row["share_freeze_s"] = round(float(np.median([c["freeze_s"] for c in changes])), 3)
 row["share_freeze_max_s"] = float(np.max([c["freeze_s"] for c in changes]))

@@ -18,7 +18,6 @@ import numpy as np
 from qtpy.QtWidgets import QApplication
 
 import ticlust
-from ticlust._napari.store_panel import STORE_PANEL
 from ticlust.datasets.nuclei import write_nuclei_plate
 from ticlust.plate.run import fit_store, predict_store
 
@@ -54,19 +53,20 @@ with tempfile.TemporaryDirectory() as tmp:
     predict_store(result, store, device="cpu")
     viewer = napari.Viewer(title="ticlust")
     viewer.window.resize(1600, 1000)
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
+    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust")
     link = panel.object_map
-    panel.open_store(store.path)
+    settle(lambda: not panel.ready)
+    panel.plate.open_store(store.path)
     settle(lambda: panel.busy, lambda: link.busy)
     panel.load_result(result.save(Path(tmp) / "r.npz"))
     settle(lambda: panel.busy, lambda: link.busy)
-    first = np.flatnonzero(link.table["cluster"].to_numpy() == 1)
+    first = np.flatnonzero(link.panel.map.columns["cluster"].to_numpy() == 1)
     lasso(link.panel, first[: len(first) // 3])
     link.panel.map.color_by("well")
     link.panel.map.color_by("cluster")
     settle(lambda: panel.busy, lambda: link.busy)
-    panel.frame()
-    panel.show_tab(panel.curate)
+    panel.plate.frame()
+    panel.show_tab("Curate")
     link.panel.map.show_all()
     settle(lambda: panel.busy, lambda: link.busy)
     shot(viewer, "plate")
@@ -76,9 +76,12 @@ viewer = napari.Viewer(title="ticlust")
 viewer.window.resize(1600, 1000)
 viewer.open_sample("napari-ticlust", "nuclei")
 _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-widget.method.value, widget.input.value, widget.labels.value, widget.k.value = "kmeans", "nuclei", "nuclei labels", 3
+settle(lambda: not widget.ready)
+widget.use(widget.field)
+widget.field.pick("nuclei", labels="nuclei labels")
+widget.form.method.value, widget.form.k.value = "kmeans", 3
 widget.start()
-settle(lambda: widget.worker is not None, lambda: widget._inspecting is not None, lambda: widget.object_map.busy)
+settle(lambda: widget.busy)
 link = widget.object_map
 lasso(link.panel, np.flatnonzero(widget.result.labels == 0))
 settle(lambda: widget.object_map.busy)

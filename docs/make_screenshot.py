@@ -39,19 +39,28 @@ if first_n is not None:
     if "labels" in layer.metadata:
         layer.metadata = {**layer.metadata, "labels": layer.metadata["labels"][: int(first_n)]}
 _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-widget.method.value = method          # K and the form follow the method; set them after it
-widget.input.value = layer.name
-if segmentation:
-    widget.labels.value = segmentation[0].name
-widget.k.value = int(k)
-widget.seed.value = seed
-for name, value in settings.items():
-    widget.param(name).value = type(widget.param(name).value)(value)
 
 
 def settle():
-    while widget.worker is not None:
+    while widget.busy or not widget.ready:
         QApplication.processEvents()
+
+
+settle()
+if segmentation:
+    widget.use(widget.field)
+    widget.field.pick(layer.name, labels=segmentation[0].name)
+elif isinstance(layer, napari.layers.Points):
+    widget.use(widget.points)
+    widget.points.input.value = layer.name
+else:
+    widget.stack.pick(layer.name)
+form = widget.form
+form.method.value = method          # K and the form follow the method; set them after it
+form.k.value = int(k)
+widget.seed.value = seed
+for name, value in settings.items():
+    form.param(name).value = type(form.param(name).value)(value)
 
 
 widget.start()
@@ -65,18 +74,18 @@ if curate:
     bad = curation.split(layer.data, merged, int(np.bincount(merged.labels[y == 0]).argmax()))
     with tempfile.TemporaryDirectory() as folder:
         widget.load_result(bad.save(Path(folder) / "bad_start.npz"))
-    widget.curation.select_clusters(int(np.bincount(widget.result.labels[y == 2]).argmax()))
-    widget.curation.split()
+    widget.curate.select_clusters(int(np.bincount(widget.result.labels[y == 2]).argmax()))
+    widget.curate.split()
     settle()
-    widget.curation.select_clusters(*sorted(set(widget.result.labels[y == 0].tolist())))
-    widget.curation.merge()
-    widget.curation.refine()
+    widget.curate.select_clusters(*sorted(set(widget.result.labels[y == 0].tolist())))
+    widget.curate.merge()
+    widget.curate.refine()
     settle()
-    widget.curation.select_clusters(int(widget.result.labels[viewer.dims.current_step[0]]))   # the shown image's
+    widget.curate.select_clusters(int(widget.result.labels[viewer.dims.current_step[0]]))   # the shown image's
 if segmentation:     # click on object ``item`` in the painted field, as a user would
     painted = viewer.layers[f"{layer.name} objects by cluster"]
     ys, xs = np.nonzero(painted.data == item + 1)
-    assert widget.select_at((0, float(np.median(ys)), float(np.median(xs)))) == item
+    assert widget.field.click_at((0, float(np.median(ys)), float(np.median(xs)))) == item
 if segmentation or layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
     if not segmentation and not curate:      # after curation the status line keeps Refine's accuracy
         step = list(viewer.dims.current_step)
@@ -84,10 +93,10 @@ if segmentation or layer.ndim >= 3 and not layer.rgb or layer.ndim >= 4:
         viewer.dims.current_step = tuple(step)
     for _ in range(5):
         QApplication.processEvents()
-    while widget._inspecting is not None:
-        QApplication.processEvents()
+    settle()
 else:
     layer.selected_data = {0}
+widget.show_tab("Curate" if curate else "Fit")
 for _ in range(30):
     QApplication.processEvents()
 viewer.screenshot(str(out), canvas_only=False)

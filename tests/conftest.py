@@ -106,72 +106,61 @@ def client():
 
 
 # ---- the dock, as a user docks it, and its waits --------------------------------------------------------------
-def _dock(viewer):
-    """The widget docked the way a user docks it (Plugins > ticlust): napari builds it and injects the viewer."""
-    from ticlust._napari.widget import TiclustWidget
-
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-    assert isinstance(widget, TiclustWidget)
-    return widget
+def _settle(qtbot, dock, timeout: int = 120_000) -> None:
+    """Wait until every job, background read and drawing of the dock and of its object map is done (a fast failure
+    can finish before a signal wait is set up: wait on the state)."""
+    qtbot.waitUntil(lambda: not dock.busy, timeout=timeout)
 
 
-def _wait(qtbot, widget, timeout=60_000):
-    """Wait until the widget's job and its inspector are done. The widget drops its worker when the worker has
-    finished (a fast failure can finish before any signal wait could be set up, so wait on the state rather than
-    on the signal)."""
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=timeout)
+@pytest.fixture
+def dock(qtbot):
+    """``dock(viewer)``: the ticlust dock docked the way a user docks it (Plugins > ticlust: napari builds it and
+    injects the viewer), its method form loaded."""
+    from ticlust._napari.dock import TiclustDock
 
-
-def _run_to_end(qtbot, widget, timeout=60_000):
-    assert widget.start() is not None
-    _wait(qtbot, widget, timeout)
-
-
-@pytest.fixture(scope="session")
-def dock():
-    """``dock(viewer)``: the ticlust widget docked through Plugins > ticlust."""
-    return _dock
+    def open_dock(viewer, timeout: int = 120_000):
+        _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+        assert isinstance(widget, TiclustDock)
+        qtbot.waitUntil(lambda: widget.ready, timeout=timeout)
+        return widget
+    return open_dock
 
 
 @pytest.fixture(scope="session")
 def wait():
-    """``wait(qtbot, widget, timeout=60_000)``: until the widget's job and its inspector are done."""
-    return _wait
+    """``wait(qtbot, dock, timeout=60_000)``: until the dock's jobs, reads and drawings are done."""
+    return _settle
 
 
 @pytest.fixture(scope="session")
 def run_to_end():
-    """``run_to_end(qtbot, widget, timeout=60_000)``: Run, then ``wait``."""
-    return _run_to_end
+    """``run_to_end(qtbot, dock, timeout=60_000)``: Run, then ``wait``."""
+    def run(qtbot, dock, timeout=60_000):
+        assert dock.start() is not None
+        _settle(qtbot, dock, timeout)
+    return run
 
-
-def settle_dock(qtbot, panel, timeout: int = 120_000) -> None:
-    """Wait until every worker of the plate dock and of its object map is done and what it made is drawn."""
-    qtbot.waitUntil(lambda: not panel.busy and not panel.object_map.busy, timeout=timeout)
 
 
 @pytest.fixture
-def plate_dock(make_napari_viewer, qtbot):
-    """Opens the plate dock in a real napari viewer as a user does: ``plate_dock(store=None, result=None,
-    viewer=None, file=None)`` → (viewer, panel). ``file`` (a plate folder, a store) is opened first with File > Open
-    (napari-ticlust's readers) in ``viewer`` (a new one when None); the dock is added and its warm-up waited for;
-    then the store at ``store`` (a path) is opened with the dock and the result ``result`` (a file or a
-    ClusteringResult) loaded, each waited for."""
-    from ticlust._napari.store_panel import STORE_PANEL, StorePanel
-
+def plate_dock(make_napari_viewer, qtbot, dock):
+    """Opens the dock on a plate in a real napari viewer as a user does: ``plate_dock(store=None, result=None,
+    viewer=None, file=None)`` → (viewer, dock). ``file`` (a plate folder, a store) is opened first with File > Open
+    (napari-ticlust's readers) in ``viewer`` (a new one when None); the dock is docked and its warm-up waited for; then
+    the store at ``store`` is opened with the dock and the result ``result`` (a file) loaded, each waited for."""
     def open_dock(store=None, result=None, viewer=None, file=None, timeout: int = 120_000):
         viewer = make_napari_viewer() if viewer is None else viewer
         if file is not None:
             viewer.open(str(file), plugin="napari-ticlust")
-        _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-        assert isinstance(panel, StorePanel)
-        settle_dock(qtbot, panel, timeout)
+        panel = dock(viewer, timeout)
+        panel.use(panel.plate)
+        _settle(qtbot, panel, timeout)
         if store is not None:
-            panel.open_store(store)
-            settle_dock(qtbot, panel, timeout)
+            panel.plate.open_store(store)
+            _settle(qtbot, panel, timeout)
         if result is not None:
             panel.load_result(result)
-            settle_dock(qtbot, panel, timeout)
+            _settle(qtbot, panel, timeout)
         return viewer, panel
     return open_dock
 

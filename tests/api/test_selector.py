@@ -266,16 +266,16 @@ def test_the_docks_text_box_reads_the_same_grammar(dock, run_to_end, make_napari
     viewer = make_napari_viewer()
     viewer.add_image(samples.digits()[0][0][:60], name="digits")
     widget = dock(viewer)
-    widget.k.value, widget.inspect.value = 4, False          # the inspector is not what this test is about
+    widget.form.k.value, widget.inspector.enabled.value = 4, False     # the inspector is not what this test is about
     run_to_end(qtbot, widget)
-    first, panel = widget.result, widget.curation
-    panel.target.value = 2
+    first, panel = widget.result, widget.curate
+    panel.to.value = 2
     qtbot.keyClicks(panel.items.native, " 3 ,8 - 12, 9")
     panel.move_button.native.click()
     assert np.flatnonzero(widget.result.pinned >= 0).tolist() == [3, 8, 9, 10, 11, 12]
     assert np.array_equal(widget.result.labels, curation.move(first, [3, 8, 9, 10, 11, 12], 2).labels)
     assert "Moved 6 items to cluster 2" in widget.status.value
-    moved, depth = widget.result, len(panel.undo_stack)
+    moved, depth = widget.result, len(widget.undo_stack)
     for text, message in (("12-8", "The range '12-8' runs backwards"), ("2.5", "'2.5' is not an item number"),
                           ("-1", "items are numbered from 0"), ("3, 60", "Item 60 is out of range"),
                           (" , ", "")):
@@ -284,7 +284,7 @@ def test_the_docks_text_box_reads_the_same_grammar(dock, run_to_end, make_napari
         panel.outlier_button.native.click()
         if message:
             assert widget.status.value.startswith("Not done: ") and message in widget.status.value
-        assert widget.result is moved and len(panel.undo_stack) == depth     # nothing changed
+        assert widget.result is moved and len(widget.undo_stack) == depth     # nothing changed
     panel.items.native.clear()
     qtbot.keyClicks(panel.items.native, "0-2; 59")
     panel.outlier_button.native.click()
@@ -297,12 +297,14 @@ def gui(qtbot, make_napari_viewer):
     """What `ticlust gui` calls (napari's event loop is not entered): the viewer and its ticlust dock.
     make_napari_viewer is asked for (not used) for its fresh napari app: a viewer built outside it after other
     viewer tests registers napari's plugin commands a second time."""
+    from ticlust._napari.dock import TiclustDock
     from ticlust._napari.launcher import gui_viewer
-    from ticlust._napari.widget import TiclustWidget
 
     viewer = gui_viewer()
     try:
-        yield viewer, next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustWidget))
+        widget = next(w for w in viewer.window.dock_widgets.values() if isinstance(w, TiclustDock))
+        qtbot.waitUntil(lambda: widget.ready, timeout=60_000)
+        yield viewer, widget
     finally:
         viewer.close()
 
@@ -316,8 +318,9 @@ def test_gui_opens_the_nuclei_field_ready_to_run_on_its_objects(gui, qtbot):
 
     viewer, widget = gui
     assert [(type(layer), layer.name) for layer in viewer.layers] == [(Image, "nuclei"), (Labels, "nuclei labels")]
-    assert (widget.method.value, widget.k.value) == ("st-kmeans", 3)
-    assert (widget.input.value, widget.labels.value) == ("nuclei", "nuclei labels")
+    assert (widget.form.method.value, widget.form.k.value) == ("st-kmeans", 3)
+    assert widget.source is widget.field and widget.field.labels.value == "nuclei labels"
+    assert [layer.name for layer in widget.field.field_layers()] == ["nuclei"]
     assert widget.status.value.startswith("Ready: Run cuts the objects of nuclei labels out of nuclei")
     menu = next(m for m in viewer.window._qt_window.findChildren(QMenu) if m.title() == "ticlust")
     next(a for a in menu.actions() if a.text().startswith("Digits (10 classes")).trigger()
@@ -333,14 +336,13 @@ def test_gui_front_door_runs_ai_kmeans_to_done(gui, qtbot):
     from qtpy.QtCore import Qt
 
     viewer, widget = gui
-    combo = widget.method.native
+    combo = widget.form.method.native
     combo.setCurrentIndex(combo.findText("ai-kmeans"))
-    assert widget.method.value == "ai-kmeans"
-    widget.k.value = 3
-    widget.input.value, widget.labels.value = "nuclei", "nuclei labels"
+    assert widget.form.method.value == "ai-kmeans"
+    widget.form.k.value = 3
     qtbot.mouseClick(widget.run_button.native, Qt.MouseButton.LeftButton)
-    assert widget.worker is not None and widget.run_button.text == "Cancel"
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=120_000)
+    assert widget.job is not None and widget.run_button.text == "Cancel"
+    qtbot.waitUntil(lambda: not widget.busy, timeout=120_000)
     assert widget.status.value.startswith("Done: 3 clusters"), widget.status.value
     assert (widget.result.method, widget.result.k, widget.result.n) == ("ai-kmeans", 3, 50)
     for name in ("nuclei objects", "nuclei objects by cluster", "nuclei objects prototypes", "nuclei objects inspector"):

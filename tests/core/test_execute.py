@@ -176,10 +176,10 @@ def test_the_objects_route_is_the_same_from_the_cli_and_the_widget(dock, make_na
     viewer = make_napari_viewer()
     field, labels = viewer.open_sample("napari-ticlust", "nuclei")
     widget = dock(viewer)
-    widget.method.value = method
+    widget.field.pick(field.name, labels=labels.name)
     for name, value in options.items():
-        widget.extraction[name].value = value
-    from_widget = widget._extraction_job(field, labels, {})()
+        widget.field.crop[name].value = value
+    from_widget = widget.field.cut(method, {})()
     monkeypatch.setattr(cli_fit, "read_input", lambda path, **kw: (labels.data, None))
     flags = {"keep_border": options.get("keep_border", False), "crop_size": options.get("size"),
              "rescale": options.get("rescale", False), "orient": options.get("orient")}

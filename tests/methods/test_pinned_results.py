@@ -53,7 +53,9 @@ def test_pins_hold_under_the_portable_cpu_dispatch(pins):
     assert done.returncode == 0, done.stdout + done.stderr[-2000:]
 
 
-@pytest.mark.parametrize("dispatch", ["native", "default"])
+# the portable dispatch's two-process run is slow (four processes fitting every method); its pins are held in the
+# default run by test_pins_hold_under_the_portable_cpu_dispatch
+@pytest.mark.parametrize("dispatch", ["native", pytest.param("default", marks=pytest.mark.slow)])
 def test_same_seed_gives_identical_fits_in_two_processes_at_two_threads(tmp_path, dispatch, pins):
     """Every method (and two on the objects route) fitted in two separate processes, two torch threads,
     sample large enough for the threads to split the work: identical labels, prototypes and scores."""

@@ -1,7 +1,7 @@
-"""The docks say the library's sentences (issue 55, item 4): each refusal of issue 55, met from the plate dock or the
-ticlust widget, is a napari notification with the library's one sentence, nothing is written, and nothing is raised
+"""The dock says the library's sentences (issue 55, item 4): each refusal of issue 55, met from the dock on a plate
+or on image layers, is a napari notification with the library's one sentence, nothing is written, and nothing is raised
 in the event loop (pytest-qt fails a test on any exception there). One of each: a file the output guard refuses
-(Save result, Export objects, Export gallery, Export shares, the widget's Save), a result of other channels than the
+(Save result, Export objects, Export gallery, Export shares, Save on a stack's result), a result of other channels than the
 store's, a store's own result on a one-channel store, and a stack scaled by 1e30 (a result, no error)."""
 from __future__ import annotations
 
@@ -64,17 +64,17 @@ def press(qtbot, panel, button) -> None:
     qtbot.waitUntil(lambda: not panel.busy, timeout=120_000)
 
 
-def test_the_plate_docks_file_actions_refuse_the_store_in_a_notification(predicted, plate_dock, qtbot, notes,
+def test_the_docks_file_actions_on_a_plate_refuse_the_store_in_a_notification(predicted, plate_dock, qtbot, notes,
                                                                          dialogs):
     plate, store, result = predicted
     kept, plate_kept = snapshot(store.path), snapshot(plate)
     viewer, panel = plate_dock(store.path, result=result)
-    assert panel.result is not None and panel.shares is not None
-    actions = [("Save result", panel.fit.save_button, store.path / "table.parquet"),
-               ("Export objects", panel.export.table_button, store.path / "predictions.parquet"),
-               ("Export gallery", panel.export.gallery_button, store.path / "fields"),
-               ("Export shares", panel.export_button, store.path / "shares.csv"),
-               ("Export objects onto the plate", panel.export.table_button, plate / "A01_s0.tif")]
+    assert panel.result is not None and panel.plate.shares.table is not None
+    actions = [("Save result", panel.save_button, store.path / "table.parquet"),
+               ("Export objects", panel.plate.export.table.button, store.path / "predictions.parquet"),
+               ("Export gallery", panel.gallery_run.button, store.path / "fields"),
+               ("Export shares", panel.plate.shares.export_button, store.path / "shares.csv"),
+               ("Export objects onto the plate", panel.plate.export.table.button, plate / "A01_s0.tif")]
     for name, button, target in actions:
         assert button.enabled, name
         before = len(notes)
@@ -87,19 +87,19 @@ def test_the_plate_docks_file_actions_refuse_the_store_in_a_notification(predict
         assert snapshot(store.path) == kept and snapshot(plate) == plate_kept, name
 
 
-def test_the_widgets_save_refuses_a_file_of_a_store_in_a_notification(predicted, make_napari_viewer, qtbot, notes,
-                                                                      dialogs):
+def test_save_on_a_stacks_result_refuses_a_file_of_a_store_in_a_notification(predicted, dock, make_napari_viewer,
+                                                                             qtbot, notes, dialogs):
     _, store, _ = predicted
     kept = snapshot(store.path)
     viewer = make_napari_viewer()
     viewer.add_image(np.asarray(store.crops[:]), name="crops")
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-    widget.k.value = 2
+    widget = dock(viewer)
+    widget.form.k.value = 2
     assert widget.start() is not None
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=60_000)
+    qtbot.waitUntil(lambda: not widget.busy, timeout=60_000)
     assert widget.result is not None
     dialogs.path = store.path / "mine.npz"
-    widget._ask_save()
+    press(qtbot, widget, widget.save_button)
     assert len(notes) == 1 and "lies inside the object store" in notes[0], notes
     assert snapshot(store.path) == kept
 
@@ -139,18 +139,17 @@ def test_a_result_of_other_channels_is_one_notification_and_a_store_takes_its_ow
     # a store of one named channel takes the result fitted on it (it refused it: "… with 1 channels")
     grey = ticlust.extract(one, tmp_path / "one.zarr", crop_size=32, progress=False)
     before = len(notes)
-    panel.open_store(grey.path)
+    panel.plate.open_store(grey.path)
     qtbot.waitUntil(lambda: not panel.busy, timeout=120_000)
-    fit = panel.fit
-    fit.form.method.value = "kmeans"
-    fit.form.k.value, fit.sample.value, fit.device.value = 2, 0, "cpu"
-    press(qtbot, panel, fit.fit_button)
-    press(qtbot, panel, panel.predict.predict_button)
+    panel.form.method.value = "kmeans"
+    panel.form.k.value, panel.plate.sample.value, panel.device.value = 2, 0, "cpu"
+    press(qtbot, panel, panel.run_button)
+    press(qtbot, panel, panel.plate.predict_run.button)
     assert f"Assigned {len(grey)} objects" in panel.status.value, panel.status.value
     assert notes[before:] == []
 
 
-def test_a_stack_scaled_by_1e30_gives_a_result_in_the_widget(make_napari_viewer, qtbot, notes):
+def test_a_stack_scaled_by_1e30_gives_a_result_in_the_dock(dock, make_napari_viewer, qtbot, notes):
     """Values of 1e30 in an image layer: a fit and its object map, no error. (Shapes at 1e20, where shape-kmeans
     raised LinAlgError, cannot be met from napari: a Points layer beyond about 2e9 overflows napari's own dims
     slider, "argument 1 overflowed"; tests/api/test_numeric_extremes.py holds them.)"""
@@ -159,10 +158,10 @@ def test_a_stack_scaled_by_1e30_gives_a_result_in_the_widget(make_napari_viewer,
     x, _ = glyphs_sample(n_per_class=6, size=16, seed=1)
     viewer = make_napari_viewer()
     viewer.add_image((x * 1e30).astype(np.float32), name="far")
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-    widget.input.value = "far"
-    widget.k.value = 3
+    widget = dock(viewer)
+    widget.stack.pick("far")
+    widget.form.k.value = 3
     assert widget.start() is not None
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=60_000)
+    qtbot.waitUntil(lambda: not widget.busy, timeout=60_000)
     assert widget.result is not None and widget.result.k == 3, (widget.status.value, notes)
     assert np.isfinite(widget.result.scores).all() and np.isfinite(widget.result.map).all() and notes == []

@@ -17,7 +17,7 @@ napari = pytest.importorskip("napari")
 import ticlust  # noqa: E402
 from ticlust.plate import view as plate_view  # noqa: E402
 from ticlust._napari import layers as L  # noqa: E402
-from ticlust._napari import reader, store_panel  # noqa: E402
+from ticlust._napari import plate as plate_source, plate_field, plate_parts, reader  # noqa: E402
 from ticlust.events import Progress, drain  # noqa: E402
 from ticlust.plate.run import fit_store, predict_store  # noqa: E402
 
@@ -40,17 +40,17 @@ def panel(plate, plate_dock):
     _, store, _, _ = plate
     assert reader.get_store_reader(str(store.path)) is reader.read_store
     viewer, docked = plate_dock(file=store.path)
-    assert docked.store is not None
+    assert docked.plate.store is not None
     return viewer, docked
 
 
 def settle(qtbot, panel) -> None:
     """Wait until the panel's workers (open, field, load, apply) are done and their results drawn."""
-    qtbot.waitUntil(lambda: not panel.busy, timeout=30_000)
+    qtbot.waitUntil(lambda: not panel.busy, timeout=120_000)
 
 
 def pick(qtbot, panel, field_index: int) -> None:
-    panel.pick(field_index)
+    panel.plate.pick(field_index)
     settle(qtbot, panel)
 
 
@@ -161,12 +161,12 @@ def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, 
     manifest, store, _, predictions = plate
     viewer, panel = panel
     assert {"s field", "s objects", "s gallery", "s gallery labels"} <= {layer.name for layer in viewer.layers}
-    assert panel.well.choices == ("A01", "A02") and panel.well.value == "A01"
-    assert [value for value in panel.field.choices] == [0, 1]
+    assert panel.plate.well.choices == ("A01", "A02") and panel.plate.well.value == "A01"
+    assert [value for value in panel.plate.field.choices] == [0, 1]
     assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 0))
-    assert f"{len(store)} objects, 4 fields in 2 wells; predicted" in panel.summary.value
-    assert panel.group_by.value == "well" and panel.shares is not None
-    assert panel.shares.equals(plate_view.cluster_shares(predictions, "well"))
+    assert f"{len(store)} objects, 4 fields in 2 wells; predicted" in panel.plate.summary.value
+    assert panel.plate.shares.group_by.value == "well" and panel.plate.shares.table is not None
+    assert panel.plate.shares.table.equals(plate_view.cluster_shares(predictions, "well"))
     # the gallery: each cluster's row holds crops of that cluster, read from the store
     gallery = viewer.layers["s gallery"]
     picked, columns = gallery.metadata["ticlust_gallery"], gallery.metadata["columns"]
@@ -180,14 +180,14 @@ def test_opening_a_store_shows_its_first_field_gallery_and_shares(plate, panel, 
             assert np.allclose(gallery.data[y:y + store.size, x:x + store.size], store.crops[int(obj)])
     assert gallery.translate[0] > viewer.layers["s field"].extent.world[1][0]      # under the field
     # the shares per another column, drawn in the clusters' colours, and their export
-    panel.group_by.value = "site"
+    panel.plate.shares.group_by.value = "site"
     settle(qtbot, panel)                                     # counted in a worker
-    assert panel.shares["site"].tolist() == [0, 1]
-    assert np.allclose(panel.shares.filter(like="cluster_").sum(axis=1), 1.0)
-    out = panel.export_shares(tmp_path / "per_site.csv")
+    assert panel.plate.shares.table["site"].tolist() == [0, 1]
+    assert np.allclose(panel.plate.shares.table.filter(like="cluster_").sum(axis=1), 1.0)
+    out = panel.plate.shares.export(tmp_path / "per_site.csv")
     assert pd.read_csv(out).equals(plate_view.cluster_shares(predictions, "site"))
     assert "per_site.csv" in panel.status.value
-    shot = panel.plot.grab().toImage()
+    shot = panel.plate.shares.plot.grab().toImage()
     colours = {shot.pixelColor(x, y).name() for x in range(0, shot.width(), 2) for y in range(0, shot.height(), 2)}
     from qtpy.QtGui import QColor
 
@@ -199,7 +199,7 @@ def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, pan
     manifest, store, km, predictions = plate
     viewer, panel = panel
     pick(qtbot, panel, 3)
-    assert panel.well.value == "A02" and panel.field.value == 3
+    assert panel.plate.well.value == "A02" and panel.plate.field.value == 3
     assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 3))
     objects = viewer.layers["s objects"]
     rows = plate_view.field_rows(store, 3)
@@ -215,14 +215,14 @@ def test_a_picked_field_is_painted_by_cluster_and_apply_result_agrees(plate, pan
     pick(qtbot, panel, 1)
     panel.load_result(km)
     settle(qtbot, panel)
-    assert panel.result is not None and panel.apply_button.enabled and "Loaded km.npz" in panel.status.value
-    worker = panel.apply_result()
-    assert worker is not None and panel.apply_button.text == "Cancel"
+    assert panel.result is not None and panel.plate.apply_run.button.enabled and "Loaded km.npz" in panel.status.value
+    worker = panel.plate.apply()
+    assert worker is not None and panel.plate.apply_run.button.text == "Cancel"
     settle(qtbot, panel)
     rows = plate_view.field_rows(store, 1)
-    assert panel.applied[0] == 1
-    assert panel.applied[1]["cluster"].tolist() == predictions["cluster"].to_numpy()[rows].tolist()
-    assert viewer.layers["s objects"].features["cluster"].tolist() == panel.applied[1]["cluster"].tolist()
+    assert panel.plate.applied[0] == 1
+    assert panel.plate.applied[1]["cluster"].tolist() == predictions["cluster"].to_numpy()[rows].tolist()
+    assert viewer.layers["s objects"].features["cluster"].tolist() == panel.plate.applied[1]["cluster"].tolist()
     assert "km.npz applied" in panel.status.value and panel.progress.value == panel.progress.max
     pick(qtbot, panel, 0)        # another field shows the store's predictions; back on field 1, the applied ones
     assert "the store's predictions" in panel.status.value
@@ -245,33 +245,33 @@ def test_cancelled_apply_changes_nothing(plate, panel, qtbot, monkeypatch):
     _, _, km, _ = plate
     viewer, panel = panel
     go_on = threading.Event()
-    monkeypatch.setattr(store_panel, "assign_field", held_after_first_step(plate_view.assign_field, go_on))
+    monkeypatch.setattr(plate_source, "assign_field", held_after_first_step(plate_view.assign_field, go_on))
     pick(qtbot, panel, 2)
     panel.load_result(km)
     settle(qtbot, panel)
     before = viewer.layers["s objects"].colormap
-    panel.apply_result()
+    panel.plate.apply()
     qtbot.waitUntil(lambda: panel.progress.value > 0, timeout=30_000)
-    panel.cancel()
+    panel.plate.apply_run.cancel()
     go_on.set()
     settle(qtbot, panel)
-    assert panel.applied is None and viewer.layers["s objects"].colormap is before
-    assert panel.status.value == "Cancelled: nothing was changed." and panel.apply_button.text == "Apply result"
+    assert panel.plate.applied is None and viewer.layers["s objects"].colormap is before
+    assert panel.status.value == "Cancelled: nothing was changed." and panel.plate.apply_run.button.text == "Apply result"
 
 
 def test_bad_input_is_one_sentence_in_the_panel(plate, panel, tmp_path, qtbot):
     manifest, store, _, _ = plate
     viewer, panel = panel
     assert reader.get_store_reader(str(tmp_path)) is None and reader.get_store_reader([str(store.path)]) is None
-    panel.open_store(tmp_path)
+    panel.plate.open_store(tmp_path)
     settle(qtbot, panel)
     assert "is not an object store" in panel.status.value
-    assert panel.store is store or panel.store.path == store.path            # the open store stays
+    assert panel.plate.store is store or panel.plate.store.path == store.path            # the open store stays
     other = tmp_path / "other.npz"
     ticlust.fit(np.random.default_rng(0).random((12, 20, 20)), "kmeans", k=2, device="cpu").save(other)
     panel.load_result(other)
     settle(qtbot, panel)
-    assert panel.result is None and not panel.apply_button.enabled and "fitted on 20×20 crops" in panel.status.value
+    assert panel.result is None and not panel.plate.apply_run.button.enabled and "fitted on 20×20 crops" in panel.status.value
     image = manifest.parent / store.fields["image"][1]
     moved = image.with_name("moved.tif")
     image.rename(moved)
@@ -288,13 +288,13 @@ def test_a_plate_without_wells_or_predictions_is_pickable_and_painted_by_object(
     manifest, _, _, _ = plate
     fresh = ticlust.extract(manifest.parent, tmp_path / "fresh.zarr")       # the folder: no manifest columns
     viewer, panel = plate_dock(fresh.path)
-    assert panel.store is not None and panel.store.path == fresh.path
-    assert not panel.has_wells and panel.well.choices == () and list(panel.field.choices) == [0, 1, 2, 3]
-    assert panel.group_by.choices == ("image",)
+    assert panel.plate.store is not None and panel.plate.store.path == fresh.path
+    assert not panel.plate.has_wells and panel.plate.well.choices == () and list(panel.plate.field.choices) == [0, 1, 2, 3]
+    assert panel.plate.shares.group_by.choices == ("image",)
     pick(qtbot, panel, 2)
     assert np.array_equal(viewer.layers["fresh field"].data, field_file(manifest, fresh, 2))
-    assert "no predictions yet" in panel.summary.value and "painted by object" in panel.status.value
-    assert not L.drawn(viewer, "fresh gallery") and panel.shares is None and not panel.export_button.enabled
+    assert "no predictions yet" in panel.plate.summary.value and "painted by object" in panel.status.value
+    assert not L.drawn(viewer, "fresh gallery") and panel.plate.shares.table is None and not panel.plate.shares.export_button.enabled
     assert not viewer.layers["fresh gallery"].visible         # made when the store opened, hidden until predicted
     objects = viewer.layers["fresh objects"]
     assert objects.data.max() == len(plate_view.field_rows(fresh, 2)) and "cluster" not in objects.features
@@ -379,24 +379,25 @@ def test_assign_objects_refuses_what_does_not_fit_in_one_sentence(plate):
         drain_value(plate_view.assign_objects(small, image, labels))
 
 
-def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate, make_napari_viewer, plate_dock,
-                                                                          qtbot):
+def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate, make_napari_viewer, dock, qtbot):
+    """A field and its labels layer (no store): Predict's Apply result cuts its objects as the result's were cut and
+    paints them by cluster, the store's clusters."""
     manifest, store, km, predictions = plate
     image, labels = field_layers(manifest, store, 1)
     viewer = make_napari_viewer()
     viewer.add_image(image, name="cells")
     viewer.add_labels(labels, name="cells_cp_masks", scale=(1, 1))
     viewer.add_labels(labels[:100, :100], name="other masks")
-    _, panel = plate_dock(viewer=viewer)
-    assert panel.store is None and "Apply result also assign" in panel.summary.value
-    assert list(panel.target.choices) == [("cells", "cells_cp_masks"), (None, "other masks")]
-    assert panel.target.value == ("cells", "cells_cp_masks")
+    panel = dock(viewer)
+    assert panel.source is panel.field                      # a field and its labels: the field's source
+    assert panel.field.labels.choices == ("none", "cells_cp_masks")      # only the labels that segment the field
+    panel.field.pick("cells", labels="cells_cp_masks")
     panel.load_result(km)
     settle(qtbot, panel)
-    assert panel.apply_button.enabled
+    assert panel.field.apply_run.button.enabled
     before = {layer.name for layer in viewer.layers}
-    worker = panel.apply_result()
-    assert worker is not None and panel.apply_button.text == "Cancel" and not panel.target.enabled
+    worker = panel.field.apply()
+    assert worker is not None and panel.field.apply_run.button.text == "Cancel" and not panel.input.enabled
     settle(qtbot, panel)
     assert {layer.name for layer in viewer.layers} == before | {"cells objects by cluster"}
     painted = viewer.layers["cells objects by cluster"]
@@ -411,34 +412,31 @@ def test_apply_result_paints_an_image_and_its_labels_layer_without_a_store(plate
         assert np.allclose(painted.colormap.map(np.array([row["index"]]))[0], L.cluster_color(int(row["cluster"])))
     assert np.array_equal(viewer.layers["cells_cp_masks"].data, labels)            # the user's layers unchanged
     assert "objects of cells_cp_masks painted by cluster" in panel.status.value
-    assert "km.npz applied" in panel.status.value
-    panel.target.value = (None, "other masks")
-    assert panel.apply_result() is None and "No image layer has the shape of the labels layer 'other masks'" in \
-        panel.status.value
     viewer.add_image(image[:100, :100], name="crop")          # layers added later are offered
-    assert ("crop", "other masks") in list(panel.target.choices)
+    panel.field.pick("crop")
+    assert "other masks" in panel.field.labels.choices
 
 
-def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari_viewer, plate_dock, qtbot,
-                                                            monkeypatch):
+def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari_viewer, dock, qtbot, monkeypatch):
     manifest, store, km, _ = plate
     image, labels = field_layers(manifest, store, 3)
     viewer = make_napari_viewer()
-    viewer.add_image(np.repeat(image[..., None], 3, axis=-1), name="rgb")       # crops of 3 channels: refused
+    viewer.add_image(np.repeat(image[..., None], 3, axis=-1), name="rgb", rgb=True)    # crops of 3 channels: refused
     viewer.add_image(image, name="cells")
     viewer.add_labels(labels, name="masks")
-    _, panel = plate_dock(result=km, viewer=viewer)
+    panel = dock(viewer)
+    panel.load_result(km)
     names = {layer.name for layer in viewer.layers}
-    panel.target.value = ("rgb", "masks")
-    panel.apply_result()
+    panel.field.pick("rgb", labels="masks")
+    panel.field.apply()
     settle(qtbot, panel)
     assert "crops with 3 channels" in panel.status.value and {layer.name for layer in viewer.layers} == names
     go_on = threading.Event()
-    monkeypatch.setattr(store_panel, "assign_objects", held_after_first_step(plate_view.assign_objects, go_on))
-    panel.target.value = ("cells", "masks")
-    panel.apply_result()
-    qtbot.waitUntil(lambda: "Assigning" in panel.status.value, timeout=30_000)
-    panel.cancel()
+    monkeypatch.setattr(plate_view, "assign_objects", held_after_first_step(plate_view.assign_objects, go_on))
+    panel.field.pick("cells", labels="masks")
+    panel.field.apply()
+    qtbot.waitUntil(lambda: "cutting objects" in panel.status.value, timeout=30_000)
+    panel.field.apply_run.cancel()
     go_on.set()
     settle(qtbot, panel)
     assert {layer.name for layer in viewer.layers} == names and panel.status.value == "Cancelled: nothing was changed."
@@ -448,26 +446,26 @@ def test_cancelled_or_failed_apply_on_layers_leaves_no_layers(plate, make_napari
 def test_open_and_field_reads_run_in_workers_with_the_dock_disabled(plate, plate_dock, qtbot, monkeypatch):
     manifest, store, _, _ = plate
     threads = []
-    for name in ("opened_store", "field_picture"):
-        real = getattr(store_panel, name)
+    for module, name in ((plate_source, "opened_store"), (plate_field, "field_picture")):
+        real = getattr(module, name)
 
         def recorded(*args, _real=real, _name=name):
             threads.append((_name, threading.current_thread()))
             return _real(*args)
 
-        monkeypatch.setattr(store_panel, name, recorded)
+        monkeypatch.setattr(module, name, recorded)
     viewer, panel = plate_dock()
-    worker = panel.open_store(store.path)
-    assert worker is not None and panel.store is None and "Opening s.zarr" in panel.status.value
-    assert not panel.open_button.enabled and not panel.field.enabled and panel.progress.max == 0     # busy
+    worker = panel.plate.open_store(store.path)
+    assert worker is not None and panel.plate.store is None and "Opening s.zarr" in panel.status.value
+    assert not panel.plate.open_button.enabled and not panel.plate.field.enabled and panel.progress.max == 0     # busy
     assert "s field" not in viewer.layers
     settle(qtbot, panel)
-    assert panel.store.path == store.path and panel.open_button.enabled and panel.progress.max == 1
+    assert panel.plate.store.path == store.path and panel.plate.open_button.enabled and panel.progress.max == 1
     assert "s field" in viewer.layers and "s gallery" in viewer.layers
     for field_index in (1, 2, 3):      # asked for in a row: the last one wins, a field in between may be skipped
-        panel.pick(field_index)
+        panel.plate.pick(field_index)
     settle(qtbot, panel)
-    assert viewer.layers["s field"].metadata["field_index"] == 3 and panel.field.value == 3
+    assert viewer.layers["s field"].metadata["field_index"] == 3 and panel.plate.field.value == 3
     assert np.array_equal(viewer.layers["s field"].data, field_file(manifest, store, 3))
     assert threads[0][0] == "opened_store" and any(n == "field_picture" for n, _ in threads[1:])
     assert all(thread is not threading.main_thread() for _, thread in threads)
@@ -484,7 +482,7 @@ def held_shares(monkeypatch):
             go_on.wait(10)
         return plate_view.cluster_shares(predictions, by)
 
-    monkeypatch.setattr(store_panel, "cluster_shares", held)
+    monkeypatch.setattr(plate_parts, "cluster_shares", held)
     return go_on, counted
 
 
@@ -493,20 +491,20 @@ def test_share_per_is_counted_in_a_worker_and_the_last_column_asked_wins(plate, 
     viewer, panel = panel
     go_on, counted = held_shares(monkeypatch)
     drawn = []
-    monkeypatch.setattr(panel.plot, "set_shares", lambda shares, by: drawn.append(by))
-    panel.group_by.value = "site"
+    monkeypatch.setattr(panel.plate.shares.plot, "set_shares", lambda shares, by: drawn.append(by))
+    panel.plate.shares.group_by.value = "site"
     qtbot.waitUntil(lambda: len(counted) == 1, timeout=10_000)
     assert panel.busy and panel.progress.max == 0 and "share per site" in panel.status.value       # busy bar
-    assert not panel.export_button.enabled and panel.shares_by == "well"     # the shares shown are still the wells'
-    assert panel.group_by.enabled and panel.field.enabled                    # the dock stays usable
-    panel.group_by.value = "image"                                           # asked while site is being counted
+    assert not panel.plate.shares.export_button.enabled and panel.plate.shares.by == "well"     # the shares shown are still the wells'
+    assert panel.plate.shares.group_by.enabled and panel.plate.field.enabled                    # the dock stays usable
+    panel.plate.shares.group_by.value = "image"                                           # asked while site is being counted
     go_on.set()
     settle(qtbot, panel)
     assert [by for by, _ in counted] == ["site", "image"] and drawn == ["image"]      # site's count was dropped
     assert all(thread is not threading.main_thread() for _, thread in counted)
-    assert panel.shares_by == "image" and panel.shares.equals(plate_view.cluster_shares(predictions, "image"))
-    assert panel.export_button.enabled and panel.progress.max == 1
-    out = panel.export_shares(tmp_path / "per_image.csv")
+    assert panel.plate.shares.by == "image" and panel.plate.shares.table.equals(plate_view.cluster_shares(predictions, "image"))
+    assert panel.plate.shares.export_button.enabled and panel.progress.max == 1
+    out = panel.plate.shares.export(tmp_path / "per_image.csv")
     assert pd.read_csv(out).equals(plate_view.cluster_shares(predictions, "image"))
     assert "per image to per_image.csv" in panel.status.value
 
@@ -518,8 +516,8 @@ def test_closing_the_dock_while_shares_are_counted_leaves_no_error(plate, panel,
     viewer, panel = panel
     go_on, counted = held_shares(monkeypatch)
     names = [layer.name for layer in viewer.layers]
-    panel.group_by.value = "site"
-    worker = panel.counting
+    panel.plate.shares.group_by.value = "site"
+    worker = panel.plate.shares.counting.worker
     qtbot.waitUntil(lambda: len(counted) == 1, timeout=10_000)
     if closed == "dock":
         from qtpy.QtWidgets import QDockWidget
@@ -535,7 +533,7 @@ def test_closing_the_dock_while_shares_are_counted_leaves_no_error(plate, panel,
     with qtbot.waitSignal(worker.finished, timeout=10_000):
         go_on.set()
     qtbot.wait(50)                                                # the late signals, delivered
-    assert panel.shares_by == "well" and panel.counting is None
+    assert panel.plate.shares.by == "well" and not panel.plate.shares.counting.busy
     if closed == "dock":
         assert [layer.name for layer in viewer.layers] == names
 
@@ -549,34 +547,29 @@ def test_a_failing_open_is_one_sentence_and_makes_no_layers(plate, plate_dock, t
     table = pd.read_parquet(broken / "predictions.parquet")
     table.head(2).to_parquet(broken / "predictions.parquet")            # 2 rows, not one per object
     viewer, panel = plate_dock(broken)
-    assert "holds 2 rows but the store" in panel.status.value and panel.store is None
-    assert len(viewer.layers) == 0 and panel.open_button.enabled and panel.summary.value.startswith("No store open")
+    assert "holds 2 rows but the store" in panel.status.value and panel.plate.store is None
+    assert len(viewer.layers) == 0 and panel.plate.open_button.enabled and panel.plate.summary.value.startswith("No store open")
 
 
-def test_a_result_fitted_on_a_labels_layer_in_napari_is_applied_with_its_own_crop_options(make_napari_viewer,
-                                                                                          plate_dock, qtbot, tmp_path):
-    """The ticlust widget's run on a labels layer records how it cut the objects (here rescaled, not turned); the
-    plate panel's Apply result cuts the same layers that way and gives back the run's clusters."""
-    from ticlust._napari.widget import TiclustWidget
-
+def test_a_result_fitted_on_a_labels_layer_in_napari_is_applied_with_its_own_crop_options(make_napari_viewer, dock,
+                                                                                          qtbot, tmp_path):
+    """A run on a labels layer records how it cut the objects (here rescaled, not turned); Apply result cuts the same
+    layers that way and gives back the run's clusters."""
     viewer = make_napari_viewer()
     viewer.open_sample("napari-ticlust", "nuclei")
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust", "ticlust")
-    assert isinstance(widget, TiclustWidget)
-    widget.method.value, widget.input.value, widget.labels.value = "kmeans", "nuclei", "nuclei labels"
-    widget.k.value = 3
-    widget.extraction["rescale"].value, widget.extraction["orient"].value = True, False
-    widget.extraction["size"].value = 24
+    widget = dock(viewer)
+    widget.field.pick("nuclei", labels="nuclei labels")
+    widget.form.method.value, widget.form.k.value = "kmeans", 3
+    widget.field.crop["rescale"].value, widget.field.crop["orient"].value = True, False
+    widget.field.crop["size"].value = 24
     assert widget.start() is not None
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None, timeout=60_000)
+    settle(qtbot, widget)
     fitted = widget.result
     assert fitted.config["objects"] == {"size": 24, "keep_border": False, "channel": None, "orient": False,
                                         "normalize": True, "rescale": True}
-    widget.save_result(tmp_path / "fitted.npz")
     viewer.layers.remove("nuclei objects by cluster")
-    _, panel = plate_dock(result=tmp_path / "fitted.npz", viewer=viewer)
-    assert panel.target.value == ("nuclei", "nuclei labels")
-    panel.apply_result()
-    settle(qtbot, panel)
+    widget.load_result(widget.save_result(tmp_path / "fitted.npz"))
+    widget.field.apply()
+    settle(qtbot, widget)
     features = viewer.layers["nuclei objects by cluster"].features
     assert features["cluster"].tolist() == fitted.labels.tolist()

@@ -1,4 +1,4 @@
-"""The object map docked with the plate panel and with the ticlust widget, in a real napari viewer: drawn from a
+"""The object map docked with the ticlust dock, in a real napari viewer: drawn from a
 store's predictions and from a single-field result; a lasso gives the selection's gallery, rings its objects on the
 field and counts them; a move from the map recolours it and, re-predicted, changes the CSV's cluster, and Undo
 restores both; a click on a point opens its field and inspector, a click on the field rings the object on the map;
@@ -16,7 +16,6 @@ from qtpy.QtWidgets import QWidget  # noqa: E402
 
 import ticlust  # noqa: E402
 from ticlust._napari.map_panel import NOTHING_SELECTED  # noqa: E402
-from ticlust._napari.widget import TiclustWidget  # noqa: E402
 from ticlust.plate import curate  # noqa: E402
 from ticlust.plate.run import predict_store  # noqa: E402
 
@@ -57,14 +56,14 @@ def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, plate_dock, qtbot
     np.testing.assert_array_equal(mp.map.xy[:, 0], table["map_x"].to_numpy(np.float32))
     assert {"cluster", "well", "score", "margin"} <= set(mp.map.columns.columns)
     # a lasso around the first field's objects: a gallery left of the field, rings on it, counts per cluster and well
-    first = np.flatnonzero(table["field_index"].to_numpy() == panel.picture.field_index)
+    first = np.flatnonzero(table["field_index"].to_numpy() == panel.plate.picture.field_index)
     x0, y0, x1, y1 = box_around(mp.map.xy, first[:5])
     rows = mp.map.select_polygon([(x0, y0), (x1, y0), (x1, y1), (x0, y1)])
     settle(qtbot, panel)
     assert set(first[:5]) <= set(rows.tolist())
-    names = panel.object_map.names()
+    names = panel.plate.map.names()
     gallery = viewer.layers[names["gallery"]]
-    field = viewer.layers[panel.names()["field"]]
+    field = viewer.layers[panel.plate.names()["field"]]
     assert gallery.extent.world[1][-1] < field.extent.world[0][-1]          # left of the field
     ring = viewer.layers[names["ring"]]
     on_field = rows[(rows >= first[0]) & (rows <= first[-1])] - first[0] + 1
@@ -85,9 +84,9 @@ def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, plate_dock, qtbot
     # moved again and re-predicted: the CSV has it and the map (read again) too; Undo says the map is out of date
     # until Refresh re-predicts: the CSV and the map as they were
     mp.act("move")
-    panel.curate.start_repredict()
+    panel.plate.repredict()
     settle(qtbot, panel)
-    panel.export.export_objects(tmp_path / "moved.csv")
+    panel.plate.export.export_objects(tmp_path / "moved.csv")
     settle(qtbot, panel)
     assert (pd.read_csv(tmp_path / "moved.csv")["cluster"].to_numpy()[rows] == target).all()
     assert (mp.map.columns["cluster"].to_numpy()[rows] == target).all() and mp.map.selection.size == 0
@@ -98,7 +97,7 @@ def test_plate_map_lasso_gallery_ring_move_and_undo(predicted, plate_dock, qtbot
     settle(qtbot, panel)
     assert not mp.map.is_stale
     np.testing.assert_array_equal(mp.map.columns["cluster"].to_numpy(), before)
-    panel.export.export_objects(tmp_path / "undone.csv")
+    panel.plate.export.export_objects(tmp_path / "undone.csv")
     settle(qtbot, panel)
     np.testing.assert_array_equal(pd.read_csv(tmp_path / "undone.csv")["cluster"], table["cluster"])
 
@@ -112,22 +111,22 @@ def test_click_a_point_opens_its_field_and_inspector_a_field_click_rings_it(pred
     mp.map.view.setRange(xRange=(x - 0.5, x + 0.5), yRange=(y - 0.5, y + 0.5), padding=0)
     assert mp.map.click_at(x, y) == last
     settle(qtbot, panel)
-    field = int(np.searchsorted(panel.starts, last, side="right") - 1)
-    assert panel.picture.field_index == field and panel.picked == [last]
+    field = int(np.searchsorted(panel.plate.starts, last, side="right") - 1)
+    assert panel.plate.picture.field_index == field and panel.plate.picked_objects == [last]
     assert panel.inspector.shown == last and panel.status.value.startswith(f"object {last} (")
     assert mp.map.highlighted.tolist() == [last]
     # the field read (again) after the object was inspected leaves the object's line said (a map click on a plate
     # reads the well's first field, then this one: the second read could come after the inspector's line)
     said = panel.status.value
-    panel.show_field(field)
+    panel.plate.show_field(field)
     settle(qtbot, panel)
     assert panel.status.value == said
     # a click on an object of the field rings it on the map
-    objects = viewer.layers[panel.names()["objects"]]
+    objects = viewer.layers[panel.plate.names()["objects"]]
     ys, xs = np.nonzero(objects.data == 2)                 # the field's second object
-    panel.inspector.click_at((float(ys[len(ys) // 2]), float(xs[len(xs) // 2])))
+    panel.plate.click_at((float(ys[len(ys) // 2]), float(xs[len(xs) // 2])))
     settle(qtbot, panel)
-    assert mp.map.highlighted.tolist() == [int(panel.starts[field]) + 1]
+    assert mp.map.highlighted.tolist() == [int(panel.plate.starts[field]) + 1]
 
 
 def test_refine_makes_the_map_say_it_is_out_of_date_refresh_repredicts(predicted, plate_dock, qtbot):
@@ -141,13 +140,13 @@ def test_refine_makes_the_map_say_it_is_out_of_date_refresh_repredicts(predicted
     settle(qtbot, panel)
     assert panel.result.k == 4 and not mp.map.is_stale and mp.to.maximum() == 3
     assert (mp.map.columns["cluster"].to_numpy()[mp.map.selection] == 3).all()
-    panel.curate.start_refine()
+    panel.curate.refine()
     settle(qtbot, panel)
     assert panel.result.state is not None and mp.map.is_stale
     assert "Re-predict" in mp.map.banner_label.text() and not mp.map.refresh_button.isHidden()
     mp.map.refresh_button.click()
     settle(qtbot, panel)
-    assert not mp.map.is_stale and panel.predicted is panel.result
+    assert not mp.map.is_stale and panel.plate.predicted is panel.result
     table = pd.read_parquet(store.path / "predictions.parquet")     # the map was read again from the new predictions
     np.testing.assert_array_equal(mp.map.columns["cluster"], table["cluster"])
     np.testing.assert_array_equal(mp.map.xy, table[["map_x", "map_y"]].to_numpy(np.float32))
@@ -164,13 +163,13 @@ def test_a_store_predicted_shows_its_map_without_resizing_naparis_canvas(made, p
     viewer = make_napari_viewer(show=True)                     # laid out on the screen, as a user sees it
     viewer.window.resize(1600, 1000)
     viewer, panel = plate_dock(viewer=viewer)
-    panel.open_store(store.path)
+    panel.plate.open_store(store.path)
     settle(qtbot, panel)
     mp = panel.object_map.panel
     assert mp.map.isHidden()
     canvas = next(w for w in panel.native.window().findChildren(QWidget) if type(w).__name__ == "CanvasBackendDesktop")
     size = (canvas.width(), canvas.height())
-    panel.open_store(copy.path)
+    panel.plate.open_store(copy.path)
     settle(qtbot, panel)
     qtbot.wait(100)
     assert not mp.map.isHidden() and len(mp.map.xy) == len(copy)
@@ -186,7 +185,7 @@ def test_bad_input_is_one_sentence_each(made, predicted, plate_dock, qtbot, tmp_
     assert len(mp.map.xy) == 0 and mp.compute_button.isHidden() and mp.map.isHidden()
     # an empty selection: nothing to move
     copy, km = predicted
-    panel.open_store(copy.path)
+    panel.plate.open_store(copy.path)
     settle(qtbot, panel)
     panel.load_result(km)
     settle(qtbot, panel)
@@ -204,7 +203,7 @@ def test_bad_input_is_one_sentence_each(made, predicted, plate_dock, qtbot, tmp_
     plain = dataclasses.replace(result, extras={k: v for k, v in result.extras.items() if k not in EXTRAS},
                                 embedding=None, map=None)
     predict_store(plain, old, device="cpu")
-    panel.open_store(old.path)
+    panel.plate.open_store(old.path)
     settle(qtbot, panel)
     assert mp.message.text().startswith("The store's predictions have no map places")
     assert not mp.compute_button.isHidden() and mp.map.isHidden()        # no points of the store before
@@ -219,26 +218,14 @@ def test_bad_input_is_one_sentence_each(made, predicted, plate_dock, qtbot, tmp_
     assert np.isfinite(pd.read_parquet(old.path / "predictions.parquet")["map_x"]).all()
 
 
-# ---- the ticlust widget: a single-field or single-stack result -------------------------------------------------
-def widget_dock(viewer) -> TiclustWidget:
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-    assert isinstance(widget, TiclustWidget)
-    return widget
-
-
-def run(qtbot, widget) -> None:
-    assert widget.start() is not None
-    qtbot.waitUntil(lambda: widget.worker is None and widget._inspecting is None and not widget.object_map.busy,
-                    timeout=120_000)
-
-
-def test_single_field_result_map_lasso_ring_move_undo_and_clicks(make_napari_viewer, qtbot, tmp_path):
+# ---- a single-field or single-stack result -------------------------------------------------------------------
+def test_single_field_result_map_lasso_ring_move_undo_and_clicks(dock, run_to_end, make_napari_viewer, qtbot, tmp_path):
     viewer = make_napari_viewer()
     viewer.open_sample("napari-ticlust", "nuclei")
-    widget = widget_dock(viewer)
-    widget.method.value, widget.input.value, widget.labels.value, widget.k.value = "kmeans", "nuclei", \
-        "nuclei labels", 3
-    run(qtbot, widget)
+    widget = dock(viewer)
+    widget.field.pick("nuclei", labels="nuclei labels")
+    widget.form.method.value, widget.form.k.value = "kmeans", 3
+    run_to_end(qtbot, widget, 120_000)
     result, mp = widget.result, widget.object_map.panel
     np.testing.assert_array_equal(mp.map.xy, result.map.astype(np.float32))
     assert {"cluster", "score", "margin", "label"} <= set(mp.map.columns.columns)
@@ -260,7 +247,7 @@ def test_single_field_result_map_lasso_ring_move_undo_and_clicks(make_napari_vie
     assert (mp.map.columns["cluster"].to_numpy()[rows] == target).all()
     widget.save_result(tmp_path / "moved.npz")
     assert (pd.read_csv(tmp_path / "moved.csv")["cluster"].to_numpy()[rows] == target).all()
-    widget.curation.undo()
+    widget.undo()
     qtbot.waitUntil(lambda: not widget.object_map.busy)
     np.testing.assert_array_equal(mp.map.columns["cluster"], result.labels)
     widget.save_result(tmp_path / "undone.npz")
@@ -271,12 +258,13 @@ def test_single_field_result_map_lasso_ring_move_undo_and_clicks(make_napari_vie
     mp.map.view.setRange(xRange=(x - 0.5, x + 0.5), yRange=(y - 0.5, y + 0.5), padding=0)
     assert mp.map.click_at(x, y) == item and viewer.dims.current_step[0] == item
     labels = viewer.layers["nuclei labels"]
-    ys, xs = np.nonzero(labels.data == widget.objects[2]["label"][3])
-    assert widget.select_at((0, float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))) == 3
+    ys, xs = np.nonzero(labels.data == widget.field.table["label"][3])
+    assert widget.field.click_at((0, float(ys[len(ys) // 2]), float(xs[len(xs) // 2]))) == 3
     assert mp.map.highlighted.tolist() == [3]
 
 
-def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_viewer, qtbot, tmp_path):
+def test_single_stack_map_and_an_old_result_offers_to_compute_one(dock, run_to_end, make_napari_viewer, qtbot,
+                                                                  tmp_path):
     import dataclasses
 
     from ticlust._napari import samples
@@ -284,9 +272,9 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
 
     viewer = make_napari_viewer()
     viewer.add_image(samples.digits()[0][0][:120], name="digits")
-    widget = widget_dock(viewer)
-    widget.method.value, widget.k.value = "kmeans", 4
-    run(qtbot, widget)
+    widget = dock(viewer)
+    widget.form.method.value, widget.form.k.value = "kmeans", 4
+    run_to_end(qtbot, widget, 120_000)
     mp = widget.object_map.panel
     assert len(mp.map.xy) == 120
     rows = mp.map.select_box(*box_around(mp.map.xy, np.arange(3)))
@@ -297,9 +285,9 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
     mp.to.setValue(3)
     off = mp.act("split_off")
     assert off.k == 5 and mp.to.maximum() == 4 and (widget.result.labels[rows] == 4).all()
-    assert widget.curation.refine() is not None                      # while a job runs, the map edits nothing
+    assert widget.curate.refine() is not None                        # while a job runs, the map edits nothing
     assert mp.act("move") is None and mp.message.text().startswith("Not done: A job is running in the dock")
-    qtbot.waitUntil(lambda: widget.worker is None and not widget.object_map.busy, timeout=60_000)
+    qtbot.waitUntil(lambda: not widget.busy, timeout=60_000)
     assert widget.result.state is not None and widget.result.k == 5 and len(mp.map.xy) == 120
     # a result saved before maps were made loads; the map offers to compute one
     old = dataclasses.replace(widget.result, extras={k: v for k, v in widget.result.extras.items()
@@ -314,13 +302,13 @@ def test_single_stack_map_and_an_old_result_offers_to_compute_one(make_napari_vi
 
 
 @pytest.mark.parametrize("closed", ["dock", "viewer"])
-def test_the_maps_worker_pool_ends_with_the_ticlust_widget(make_napari_viewer, qtbot, closed):
-    """The ticlust widget's dock closed (its close button, or the viewer's window): its object map's dock goes and
-    the map's worker pool is shut down."""
+def test_the_maps_worker_pool_ends_with_the_ticlust_dock(dock, make_napari_viewer, qtbot, closed):
+    """The ticlust dock closed (its close button, or the viewer's window): its object map's dock goes and the map's
+    worker pool is shut down."""
     from qtpy.QtWidgets import QDockWidget
 
     viewer = make_napari_viewer()
-    widget = widget_dock(viewer)
+    widget = dock(viewer)
     pool = widget.object_map.ensure().map._pool
     assert widget.object_map.title in viewer.window._dock_widgets
     if closed == "dock":
@@ -348,4 +336,4 @@ def test_an_edit_works_out_the_renumbering_of_the_predictions_once(predicted, pl
     settle(qtbot, panel)
     assert len(calls) == 1 and panel.object_map.panel.map.banner.isHidden()
     assert panel.object_map.panel.map.columns["cluster"].max() == 1                # the map, renumbered
-    assert viewer.layers[panel.names()["objects"]].features["cluster"].max() == 1  # the field, renumbered
+    assert viewer.layers[panel.plate.names()["objects"]].features["cluster"].max() == 1  # the field, renumbered

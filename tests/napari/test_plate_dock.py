@@ -55,9 +55,9 @@ def same_store(a: Path, b: Path) -> None:
 
 def centre_of(panel, obj: int):
     """A world position inside store object ``obj`` of the field shown."""
-    table = panel.picture.table
-    place = obj - int(panel.starts[panel.picture.field_index])
-    mask = panel.picture.values == place + 1
+    table = panel.plate.picture.table
+    place = obj - int(panel.plate.starts[panel.plate.picture.field_index])
+    mask = panel.plate.picture.values == place + 1
     ys, xs = np.nonzero(mask)
     i = len(ys) // 2
     return (float(ys[i]), float(xs[i])), table.iloc[place]
@@ -65,15 +65,15 @@ def centre_of(panel, obj: int):
 
 def cancel_when(panel, section_runner, stage: str, at: int = 1):
     """Press Cancel the first time a Progress of ``stage`` reaches step ``at``."""
-    shown = panel.show_progress
+    shown = panel.on_event
 
     def watch(event):
         shown(event)
         if isinstance(event, Progress) and event.stage.startswith(stage) and event.step >= at and \
                 section_runner.worker is not None and section_runner.button.text == "Cancel":
             section_runner.button.native.click()
-    panel.show_progress = watch
-    return lambda: setattr(panel, "show_progress", shown)
+    panel.on_event = watch
+    return lambda: setattr(panel, "on_event", shown)
 
 
 def layers_now(viewer) -> dict:
@@ -85,35 +85,34 @@ def layers_now(viewer) -> dict:
 def drive_plate(folder, tmp_path, plate_dock, qtbot, sample: int, params: dict):
     plate = Path(shutil.copytree(folder, tmp_path / "plate"))
     viewer, panel = plate_dock(file=plate)                     # File > Open of the folder: the plate reader
-    assert panel.extract.source.value == str(plate)
-    assert panel.extract.target.value == str(tmp_path / "plate.zarr")      # beside the folder
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None and "Extracted" in panel.status.value, panel.status.value
-    store = panel.store
-    assert panel.extract.failed.value == "none"
+    assert panel.plate.extract.source.value == str(plate)
+    assert panel.plate.extract.target.value == str(tmp_path / "plate.zarr")      # beside the folder
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None and "Extracted" in panel.status.value, panel.status.value
+    store = panel.plate.store
+    assert panel.plate.extract.failed.value == "none"
 
-    fit = panel.fit
-    fit.form.method.value = "ai-kmeans"
-    fit.form.k.value, fit.sample.value, fit.seed.value, fit.device.value = 3, sample, 0, "cpu"
+    panel.form.method.value = "ai-kmeans"
+    panel.form.k.value, panel.plate.sample.value, panel.seed.value, panel.device.value = 3, sample, 0, "cpu"
     for name, value in params.items():
-        fit.form.param(name).value = value
-    press(qtbot, panel, fit.fit_button, 600_000)
+        panel.form.param(name).value = value
+    press(qtbot, panel, panel.run_button, 600_000)
     assert panel.result is not None and panel.result.method == "ai-kmeans" and panel.result.n == min(sample, len(store))
-    assert f"{panel.inspector.name()} prototypes" in viewer.layers
-    press(qtbot, panel, panel.predict.predict_button, 600_000)
+    assert f"{panel.plate.names()['object']} prototypes" in viewer.layers
+    press(qtbot, panel, panel.plate.predict_run.button, 600_000)
     said = panel.status.value
     assert f"Assigned {len(store)} objects of 20 fields" in said and "fit sample:" in said, said
-    assert panel.predicted is panel.result and panel.predictions is not None
+    assert panel.plate.predicted is panel.result and panel.plate.predictions is not None
     predictions = pd.read_parquet(store.path / PREDICTIONS)
     return viewer, panel, store, predictions
 
 
 def click_object_outside_the_sample(qtbot, panel, predictions):
     sample = set(curate.fit_sample(panel.result).tolist())
-    field = panel.picture.field_index
-    obj = next(o for o in range(int(panel.starts[field]), int(panel.starts[field + 1])) if o not in sample)
+    field = panel.plate.picture.field_index
+    obj = next(o for o in range(int(panel.plate.starts[field]), int(panel.plate.starts[field + 1])) if o not in sample)
     position, row = centre_of(panel, obj)
-    assert panel.inspector.click_at(position) == obj
+    assert panel.plate.click_at(position) == obj
     settle(qtbot, panel)
     return obj, row
 
@@ -136,12 +135,12 @@ def inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path):
     """Click an object (the inspector's layers show the result's scores), move it, merge two clusters, Undo,
     Refine, re-predict, export: the exported CSV is ``ticlust predict``'s for the same result, byte for byte."""
     obj, _ = click_object_outside_the_sample(qtbot, panel, predictions)
-    names = {key: f"{panel.inspector.name()} {suffix}" for key, suffix in
+    names = {key: f"{panel.plate.names()['object']} {suffix}" for key, suffix in
              (("inspector", "inspector"), ("scores", "inspector scores"), ("frames", "inspector frames"),
               ("grid", "warp grid"))}
     for name in names.values():
         assert name in viewer.layers and viewer.layers[name].visible, name
-    for name in (names["scores"], f"{panel.inspector.name()} prototype numbers", panel.names()["gallery labels"]):
+    for name in (names["scores"], f"{panel.plate.names()['object']} prototype numbers", panel.plate.names()["gallery labels"]):
         assert tuple(viewer.layers[name].contrast_limits) == (0, 255), name     # RGBA text shown in its colours
     shown = viewer.layers[names["scores"]].metadata
     assert shown["item"] == obj and shown["chosen"] == predictions["cluster"][obj]
@@ -154,34 +153,34 @@ def inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path):
     panel.curate.to.value = target
     panel.curate.move_button.native.click()
     assert "Moved object" in panel.status.value and panel.result.state is not None      # outside the sample: a pin
-    painted = viewer.layers[panel.names()["objects"]].features
-    assert painted["cluster"][obj - int(panel.starts[panel.picture.field_index])] == target
+    painted = viewer.layers[panel.plate.names()["objects"]].features
+    assert painted["cluster"][obj - int(panel.plate.starts[panel.plate.picture.field_index])] == target
     moved = panel.result
     panel.curate.a.value, panel.curate.b.value = 0, 1
     panel.curate.merge_button.native.click()
     assert panel.result.k == 2 and "Merged cluster 1 into 0" in panel.status.value
     panel.curate.undo_button.native.click()
     assert panel.result is moved and "Undid the merge" in panel.status.value
-    press(qtbot, panel, panel.curate.refine_button, 600_000)
+    press(qtbot, panel, panel.curate.refine_run.button, 600_000)
     assert panel.result.state is not None and panel.result.edits[-1]["op"] == "refine"
-    press(qtbot, panel, panel.curate.repredict_button, 600_000)
+    press(qtbot, panel, panel.plate.repredict_run.button, 600_000)
     assert "Re-predicted" in panel.status.value and "1 set by hand" in panel.status.value, panel.status.value
     again = pd.read_parquet(store.path / PREDICTIONS)
     assert again["by_hand"].sum() == 1 and again["by_hand"][obj] and again["cluster"][obj] == target
 
     # export, and the same table from ticlust predict with the same result
     settle(qtbot, panel)
-    panel.export.export_objects(tmp_path / "dock.csv")
+    panel.plate.export.export_objects(tmp_path / "dock.csv")
     settle(qtbot, panel)
     assert "Wrote the" in panel.status.value
     saved = panel.save_result(tmp_path / "curated.npz")
     assert main(["predict", str(saved), str(store.path), "--csv", str(tmp_path / "cli.csv"), "--quiet"]) == 0
     assert (tmp_path / "dock.csv").read_bytes() == (tmp_path / "cli.csv").read_bytes()
-    panel.export.export_gallery(tmp_path / "gallery")
+    panel.export_gallery(tmp_path / "gallery")
     settle(qtbot, panel)
     assert sorted(p.name for p in (tmp_path / "gallery").iterdir()) == \
         ["cluster_00.png", "cluster_01.png", "cluster_02.png", "prototypes.png"]
-    panel.export_shares(tmp_path / "shares.csv")
+    panel.plate.shares.export(tmp_path / "shares.csv")
     assert len(pd.read_csv(tmp_path / "shares.csv")) == 20          # per image: a folder has no well column
 
 
@@ -189,19 +188,19 @@ def inspect_curate_export(qtbot, viewer, panel, store, predictions, tmp_path):
 def test_cancel_extract_then_extract_again_resumes_to_the_same_bytes(files, tmp_path, plate_dock, qtbot):
     folder, reference = files
     viewer, panel = plate_dock()
-    panel.extract.offer(folder)
-    panel.extract.target.value = str(tmp_path / "s.zarr")
+    panel.plate.extract.offer(folder)
+    panel.plate.extract.target.value = str(tmp_path / "s.zarr")
     before = layers_now(viewer)
-    restore = cancel_when(panel, panel.extract.run, "cutting fields", 3)
-    press(qtbot, panel, panel.extract.extract_button)
+    restore = cancel_when(panel, panel.plate.extract.run, "cutting fields", 3)
+    press(qtbot, panel, panel.plate.extract.extract_button)
     restore()
     assert panel.status.value.startswith("Cancelled:") and "Extract again" in panel.status.value
-    assert not read_attributes(tmp_path / "s.zarr")["complete"] and panel.store is None
+    assert not read_attributes(tmp_path / "s.zarr")["complete"] and panel.plate.store is None
     parts = sorted(p.name for p in (tmp_path / "s.zarr" / "fields").iterdir() if p.is_dir())
     assert 1 <= len(parts) < 20 and not list((tmp_path / "s.zarr" / "tmp").iterdir())
     assert layers_now(viewer).keys() == before.keys()
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None
     same_store(tmp_path / "s.zarr", reference.path)
 
 
@@ -218,26 +217,26 @@ def predicted(files, tmp_path):
 def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, plate_dock, qtbot):
     store, km = predicted
     viewer, panel = plate_dock(store.path)
-    panel.fit.form.method.value = "ai-kmeans"
-    panel.fit.form.k.value, panel.fit.sample.value, panel.fit.device.value = 3, 60, "cpu"
+    panel.form.method.value = "ai-kmeans"
+    panel.form.k.value, panel.plate.sample.value, panel.device.value = 3, 60, "cpu"
     for name, value in FAST_AI.items():
-        panel.fit.form.param(name).value = value
+        panel.form.param(name).value = value
     before = layers_now(viewer)
-    restore = cancel_when(panel, panel.fit.run, "", 1)
-    press(qtbot, panel, panel.fit.fit_button)
+    restore = cancel_when(panel, panel.run, "", 1)
+    press(qtbot, panel, panel.run_button)
     restore()
     assert panel.status.value.startswith("Cancelled:") and panel.result is None
     assert layers_now(viewer).keys() == before.keys()
 
     # a result that predicts the store anew: cancel after the first field, nothing joined, then resume
-    panel.fit.form.method.value = "kmeans"
-    panel.fit.form.k.value, panel.fit.sample.value, panel.fit.seed.value = 4, 150, 1
-    press(qtbot, panel, panel.fit.fit_button)
+    panel.form.method.value = "kmeans"
+    panel.form.k.value, panel.plate.sample.value, panel.seed.value = 4, 150, 1
+    press(qtbot, panel, panel.run_button)
     assert panel.result is not None and panel.result.k == 4
     joined = (store.path / PREDICTIONS).read_bytes()
     before = {name: data for name, data in layers_now(viewer).items()}
-    restore = cancel_when(panel, panel.predict.run, "predicting objects", 1)
-    press(qtbot, panel, panel.predict.predict_button)
+    restore = cancel_when(panel, panel.plate.predict_run, "predicting objects", 1)
+    press(qtbot, panel, panel.plate.predict_run.button)
     restore()
     assert panel.status.value.startswith("Cancelled:") and "resumes" in panel.status.value
     assert (store.path / PREDICTIONS).read_bytes() == joined                      # the old predictions, whole
@@ -245,7 +244,7 @@ def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, p
     now = layers_now(viewer)
     assert now.keys() == before.keys()
     assert all(np.array_equal(now[n], before[n]) for n in now if now[n] is not None)
-    press(qtbot, panel, panel.predict.predict_button)
+    press(qtbot, panel, panel.plate.predict_run.button)
     assert "were predicted by this result already" in panel.status.value, panel.status.value
     assert pd.read_parquet(store.path / PREDICTIONS)["cluster"].max() == 3
 
@@ -254,24 +253,24 @@ def test_cancel_fit_and_predict_leave_store_and_layers_as_they_were(predicted, p
 def test_the_fit_progress_names_the_stage_and_gives_an_eta_for_rigid_kmeans(predicted, plate_dock, qtbot, monkeypatch):
     """A non-AI aligning method fitted from the plate dock: its status line names each stage (the seeds, the rigid
     search's Lloyd iteration, the object map) and, once a stage has shown its pace, gives an ETA."""
-    from ticlust._napari import workers
+    from ticlust._napari import parts
     from ticlust.core import execute
 
     monkeypatch.setattr(execute, "ETA_MIN_SECONDS", 0.0)          # the two-second floor lifted for this short fit
-    monkeypatch.setattr(workers, "PROGRESS_EVERY_S", 0.0)         # every step said, none skipped
+    monkeypatch.setattr(parts, "PROGRESS_EVERY_S", 0.0)         # every step said, none skipped
     store, _ = predicted
     viewer, panel = plate_dock(store.path)
-    panel.fit.form.method.value = "rigid-kmeans"
-    panel.fit.form.k.value, panel.fit.sample.value, panel.fit.device.value = 3, 150, "cpu"
-    panel.fit.form.param("max_iter").value = 6
-    lines, shown = [], panel.show_progress
+    panel.form.method.value = "rigid-kmeans"
+    panel.form.k.value, panel.plate.sample.value, panel.device.value = 3, 150, "cpu"
+    panel.form.param("max_iter").value = 6
+    lines, shown = [], panel.on_event
 
     def watch(event):
         shown(event)
         lines.append(panel.status.value)
-    panel.show_progress = watch
-    press(qtbot, panel, panel.fit.fit_button)
-    panel.show_progress = shown
+    panel.on_event = watch
+    press(qtbot, panel, panel.run_button)
+    panel.on_event = shown
     assert panel.result is not None and panel.result.method == "rigid-kmeans"
     progress = [line for line in lines if " · ETA " in line]
     assert progress[0].startswith("rigid k-means++ seeds 1/3 · ETA estimating…")
@@ -303,20 +302,20 @@ def test_bad_inputs_are_one_sentence_in_the_dock(files, tmp_path, plate_dock, qt
     for source, target, words in ((bare, tmp_path / "b.zarr", "no masks"),
                                   (manifest, tmp_path / "m.zarr", "None of the 2 fields can be cut"),
                                   (folder, locked, "Cannot make the store folder")):
-        panel.extract.offer(source)
-        panel.extract.target.value = str(target)
-        press(qtbot, panel, panel.extract.extract_button)
+        panel.plate.extract.offer(source)
+        panel.plate.extract.target.value = str(target)
+        press(qtbot, panel, panel.plate.extract.extract_button)
         assert words in panel.status.value and one_sentence(panel.status.value), panel.status.value
-        assert not target.exists() and panel.store is None
+        assert not target.exists() and panel.plate.store is None
     os.chmod(read_only, 0o755)
     # a manifest with one field missing: the store is made of the others, the missing one listed with why
     partly = tmp_path / "partly.csv"
     partly.write_text(f"image,labels,well\n{folder / 'A01_s0.tif'},{folder / 'A01_s0_cp_masks.tif'},A01\n"
                       "gone.tif,gone_masks.tif,A02\n")
-    panel.extract.offer(partly)
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None and "1 field(s) left out" in panel.status.value, panel.status.value
-    assert panel.extract.failed.value.startswith("gone.tif: There is no image file at")
+    panel.plate.extract.offer(partly)
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None and "1 field(s) left out" in panel.status.value, panel.status.value
+    assert panel.plate.extract.failed.value.startswith("gone.tif: There is no image file at")
 
 
 def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, predicted, tmp_path, plate_dock,
@@ -341,14 +340,14 @@ def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, pr
 
     monkeypatch.setattr(pq, "write_table", fills_up)
     target = tmp_path / "full.zarr"
-    panel.extract.offer(folder)
-    panel.extract.target.value = str(target)
-    press(qtbot, panel, panel.extract.extract_button)
+    panel.plate.extract.offer(folder)
+    panel.plate.extract.target.value = str(target)
+    press(qtbot, panel, panel.plate.extract.extract_button)
     said = panel.status.value
-    assert "No space left on device" in said and one_sentence(said) and panel.store is None, said
+    assert "No space left on device" in said and one_sentence(said) and panel.plate.store is None, said
     monkeypatch.setattr(pq, "write_table", write)
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None and "Extracted" in panel.status.value, panel.status.value
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None and "Extracted" in panel.status.value, panel.status.value
     same_store(target, reference.path)
 
     class FullWriter(pcsv.CSVWriter):
@@ -356,11 +355,11 @@ def test_a_disk_that_fills_is_one_sentence_and_the_next_press_finishes(files, pr
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     store, _ = predicted
-    panel.open_store(store.path)
+    panel.plate.open_store(store.path)
     settle(qtbot, panel)
     monkeypatch.setattr(pcsv, "CSVWriter", FullWriter)
     out = tmp_path / "objects.csv"
-    panel.export.export_objects(out)
+    panel.plate.export.export_objects(out)
     settle(qtbot, panel)
     said = panel.status.value
     assert "No space left on device" in said and one_sentence(said) and not out.exists(), said
@@ -375,7 +374,7 @@ def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tm
     assert "40×40" in panel.status.value and one_sentence(panel.status.value) and panel.result is None
     # the same crop size, other crop options (not turned upright): said, and nothing loaded
     upright = ticlust.extract(folder, tmp_path / "upright.zarr", crop_size=store.size, orient=False)
-    panel.open_store(upright.path)
+    panel.plate.open_store(upright.path)
     settle(qtbot, panel)
     panel.load_result(km)
     settle(qtbot, panel)
@@ -384,15 +383,15 @@ def test_results_that_do_not_fit_the_store_are_one_sentence(files, predicted, tm
     # a landmark result (another family: contours, not crops) can assign but not be inspected or curated here
     shapes = ticlust.fit(ticlust.sample("shapes")[0], "shape-kmeans", k=2, device="cpu")
     path = shapes.save(tmp_path / "shapes.npz")
-    panel.open_store(store.path)
+    panel.plate.open_store(store.path)
     settle(qtbot, panel)
     panel.load_result(path)
     settle(qtbot, panel)
     assert panel.result is not None and panel.result.method == "shape-kmeans"
-    panel.picked = [0]
+    panel.plate.picked_objects = [0]
     panel.curate.move_button.native.click()
     assert "not fitted on an object store" in panel.status.value and one_sentence(panel.status.value)
-    panel.inspector.inspect(0)
+    panel.plate.inspect(0)
     settle(qtbot, panel)
     assert "contours" in panel.status.value and one_sentence(panel.status.value)
 
@@ -402,7 +401,7 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
     viewer, panel = plate_dock()
     copy = shutil.copy(km, tmp_path / "gone.npz")
     os.remove(copy)
-    panel.open_store(store.path)
+    panel.plate.open_store(store.path)
     settle(qtbot, panel)
     panel.load_result(copy)
     settle(qtbot, panel)
@@ -410,9 +409,9 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
     loaded = shutil.copy(km, tmp_path / "loaded.npz")
     panel.load_result(loaded)
     settle(qtbot, panel)
-    assert panel.predicted is panel.result          # the store's predictions are this file's
+    assert panel.plate.predicted is panel.result          # the store's predictions are this file's
     os.remove(loaded)                               # the file goes after Load: Apply uses what was loaded
-    press(qtbot, panel, panel.apply_button)
+    press(qtbot, panel, panel.plate.apply_run.button)
     assert "painted by cluster (loaded.npz applied)" in panel.status.value, panel.status.value
     shutil.rmtree(store.path)
 
@@ -422,17 +421,17 @@ def test_a_store_deleted_while_open_and_a_result_deleted_before_apply(predicted,
         qtbot.waitUntil(lambda: "p.zarr is gone" in panel.status.value, timeout=60_000)
         assert one_sentence(panel.status.value), panel.status.value
 
-    panel.pick(3)
+    panel.plate.pick(3)
     settle(qtbot, panel)
     says_gone()
-    for button in (panel.predict.predict_button, panel.fit.fit_button, panel.apply_button):
+    for button in (panel.plate.predict_run.button, panel.run_button, panel.plate.apply_run.button):
         panel.say("")
         press(qtbot, panel, button)
         says_gone()
-    panel.inspector.inspect(5)
+    panel.plate.inspect(5)
     settle(qtbot, panel)
     says_gone()
-    panel.export.export_objects(tmp_path / "x.csv")
+    panel.plate.export.export_objects(tmp_path / "x.csv")
     settle(qtbot, panel)
     says_gone()
     assert not (tmp_path / "x.csv").exists()
@@ -454,15 +453,15 @@ def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_but
     plate = tmp_path / "plate.ome.zarr"
     made = write_hcs_plate(plate)
     viewer, panel = plate_dock(file=plate)                       # File > Open of the plate: the plate reader
-    assert panel.extract.source.value == str(plate)
-    assert panel.extract.target.value == str(tmp_path / "plate.objects.zarr")
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None and "Extracted" in panel.status.value, panel.status.value
-    assert panel.extract.failed.value == "none"
-    same_store(panel.store.path, ticlust.extract(plate, tmp_path / "cli.zarr").path)
-    assert panel.has_wells and list(panel.well.choices) == ["A1", "A12", "B3"]
+    assert panel.plate.extract.source.value == str(plate)
+    assert panel.plate.extract.target.value == str(tmp_path / "plate.objects.zarr")
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None and "Extracted" in panel.status.value, panel.status.value
+    assert panel.plate.extract.failed.value == "none"
+    same_store(panel.plate.store.path, ticlust.extract(plate, tmp_path / "cli.zarr").path)
+    assert panel.plate.has_wells and list(panel.plate.well.choices) == ["A1", "A12", "B3"]
     assert np.array_equal(viewer.layers["plate.objects field"].data, made[("A1", 0)].image)
-    assert viewer.layers["plate.objects objects"].data.max() == len(panel.picture.table)
+    assert viewer.layers["plate.objects objects"].data.max() == len(panel.plate.picture.table)
 
     image = tmp_path / "field.ome.zarr"
     field = nuclei_field(n=10, shape=(128, 128), seed=3)
@@ -470,18 +469,18 @@ def test_an_ome_zarr_plate_through_file_open_and_an_image_through_the_folder_but
     write_image(field.image, group, axes="yx")
     write_labels(field.labels, group, name="nuclei", axes="yx")
     monkeypatch.setattr(QFileDialog, "getExistingDirectory", lambda *args, **kwargs: str(image))
-    panel.extract.folder_button.native.click()                  # the dock's button, the folder picked
-    assert panel.extract.source.value == str(image)
-    assert panel.extract.target.value == str(tmp_path / "field.objects.zarr")
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None and panel.store.path == tmp_path / "field.objects.zarr", panel.status.value
-    same_store(panel.store.path, ticlust.extract(image, tmp_path / "cli_image.zarr").path)
+    panel.plate.extract.folder_button.native.click()                  # the dock's button, the folder picked
+    assert panel.plate.extract.source.value == str(image)
+    assert panel.plate.extract.target.value == str(tmp_path / "field.objects.zarr")
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None and panel.plate.store.path == tmp_path / "field.objects.zarr", panel.status.value
+    same_store(panel.plate.store.path, ticlust.extract(image, tmp_path / "cli_image.zarr").path)
     assert np.array_equal(viewer.layers["field.objects field"].data, field.image)
 
 
 def test_the_plate_reader_claims_a_plates_files_and_nothing_else(files, tmp_path):
     from ticlust._napari import reader
-    from ticlust._napari.plate_dock import store_beside
+    from ticlust._napari.plate_parts import store_beside
 
     folder, reference = files
     assert reader.get_plate_reader(str(folder)) is reader.read_plate_input
@@ -503,17 +502,17 @@ def test_a_loaddata_plate_extracts_the_channels_named_in_the_dock(tmp_path, plat
     plate = cell_painting_plate(tmp_path / "cp", wells=1, sites=1, cells=12, shape=(128, 128), seed=2)
     reference = ticlust.extract(plate.load_data, tmp_path / "reference.zarr", channel=["Mito", "DNA"])
     viewer, panel = plate_dock()
-    panel.extract.offer(plate.load_data)
+    panel.plate.extract.offer(plate.load_data)
     for typed, words in ((" ,Mito", "has an empty channel name"), ("GFP", "has no channel 'GFP'")):
-        panel.extract.channels.value = typed
-        panel.extract.target.value = str(tmp_path / "bad.zarr")
-        press(qtbot, panel, panel.extract.extract_button)
+        panel.plate.extract.channels.value = typed
+        panel.plate.extract.target.value = str(tmp_path / "bad.zarr")
+        press(qtbot, panel, panel.plate.extract.extract_button)
         assert words in panel.status.value and one_sentence(panel.status.value), panel.status.value
         assert not (tmp_path / "bad.zarr").exists()
-    panel.extract.channels.value = "Mito,DNA"
-    panel.extract.target.value = str(tmp_path / "dock.zarr")
-    press(qtbot, panel, panel.extract.extract_button)
-    assert panel.store is not None and panel.store.channels == 2, panel.status.value
+    panel.plate.extract.channels.value = "Mito,DNA"
+    panel.plate.extract.target.value = str(tmp_path / "dock.zarr")
+    press(qtbot, panel, panel.plate.extract.extract_button)
+    assert panel.plate.store is not None and panel.plate.store.channels == 2, panel.status.value
     same_store(tmp_path / "dock.zarr", tmp_path / "reference.zarr")
 
 
@@ -582,7 +581,7 @@ def test_a_close_down_runs_once_when_its_widget_is_deleted_or_collected(qtbot):
 
     from qtpy.QtWidgets import QWidget
 
-    from ticlust._napari.workers import on_destroyed
+    from ticlust._napari.parts import on_destroyed
 
     calls = []
     widget = QWidget()
@@ -603,15 +602,15 @@ def test_a_close_down_runs_once_when_its_widget_is_deleted_or_collected(qtbot):
 
 def test_the_docks_close_down_runs_when_its_widget_is_deleted(make_napari_viewer, qtbot):
     """The dock's widget deleted without its dock's close button (never docked here): the dock closes down — the heap
-    given back, its inspector's click callback taken from the viewer."""
+    given back, its click callback taken from the viewer."""
     import gc
 
-    from ticlust._napari.store_panel import StorePanel
+    from ticlust._napari.dock import TiclustDock
 
     viewer = make_napari_viewer()
-    panel = StorePanel(viewer)
-    qtbot.waitUntil(lambda: panel.importing is None, timeout=120_000)      # the warm-up done: the heap frozen
-    assert gc.get_freeze_count() > 0 and panel.inspector.on_click in viewer.mouse_drag_callbacks
+    panel = TiclustDock(viewer)
+    qtbot.waitUntil(lambda: panel.ready and panel.importing is None, timeout=120_000)   # warmed up: the heap frozen
+    assert gc.get_freeze_count() > 0 and panel._on_click in viewer.mouse_drag_callbacks
     panel.native.deleteLater()
     qtbot.waitUntil(lambda: panel.closed, timeout=5_000)
-    assert gc.get_freeze_count() == 0 and panel.inspector.on_click not in viewer.mouse_drag_callbacks
+    assert gc.get_freeze_count() == 0 and panel._on_click not in viewer.mouse_drag_callbacks

@@ -1,4 +1,4 @@
-"""The plate dock on a three-channel plate (issue 55): during Fit every live update of the prototypes raised in
+"""The dock on a three-channel plate (issue 55): during Fit every live update of the prototypes raised in
 napari (``layers.show_prototypes`` → ``set_image``: "could not broadcast input array from shape (2,) into shape
 (1,)", then "units=(pixel,) must have length ndim=2" on each later draw), nothing was drawn and the user was told
 nothing. A store of three-channel crops gets its layers made ahead as RGB layers, while the inspector's blank object
@@ -78,19 +78,18 @@ def fly_plate(fly: Path, root: Path) -> Path:
 
 def fit_live(store_path, plate_dock, qtbot, monkeypatch, sample: int):
     """Fit kmeans in the dock with every live update drawn; an exception in napari fails the test (pytest-qt)."""
-    monkeypatch.setattr("ticlust._napari.plate_dock.LIVE_UPDATE_S", 0.0)
+    monkeypatch.setattr("ticlust._napari.dock.LIVE_UPDATE_S", 0.0)
     drawn = []
     show = L.show_prototypes
     monkeypatch.setattr(L, "show_prototypes", lambda *a, **k: (drawn.append(np.shape(a[2])), show(*a, **k))[1])
     viewer, panel = plate_dock(store_path)
-    fit = panel.fit
-    fit.form.method.value = "kmeans"
-    fit.form.k.value, fit.sample.value, fit.seed.value, fit.device.value = 3, sample, 0, "cpu"
-    fit.fit_button.native.click()
+    panel.form.method.value = "kmeans"
+    panel.form.k.value, panel.plate.sample.value, panel.seed.value, panel.device.value = 3, sample, 0, "cpu"
+    panel.run_button.native.click()
     qtbot.waitUntil(lambda: not panel.busy, timeout=300_000)
     assert panel.result is not None and "Fitted kmeans" in panel.status.value, panel.status.value
     assert len(drawn) >= 2                           # live updates, then the result's own
-    layer = viewer.layers[L.layer_names(panel.inspector.name())["prototypes"]]
+    layer = viewer.layers[L.layer_names(panel.plate.names()["object"])["prototypes"]]
     assert layer.visible and layer.rgb and layer.ndim == 2 and layer.data.shape[-1] == 3
     assert np.isfinite(np.asarray(layer.data)).all()
     return viewer, panel

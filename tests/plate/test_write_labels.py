@@ -312,12 +312,12 @@ def test_the_dock_writes_the_labels_in_a_worker(tmp_path, plate_dock, qtbot):
     plate, store, result = fitted(tmp_path)
     predict_store(result, store)
     viewer, panel = plate_dock(store.path)
-    panel.export.labels_button.native.click()                   # the dock does not know the predictions' result yet
+    panel.plate.export.labels.button.native.click()                   # the dock does not know the predictions' result yet
     assert "load the result the store's predictions were made with" in panel.status.value
     panel.load_result(result)                               # its file: the predictions' own
     settle(qtbot, panel)
-    assert panel.predicted is not None
-    panel.export.labels_button.native.click()
+    assert panel.plate.predicted is not None
+    panel.plate.export.labels.button.native.click()
     settle(qtbot, panel)
     assert "Wrote the cluster labels 'clusters' into 4 fields of plate.ome.zarr (0 held them already)" in \
         panel.status.value, panel.status.value
@@ -327,11 +327,11 @@ def test_the_dock_writes_the_labels_in_a_worker(tmp_path, plate_dock, qtbot):
     predict_store(other, store)
     panel.load_result(other.save(tmp_path / "other.npz"))
     settle(qtbot, panel)
-    panel.export.labels_button.native.click()
+    panel.plate.export.labels.button.native.click()
     settle(qtbot, panel)
     assert "of another result" in panel.status.value and "--overwrite-labels" in panel.status.value
-    panel.export.replace_labels.value = True
-    panel.export.labels_button.native.click()
+    panel.plate.export.replace_labels.value = True
+    panel.plate.export.labels.button.native.click()
     settle(qtbot, panel)
     assert "into 4 fields" in panel.status.value, panel.status.value
     made = zarr.open_group(field_paths(plate)[0] / "labels" / "clusters", mode="r").attrs["ticlust"]

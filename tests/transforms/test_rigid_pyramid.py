@@ -8,11 +8,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from _shapes import blob_pattern, posed
 from ticlust.transforms.rigid import angle_count, pyramid_levels, rigid_search, turned_prototypes
 
 
-def copies(size: int, channels: int, n: int, seed: int = 0):
+@pytest.fixture(scope="module")
+def copies(blob_pattern, posed):
+    """The maker of posed copies below, bound to the shared pattern helpers of conftest."""
+    return lambda size, channels, n, seed=0: _copies(blob_pattern, posed, size, channels, n, seed)
+
+
+def _copies(blob_pattern, posed, size: int, channels: int, n: int, seed: int = 0):
     """Three asymmetric prototypes (K, C, size, size) and ``n`` noisy copies of prototype 0 at grid angles, mirrors and
     integer shifts within ±4 px; the copies' angle steps, flips and shifts."""
     rng = np.random.default_rng(seed)
@@ -40,7 +45,7 @@ def test_levels_from_the_crop_size():
 
 
 @pytest.mark.parametrize("size, channels", [(48, 1), (64, 2)])
-def test_pyramid_finds_the_exhaustive_pose_of_posed_copies(size, channels, one_thread):
+def test_pyramid_finds_the_exhaustive_pose_of_posed_copies(size, channels, one_thread, copies):
     mu, x, steps, flips, shifts = copies(size, channels, 24)
     window = 5
     fast = rigid_search(x, mu, flip=True, max_shift=window)
@@ -54,7 +59,7 @@ def test_pyramid_finds_the_exhaustive_pose_of_posed_copies(size, channels, one_t
     assert torch.equal(fast.score.argmin(1), full.score.argmin(1))
 
 
-def test_every_score_is_the_distance_at_its_pose(one_thread):
+def test_every_score_is_the_distance_at_its_pose(one_thread, copies):
     mu, x, *_ = copies(64, 1, 6, seed=1)
     found = rigid_search(x, mu, flip=True, max_shift=5)
     scale = float((x ** 2).sum((1, 2, 3)).max() + (mu ** 2).sum((1, 2, 3)).max())
@@ -66,7 +71,7 @@ def test_every_score_is_the_distance_at_its_pose(one_thread):
                                                                    levels=0).score[0, 0]) - 1e-5 * scale
 
 
-def test_a_window_of_no_shift_and_an_angle_grid_levels_cannot_halve(one_thread):
+def test_a_window_of_no_shift_and_an_angle_grid_levels_cannot_halve(one_thread, blob_pattern, posed):
     mu = torch.cat([blob_pattern(s, 48) for s in range(3)])
     steps = torch.tensor([5, 17, 30, 41])
     x = posed(mu[:1], steps * 2 * math.pi / 48, torch.zeros(4, dtype=torch.bool), torch.zeros(4, 2))

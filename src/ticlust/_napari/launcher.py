@@ -1,4 +1,4 @@
-"""What ``ticlust gui`` opens: napari fitted to the screen, a sample, and ticlust docked and set up to Run."""
+"""What ``ticlust gui`` opens: napari fitted to the screen, a sample, and the ticlust dock set up to Run."""
 from __future__ import annotations
 
 from ..errors import InputError
@@ -22,31 +22,35 @@ def launch(sample_name: str = "nuclei") -> None:
 
 
 def gui_viewer(sample_name: str = "nuclei"):
-    """napari sized to fit the screen (at most 1600x1000), a sample opened as File > Open Sample does,
-    and ticlust docked the way Plugins > ticlust docks it. A field with its segmentation (the nuclei)
-    is set up for the objects route — its image as input, its Labels layer, the method and K of
-    ``GUI_RUN`` — so that Run is the one click left; the other samples stay in File > Open Sample."""
+    """napari sized to fit the screen (at most 1600x1000), a sample opened as File > Open Sample does, and the ticlust
+    dock docked the way Plugins > ticlust docks it (napari's public window API only). A field with its segmentation
+    (the nuclei) is set up for the objects route — its image and Labels layer picked, the method and K of ``GUI_RUN``
+    once the methods are loaded — so that Run is the one click left; the other samples stay in File > Open Sample."""
     import napari
     from napari.layers import Image, Labels
     from qtpy.QtGui import QGuiApplication
 
     viewer = napari.Viewer(title="ticlust")
-    window = viewer.window._qt_window
-    screen = (window.screen() or QGuiApplication.primaryScreen()).availableGeometry()
-    width, height = min(GUI_SIZE[0], screen.width()), min(GUI_SIZE[1], screen.height())
-    window.resize(width, height)
-    window.move(screen.left(), screen.top())
+    screen = QGuiApplication.primaryScreen().availableGeometry()
+    viewer.window.set_geometry(screen.left(), screen.top(), min(GUI_SIZE[0], screen.width()),
+                               min(GUI_SIZE[1], screen.height()))
     opened = viewer.open_sample("napari-ticlust", sample_name)
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
+    _, dock = viewer.window.add_plugin_dock_widget("napari-ticlust")
     image = next((layer for layer in opened if isinstance(layer, Image)), None)
     labels = next((layer for layer in opened if isinstance(layer, Labels)), None)
-    method, k = GUI_RUN.get(sample_name, (widget.method.value, None))
-    widget.method.value = method            # first: a method change resets K and the layer choices
-    if k is not None:
-        widget.k.value = k
+    method, k = GUI_RUN.get(sample_name, (None, None))
     if image is not None and labels is not None:
-        widget.input.value, widget.labels.value = image.name, labels.name
-        widget.status.value = (f"Ready: Run cuts the objects of {labels.name} out of {image.name} and clusters them "
-                               f"with {method}, K = {widget.k.value}. The digits and other samples are in "
-                               "File > Open Sample > ticlust.")
+        dock.use(dock.field)
+        dock.field.pick(image.name, labels=labels.name)
+
+    def prepared() -> None:
+        if method is not None:
+            dock.form.method.value = method          # first: a method change resets K
+            dock.form.k.value = k
+        dock.show_tab("Fit")
+        if image is not None and labels is not None:
+            dock.say(f"Ready: Run cuts the objects of {labels.name} out of {image.name} and clusters them with "
+                     f"{dock.form.method.value}, K = {dock.form.k.value}. The digits and other samples are in "
+                     "File > Open Sample > ticlust.")
+    dock.when_ready(prepared)
     return viewer

@@ -35,7 +35,7 @@ SUFFIXES = {
     "aligned": "aligned", "grid": "warp grid", "inspector": "inspector", "scores": "inspector scores",
     "frames": "inspector frames", "landmarks": "clusters", "ellipses": "landmark ellipses",
     "means": "mean shapes", "legend": "legend", "objects": "objects", "painted": "objects by cluster",
-    "contours": "contours",
+    "contours": "contours", "channels": "(channels)",
 }
 
 

@@ -1,30 +1,27 @@
-"""The object map docked beside the ticlust widget (a single-field or single-stack result) and beside the plate
-panel (every object of a store's predictions), linked both ways.
+"""The object map, docked beside the dock and linked both ways: every item of the dock's result (a stack, a field's
+objects), or every object of a store's predictions, as a point at its map place.
 
 A lasso or a box on the map (:class:`~ticlust._napari.object_map.ObjectMap`) shows the selection's gallery beside
 the field, rings its objects on the field shown and counts them per cluster (and per well); the dock's curation acts
-on it — Move to a cluster, Mark outliers, Split off as a new cluster (``ticlust.curation`` for a result,
-``ticlust.plate.curate`` for a store's objects) — and the map is recoloured with the edit. A click on a point opens
-that object's field and its inspector; a click on an object of the field (or the slider, for a stack) rings it on
-the map. The map follows Undo and edits; after a Refine, a split or another fit the places it shows (a store's
-predictions) are out of date until Re-predict: the banner says so and its Refresh re-predicts. A store without
-predictions, a result or predictions made before maps existed (Compute map learns one: ``plate.maps.compute_map``),
-an empty selection: one sentence each in the panel.
+on it — Move to a cluster, Mark outliers, Split off as a new cluster — and the map is recoloured with the edit. A click
+on a point shows that item (a plate object: its field and its inspector); a click on an object of the field (or the
+slider) rings it on the map. After a Refine, a split or another fit the places a store's predictions hold are out of
+date until Re-predict: the banner says so and its Refresh re-predicts. No places (a result made before maps existed):
+Compute map learns them (``plate.maps.compute_map``).
 
-The two hosts differ only in where objects, edits and pictures come from: :class:`ResultMap` (the ticlust
-widget) and :class:`PlateMap` (the plate panel); :class:`MapPanel` is the docked widget both use.
+:class:`MapPart` is the dock's one map; where the points, colours and pictures come from is the source's adapter:
+:class:`ResultMap` here for items in memory, ``plate.PlateMap`` for a store.
 """
 from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
-from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSpinBox, QVBoxLayout, QWidget
+from qtpy.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSizePolicy, QSpinBox, QVBoxLayout, QWidget
 
 from ..errors import InputError
-from ..plate.view import field_span, object_fields
 from . import layers as L
 from .object_map import ObjectMap
-from .workers import said, start_worker
+from .parts import Latest, said
 
 #: Crops shown in a selection's gallery at most (evenly spread over the selection, in object order).
 GALLERY_MAX = 48
@@ -69,9 +66,14 @@ class MapPanel(QWidget):
         layout.addWidget(self.message)
         layout.addWidget(self.compute_button)
         self.map.canvas.setMinimumHeight(MAP_HEIGHT)
-        policy = self.map.sizePolicy()       # its room kept while it is hidden: shown once a store is predicted, the
-        policy.setRetainSizeWhenHidden(True)  # map would otherwise resize the window and napari's canvas with it
-        self.map.setSizePolicy(policy)
+        # Its room kept while it is hidden, and no say in the column's width (its own and its sentences' width hints
+        # ignored): shown once a store is predicted, the map would otherwise resize the window's right column and
+        # napari's canvas with it (a pixel is enough to redraw the canvas at a new size).
+        for widget in (self.map, self.message, self.counts):
+            policy = widget.sizePolicy()
+            policy.setHorizontalPolicy(QSizePolicy.Policy.Ignored)
+            policy.setRetainSizeWhenHidden(widget is self.map)
+            widget.setSizePolicy(policy)
         layout.addWidget(self.map, 1)
         layout.addWidget(self.counts)
         layout.addLayout(actions)
@@ -193,26 +195,31 @@ def kept_active(viewer):
             viewer.layers.selection.active = active
 
 
-class MapLink:
-    """What both hosts share: the docked panel (made when first needed, again after the user closed it)."""
+class MapPart:
+    """The dock's object map: the docked panel (made when first needed, again after the user closed it), its
+    background reads (latest request wins) and what every source does alike — counts, edits, Compute map. What differs
+    between sources (where the points, colours and pictures come from) is the source's adapter, ``source.map``."""
 
     title = "Object map"
 
-    def __init__(self, owner):
-        self.owner = owner
+    def __init__(self, dock):
+        self.dock = dock
         self.panel: MapPanel | None = None
-        self.reading = None              # a worker reading or computing what the map shows
-        self.gallery = None              # the worker reading a selection's crops
+        self.reading = Latest(dock.alive)      # the map's places and colours read, or a map computed
+        self.gallery = Latest(dock.alive)      # a selection's crops read
 
     @property
     def viewer(self):
-        return self.owner.viewer
+        return self.dock.viewer
+
+    @property
+    def adapter(self):
+        return self.dock.source.map
 
     @property
     def busy(self) -> bool:
-        """Whether the map is still reading, computing or drawing what was asked."""
         drawing = self.alive_panel() is not None and self.panel.map.busy
-        return self.reading is not None or self.gallery is not None or drawing
+        return self.reading.busy or self.gallery.busy or drawing
 
     def alive_panel(self) -> MapPanel | None:
         """The panel, or None when there is none (or the user closed its dock)."""
@@ -231,7 +238,9 @@ class MapLink:
         return self.panel
 
     def close(self) -> None:
-        """Take the panel's dock away and delete the panel (its host closed): the map's worker pool ends with it."""
+        """Take the panel's dock away and delete the panel (the dock closed): its worker pool ends with it."""
+        self.reading.drop()
+        self.gallery.drop()
         if self.alive_panel() is not None:
             try:
                 self.viewer.window.remove_dock_widget(self.panel)
@@ -240,12 +249,6 @@ class MapLink:
             self.panel.deleteLater()
             self.panel = None
 
-    def count_columns(self) -> list[str]:
-        return ["cluster"]
-
-    def _finished(self) -> None:
-        self.reading = None
-
     def show_points(self, xy, columns) -> None:
         """Draw these points (the map shown again after it was hidden)."""
         panel = self.ensure()
@@ -253,31 +256,104 @@ class MapLink:
         panel.map.set_points(xy, columns)
 
     def no_points(self, text: str, compute: bool = False) -> None:
-        """No map to show (no predictions, no places): the sentence, and no points of an earlier store or result."""
+        """No map to show: the sentence, and no points of an earlier store or result."""
         panel = self.ensure()
         panel.map.hide()
         panel.say(text, compute)
 
+    def result_changed(self) -> None:
+        """The dock shows another result (a run, an edit, an Undo, a Refine, a load): the map follows."""
+        if self.dock.result is not None or self.alive_panel() is not None:
+            self.adapter.result_changed()
 
-class ResultMap(MapLink):
-    """The map of the ticlust widget's result: one point per fitted item at ``result.map``."""
+    # ---- what the panel asks -------------------------------------------------------------------------
+    def count_columns(self) -> list[str]:
+        return self.adapter.count_columns()
 
-    def __init__(self, widget):
-        super().__init__(widget)
-        self.shown_map = None            # the places array the map was given (an edit keeps it, a Refine makes one)
+    def show_selection(self, rows) -> None:
+        self.adapter.show_selection(rows)
+
+    def open_object(self, row: int) -> None:
+        self.adapter.open_object(row)
+
+    def refresh(self):
+        return self.adapter.refresh()
+
+    def edit(self, kind: str, rows: np.ndarray, to: int):
+        """Move / Mark outliers / Split off the selected objects: the source's edit, on the dock's undo stack."""
+        dock = self.dock
+        if dock.job is not None:
+            raise InputError(BUSY)
+        if dock.result is None:
+            raise InputError("Fit a result first (the Fit tab), or load the one the map was made with.")
+        dock.source.check(dock.result)
+        items, word = self.adapter.items_of(rows), dock.source.word
+        op, args, text = {"move": ("move", (to,), f"Moved {items.size:,} {word}s to cluster {to} (pinned there)"),
+                          "outliers": ("mark_outliers", (), f"Marked {items.size:,} {word}s as outliers"),
+                          "split_off": ("split_off", (), f"Split {items.size:,} {word}s off as a new cluster")}[kind]
+        edited = dock.source.edit(op, dock.result, items, *args)
+        dock.apply_edit(edited, text)
+        self.panel.say(f"{text}: {self.adapter.pending() or 'done.'}")
+        return edited
+
+    def compute(self):
+        """Learn the map of the dock's fitted result from the data it was fitted on, in a worker; the source then
+        shows it (a plate predicts again, which places every object)."""
+        from ..plate.maps import compute_map
+
+        dock, adapter = self.dock, self.adapter
+        model = dock.model
+        try:
+            data = adapter.map_data()
+        except InputError as exc:
+            self.panel.say(str(exc), compute=True)
+            return None
+        device = dock.device_value()
+
+        def done(got) -> None:
+            mapped, problem = got
+            if problem is not None:
+                self.panel.say(problem, compute=True)
+            elif dock.model is model:
+                adapter.computed(mapped)
+        self.panel.say("Computing the object map…")
+        return self.reading.ask(("compute", id(model)),
+                                lambda: said(compute_map, model, data, device=device, what="Computing the map"), done)
+
+
+class ResultMap:
+    """The map of a result on layers: one point per fitted item at ``result.map``."""
+
+    def __init__(self, source):
+        self.source, self.shown_map = source, None     # the places array the map was given (an edit keeps it)
+
+    @property
+    def part(self) -> MapPart:
+        return self.source.dock.object_map
 
     def names(self) -> dict[str, str]:
-        base = self.owner.result_layer_name or "result"
+        base = self.source.fitted or "result"
         return {"gallery": f"{base} map selection", "ring": f"{base} map selection on field"}
 
-    def shown(self, result) -> None:
-        """The widget shows ``result`` (a run, an edit, an Undo, a Refine, a loaded file): the map follows."""
-        panel = self.ensure()
+    def count_columns(self) -> list[str]:
+        return ["cluster"]
+
+    def items_of(self, rows) -> np.ndarray:
+        return np.asarray(rows, np.int64)
+
+    def pending(self) -> str:
+        return ""
+
+    def result_changed(self) -> None:
+        result = self.source.dock.result
+        if result is None:
+            return
+        panel = self.part.ensure()
         panel.set_k(result.k)
         if result.map is None:
             self.shown_map = None
-            self.no_points("This result has no object map (it was saved before maps were made): Compute map learns "
-                           "one from the data it was fitted on.", compute=True)
+            self.part.no_points("This result has no object map (it was saved before maps were made): Compute map "
+                                "learns one from the data it was fitted on.", compute=True)
             return
         panel.say("")
         columns = self.columns(result)
@@ -285,327 +361,73 @@ class ResultMap(MapLink):
             panel.map.update_columns(columns)
         else:
             self.shown_map = result.map
-            self.show_points(result.map, columns)
+            self.part.show_points(result.map, columns)
 
     def columns(self, result) -> pd.DataFrame:
         """cluster (outliers -1), score, margin to the runner-up and, for the objects of a field, their table."""
-        a = self.owner.assignments
+        a = self.source.assignments
         cluster = np.asarray(a["cluster"]).astype(np.int64)
         if "outlier" in a:
             cluster = np.where(np.asarray(a["outlier"], bool), -1, cluster)
         out = {"cluster": cluster, "score": np.asarray(a["score"], float)}
         if "runner_up_score" in a:
             out["margin"] = np.asarray(a["runner_up_score"], float) - out["score"]
-        table = self.owner.objects[2] if self.owner.objects is not None else None
+        table = self.source.table
         if table is not None and len(table["label"]) == result.n:
             out.update({k: np.asarray(v) for k, v in table.items() if np.ndim(v) == 1 and k not in out})
         return pd.DataFrame(out)
 
     def current(self, item: int) -> None:
-        """The item under the slider (or picked on the field) is ringed on the map."""
-        panel = self.alive_panel()
+        """The item under the slider is ringed on the map."""
+        panel = self.part.alive_panel()
         if panel is not None and self.shown_map is not None and 0 <= item < len(panel.map.xy):
             panel.map.highlight([item])
 
     def show_selection(self, rows: np.ndarray) -> None:
-        """The selection's items as a gallery beside the stack and ringed on the painted field."""
+        """The selection's items as a gallery beside the stack (shapes highlighted) and ringed on the painted field."""
         from napari.layers import Points
 
-        widget, names = self.owner, self.names()
+        source, viewer, names = self.source, self.source.viewer, self.names()
         try:
-            layer = widget.fitted_layer()
+            layer = source.fitted_layer()
         except InputError as exc:
-            self.panel.say(str(exc))
+            self.part.panel.say(str(exc))
             return
-        field = widget.objects[0] if widget.objects is not None and widget.objects[0].name in self.viewer.layers \
-            else None
+        extra = source.extra_layers()
         if isinstance(layer, Points):
-            L.highlight_shapes(self.viewer, layer, widget.result, rows.tolist())
+            L.highlight_shapes(viewer, layer, source.dock.result, rows.tolist())
         else:
             picked = gallery_rows(rows)
-            show_gallery(self.viewer, names["gallery"], gallery_grid(stack_items(layer, picked)) if rows.size else None,
-                         field if field is not None else layer)
-        painted = None
-        if widget.objects is not None and widget.objects[2] is not None:
-            name = L.layer_names(widget.objects[0].name)["painted"]
-            painted = self.viewer.layers[name] if name in self.viewer.layers else None
-        ring_objects(self.viewer, painted, rows + 1, names["ring"])
+            show_gallery(viewer, names["gallery"], gallery_grid(stack_items(layer, picked)) if rows.size else None,
+                         extra[0] if extra else layer)
+        painted = next((p for p in extra if p.name.endswith(L.SUFFIXES["painted"])), None)
+        ring_objects(viewer, painted, rows + 1, names["ring"])
 
     def open_object(self, item: int) -> None:
         """A point clicked: the item goes under the slider (its inspector follows), or its shape is picked."""
         try:
-            self.owner.show_item(item, self.owner.fitted_layer())
+            self.source.show_item(item)
         except InputError as exc:
-            self.panel.say(str(exc))
+            self.part.panel.say(str(exc))
             return
-        self.panel.say(f"item {item}: under the slider, with its inspector.")
-
-    def edit(self, kind: str, rows: np.ndarray, to: int):
-        from .. import curation
-
-        result = self.owner.result
-        if self.owner.worker is not None:
-            raise InputError(BUSY)
-        if kind == "move":
-            edited, text = curation.move(result, rows, to), f"Moved {rows.size:,} items to cluster {to} (pinned there)"
-        elif kind == "outliers":
-            edited, text = curation.mark_outliers(result, rows), f"Marked {rows.size:,} items as outliers"
-        else:
-            edited = curation.split_off(result, rows)
-            text = f"Split {rows.size:,} items off as cluster {edited.k - 1}; Refine learns its prototype"
-        self.owner.curation.apply(edited, text)
-        self.panel.say(f"{text}.")
-        return edited
+        self.part.panel.say(f"item {item}: under the slider, with its inspector.")
 
     def refresh(self) -> None:
-        """Refresh: the map drawn anew from the widget's result."""
-        if self.owner.result is not None:
-            self.ensure().map.clear_stale()
-            self.shown_map = None
-            self.shown(self.owner.result)
+        """Refresh: the map drawn anew from the dock's result."""
+        self.part.ensure().map.clear_stale()
+        self.shown_map = None
+        self.result_changed()
 
-    def compute(self):
-        """Learn the result's map from the data it was fitted on, in a worker; the widget then shows it."""
-        from ..plate.maps import compute_map
+    def map_data(self):
+        return self.source.data()
 
-        widget, result = self.owner, self.owner.result
-        try:
-            data, layer = widget.fitted_data(), widget.fitted_layer()
-        except InputError as exc:
-            self.panel.say(str(exc), compute=True)
-            return None
-        device = widget.device.value
-
-        def done(got) -> None:
-            mapped, problem = got
-            if problem is not None:
-                self.panel.say(problem, compute=True)
-            elif widget.result is result:
-                widget.show_result(mapped, layer, reframe=False)
-                self.panel.say("Computed the object map: Save result… keeps it with the result.")
-
-        self.panel.say("Computing the object map…")
-        self.reading = start_worker(lambda: said(compute_map, result, data, device=device, what="Computing the map"),
-                                    returned=done,
-                                    finished=self._finished)
-        return self.reading
-
-
-
-class PlateMap(MapLink):
-    """The map of a store's predictions: one point per predicted object at its map_x, map_y, coloured by its
-    cluster (with the dock's edits not yet re-predicted shown), well, any manifest column, score or margin."""
-
-    title = "Object map (plate)"
-
-    def __init__(self, panel):
-        super().__init__(panel)
-        self.objects = None              # the store objects the map's rows are (those with a place)
-        self.table = None                # their predictions: cluster, runner-up, scores, manifest columns
-        self.store = None
-
-    def names(self) -> dict[str, str]:
-        stem = self.owner.names()["field"][:-len(" field")]
-        return {"gallery": f"{stem} map selection", "ring": f"{stem} map selection on field"}
-
-    def count_columns(self) -> list[str]:
-        conditions = [c for c in self.table.columns if c not in PREDICTED] if self.table is not None else []
-        return ["cluster"] + (["well"] if "well" in conditions else conditions[:1])
-
-    # ---- the store's predictions --------------------------------------------------------------------
-    def opened(self, opened) -> None:
-        """A store was opened (or read again after a prediction): read the map's columns in a worker."""
-        panel = self.ensure()
-        self.store, self.objects, self.table = opened.store, None, None
-        for name in self.names().values():
-            if name in self.viewer.layers:
-                self.viewer.layers.remove(name)
-        panel.map.clear_stale()
-        if opened.predictions is None:
-            self.no_points("No predictions yet: predict the store first (the Predict tab, or ticlust predict RESULT "
-                           "STORE); the map shows every predicted object.")
-            return
-        panel.say(f"Reading the map of {len(opened.store):,} objects…")
-        store, predictions = opened.store, opened.predictions
-        self.reading = start_worker(lambda: said(map_table, store, predictions, what="Reading the map"),
-                                    returned=lambda got: self._read(store, got), finished=self._finished,
-                                    alive=self.owner.alive)
-
-    def _read(self, store, got) -> None:
-        if store is not self.store:
-            return
-        read, problem = got
-        panel = self.ensure()
-        if problem is not None:
-            panel.say(problem)
-            return
-        objects, xy, table, columns = read
-        if not len(objects):
-            self.no_points("The store's predictions have no map places (made with a result saved before maps were "
-                           "made): Compute map learns one on the fit sample, then predicts again.", compute=True)
-            return
-        self.objects, self.table = objects, table
-        missing = len(store) - len(objects)
-        panel.say(f"{len(objects):,} objects" + (f" ({missing:,} without a place)" if missing else "") +
-                  ": draw a lasso or a box to select, click a point to open its field.")
-        if self.owner.result is not None:
-            panel.set_k(self.owner.result.k)
-        edited = self.owner.result is not None and self.owner.result is not self.owner.predicted
-        self.show_points(xy, self.columns() if edited else columns)   # the dock's edits shown on them
-        self.result_changed(recolor=False)
-
-    def columns(self) -> pd.DataFrame:
-        """The map's colour columns with the dock's edits not yet re-predicted shown (``StorePanel.previewed``)."""
-        return colour_columns(self.owner.previewed(self.table, self.objects)[0])
-
-    def stale_reason(self) -> str | None:
-        """Why the places shown are not the dock's result's (a Refine, a split, another fit), or None."""
-        result, predicted = self.owner.result, self.owner.predicted
-        if result is None or predicted is None or result is predicted or self.owner.renumbering() is not None:
-            return None
-        return "the result changed since the store was predicted: Re-predict places every object anew"
-
-    def result_changed(self, recolor: bool = True) -> None:
-        """An edit, an Undo or a Refine in the dock: recoloured, or said out of date (with Refresh)."""
-        panel = self.alive_panel()
-        if panel is None or self.table is None:
-            return
-        if self.owner.result is not None:
-            panel.set_k(self.owner.result.k)
-        reason = self.stale_reason()
-        if reason is not None:
-            panel.map.mark_stale(reason)
-            return
-        panel.map.clear_stale()
-        if recolor:
-            panel.map.update_columns(self.columns())
-
-    def refresh(self):
-        """Refresh on the out-of-date banner: Re-predict (the Curate tab's), which reads the map again when done."""
-        result = self.owner.result
-        if result is not None and result.state is None:
-            self.panel.say("The edited result places no object until it is refined: Refine it (the Curate tab), then "
-                           "Refresh.")
-            return None
-        self.panel.say("Re-predicting the store for a fresh map…")
-        return self.owner.curate.start_repredict()
-
-    # ---- selection, clicks ----------------------------------------------------------------------------
-    def show_selection(self, rows: np.ndarray) -> None:
-        """A gallery of the selection's crops (read in a worker) left of the field; its objects ringed there."""
-        owner, names = self.owner, self.names()
-        objects = self.objects[rows] if rows.size else np.zeros(0, np.int64)
-        self.ring_field(owner.picture)
-        if not objects.size:
-            show_gallery(self.viewer, names["gallery"], None, None)
-            return
-        store, picked = owner.store, gallery_rows(objects)
-        field = owner.names()["field"]
-
-        def shown(grid) -> None:
-            if store is owner.store and self.panel is not None and np.array_equal(self.selected(), objects):
-                beside = self.viewer.layers[field] if L.drawn(self.viewer, field) else None
-                show_gallery(self.viewer, names["gallery"], grid, beside)
-
-        def finished() -> None:
-            if self.gallery is worker:
-                self.gallery = None
-
-        worker = self.gallery = start_worker(lambda: gallery_grid(store.crops[picked]), returned=shown,
-                                             finished=finished, alive=owner.alive)
-
-    def selected(self) -> np.ndarray:
-        """The store objects selected on the map."""
-        if self.alive_panel() is None or self.objects is None:
-            return np.zeros(0, np.int64)
-        return self.objects[self.panel.map.selection]
-
-    def ring_field(self, picture) -> None:
-        """Ring the selected objects that are on the field shown (the objects layer's values: place + 1)."""
-        owner = self.owner
-        name = owner.names()["objects"]
-        painted = self.viewer.layers[name] if name in self.viewer.layers and picture is not None else None
-        values = np.zeros(0, np.int64)
-        if painted is not None:
-            start, stop = field_span(owner.starts, picture.field_index)
-            chosen = self.selected()                 # up to every object: two comparisons, not a search each
-            values = chosen[(chosen >= start) & (chosen < stop)] - start + 1
-        ring_objects(self.viewer, painted, values, self.names()["ring"])
-
-    def field_painted(self, picture) -> None:
-        """The field was (re)painted: its selected objects ringed again."""
-        if self.alive_panel() is not None and self.panel.map.selection.size:
-            self.ring_field(picture)
-
-    def open_object(self, row: int) -> None:
-        """A point clicked: its field is opened and the object inspected (and picked for the Curate tab)."""
-        owner = self.owner
-        obj = int(self.objects[row])
-        field = int(object_fields(owner.starts, obj)[0])
-        owner.picked = [obj]
-        if owner.picture is None or owner.picture.field_index != field:
-            owner.pick(field)
-        owner.inspector.inspect(obj)
-        self.panel.map.highlight([row])
-        self.panel.say(f"object {obj}: its field is shown and the object inspected.")
-
-    def picked(self, objects) -> None:
-        """Objects picked on the field or in the gallery are ringed on the map."""
-        if self.alive_panel() is None or self.objects is None:
-            return
-        objects = np.asarray(objects, np.int64)
-        at = np.clip(np.searchsorted(self.objects, objects), 0, len(self.objects) - 1)
-        self.panel.map.highlight(at[self.objects[at] == objects])
-
-    def edit(self, kind: str, rows: np.ndarray, to: int):
-        from ..plate import curate
-
-        owner = self.owner
-        if owner.job is not None or owner.opening is not None:
-            raise InputError(BUSY)
-        if owner.store is None or owner.result is None:
-            raise InputError("Fit a result on the store (the Fit tab) or load the one it was predicted with first.")
-        curate.check_plate_result(owner.result, owner.store)
-        objects, n = self.objects[rows], len(owner.store)
-        if kind == "move":
-            edited, text = curate.move(owner.result, objects, to, n), f"Moved {objects.size:,} objects to cluster {to}"
-        elif kind == "outliers":
-            edited = curate.mark_outliers(owner.result, objects, n)
-            text = f"Marked {objects.size:,} objects as outliers"
-        else:
-            edited = curate.split_off(owner.result, objects, n)
-            text = f"Split {objects.size:,} objects off as cluster {edited.k - 1}"
-        owner.apply_edit(edited, text)
-        self.panel.say(f"{text}: {owner.pending_text() or 'the store has it.'}")
-        return edited
-
-    def compute(self):
-        """Learn the map of the dock's fitted result on the store's fit sample, in a worker; then predict again,
-        which gives every object its place."""
-        from ..plate.maps import compute_map
-
-        owner = self.owner
-        model = owner.model
-        if model is None or owner.store is None:
-            self.panel.say("Load the result the store was predicted with (Load result… in the Predict tab) first: "
-                           "its map is learned from its fit sample.", compute=True)
-            return None
-        store, device = owner.store, owner.device()
-
-        def done(got) -> None:
-            mapped, problem = got
-            if problem is not None:
-                self.panel.say(problem, compute=True)
-            elif owner.store is store:
-                owner.take_result(mapped, fitted=True)
-                self.panel.say("Computed the map on the fit sample; predicting every object for its place…")
-                owner.predict.start()
-
-        self.panel.say("Computing the object map on the fit sample…")
-        self.reading = start_worker(lambda: said(compute_map, model, store, device=device, what="Computing the map"),
-                                    returned=done,
-                                    finished=self._finished, alive=owner.alive)
-        return self.reading
+    def computed(self, mapped) -> None:
+        dock = self.source.dock
+        dock.result = mapped
+        dock.model = mapped
+        self.source.show(mapped, fresh=False)
+        self.result_changed()
+        self.part.panel.say("Computed the object map: Save result… keeps it with the result.")
 
 
 #: The prediction columns that are not colour columns of their own (cluster is shown with the edits, margin from

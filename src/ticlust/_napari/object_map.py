@@ -24,7 +24,7 @@ from qtpy.QtWidgets import (QComboBox, QFrame, QHBoxLayout, QLabel, QPushButton,
 
 from ..errors import InputError
 from .layers import cluster_color
-from .workers import on_destroyed
+from .parts import on_destroyed
 
 POINTS_BELOW = 50_000       # the points themselves are drawn when fewer than this are in the drawn region
 PAD = 0.25                  # the drawn region reaches this fraction of the view beyond each side (pans stay filled)

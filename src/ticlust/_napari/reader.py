@@ -1,6 +1,6 @@
 """napari readers: .npz files (ticlust results, or plain image stacks), tpsDig .tps files, object stores
-(``ticlust extract``), which open in the plate panel, and a plate's fields (a folder with masks, a CSV manifest,
-an OME-Zarr image or plate with labels), which the plate panel offers to extract into a store."""
+(``ticlust extract``), which open in the ticlust dock, and a plate's fields (a folder with masks, a CSV manifest,
+an OME-Zarr image or plate with labels), which the dock offers to extract into a store."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,7 +34,7 @@ def get_reader(path):
 
 
 def read_result(path) -> list[tuple]:
-    """A saved result. With a stack of as many items open in the viewer, the ticlust widget (docked if
+    """A saved result. With a stack of as many items open in the viewer, the ticlust dock (docked if
     needed) shows the whole result against it: prototypes, assignments, sorted view, aligned stack, warp
     grid and inspector. Otherwise: the prototypes (a numbered mosaic, or landmark mean shapes), the
     aligned stack when there is one, and the assignments table in the layers' metadata."""
@@ -65,7 +65,7 @@ def read_result(path) -> list[tuple]:
 
 
 def _hand_to_widget(path, result) -> bool:
-    """Show ``result`` with the ticlust widget when the current viewer holds a stack of as many items."""
+    """Show ``result`` in the ticlust dock when the current viewer holds a stack (or landmarks) of as many items."""
     try:
         import napari
         from napari.layers import Image, Points
@@ -75,18 +75,24 @@ def _hand_to_widget(path, result) -> bool:
     if viewer is None:
         return False
     from .layers import is_ticlust_layer
-    from .widget import _item_count
+    from .sources import item_count
 
     wanted = Points if result.prototypes.ndim == 3 and result.prototypes.shape[-1] == 2 else Image
     match = next((layer for layer in viewer.layers if isinstance(layer, wanted) and not is_ticlust_layer(layer.name)
-                  and _item_count(layer) == result.n), None)
+                  and item_count(layer) == result.n), None)
     if match is None:
         return False
-    _, widget = viewer.window.add_plugin_dock_widget("napari-ticlust")
-    if widget.worker is not None:
+    dock = _dock(viewer)
+    if dock.job is not None:
         return False
-    widget.load_result(path, match)
+    dock.use(dock.points if wanted is Points else dock.stack)
+    dock.load_result(path, match)
     return True
+
+
+def _dock(viewer):
+    """The ticlust dock of ``viewer``, docked the way Plugins > ticlust docks it."""
+    return viewer.window.add_plugin_dock_widget("napari-ticlust")[1]
 
 
 def read_stack(path) -> list[tuple]:
@@ -136,30 +142,24 @@ def get_plate_reader(path):
 
 
 def read_plate_input(path) -> list[tuple]:
-    """Dock the plate panel and offer to extract the plate's fields into a store beside them (the store's path and
+    """Dock the ticlust dock and offer to extract the plate's fields into a store beside them (the store's path and
     the crop options can be changed there before Extract)."""
     import napari
-
-    from .store_panel import STORE_PANEL
 
     viewer = napari.current_viewer()
     if viewer is None:     # pragma: no cover - the reader only runs inside napari
         return []
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    panel.extract.offer(path)
+    _dock(viewer).plate.extract.offer(path)
     return [(None,)]       # napari's sentinel: the reader added its layers itself
 
 
 def read_store(path) -> list[tuple]:
-    """Dock the plate panel (Plugins > ticlust > Plate) and open the store in it: the panel makes the field,
-    objects and gallery layers itself. A store that cannot be opened is said in the panel."""
+    """Dock the ticlust dock and open the store in it: the dock makes the field, objects and gallery layers itself.
+    A store that cannot be opened is said in the dock."""
     import napari
-
-    from .store_panel import STORE_PANEL
 
     viewer = napari.current_viewer()
     if viewer is None:     # pragma: no cover - the reader only runs inside napari
         return []
-    _, panel = viewer.window.add_plugin_dock_widget("napari-ticlust", STORE_PANEL)
-    panel.open_store(path)
+    _dock(viewer).plate.open_store(path)
     return [(None,)]       # napari's sentinel: the reader added its layers itself

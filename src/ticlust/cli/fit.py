@@ -11,12 +11,11 @@ import numpy as np
 from ..core.atomic import check_outputs, write_atomic
 from ..errors import InputError
 from ..io.readers import IMAGE_SUFFIXES, folder_images, read_input
+from ..plate import STORE_FIT_ALL
 from ..result import npz_path
 from . import timelapse
 from .common import CROP_NEEDS_LABELS, check_in_process, cluster_options, crop_given, crop_options, notes
 
-#: A store is fitted whole without --fit-sample up to this many objects.
-STORE_FIT_ALL = 50_000
 DEFAULT_OUTPUT = "ticlust_result.npz"
 
 

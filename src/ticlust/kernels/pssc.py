@@ -57,6 +57,9 @@ class PSSCConfig:
     representatives: int = param(1000, "U-SPEC representatives p: k-means centres of the candidates (capped at p'/2); "
                                  "for large sets 2000 with 18000 candidates is more accurate (MNIST 70k: +1 point)", low=2, essential=True)
     neighbours: int = param(5, "Nearest representatives per item (k of the k-NN affinity)", low=1)
+    kernel_width: str = param("local", "Affinity width: each item's own mean distance to its nearest representatives "
+                              "(local; keeps outliers on the graph) or one width for all, U-SPEC's (global)",
+                              choices=("local", "global"))
     rep_iter: int = param(10, "Lloyd iterations of the k-means that picks the representatives", low=1)
     knn: str = param("exact", "Nearest-representative search: exact (torch) or HNSW (hnswlib)", choices=("exact", "hnsw"))
     restarts: int = param(10, "k-means restarts on the spectral embedding (the lowest inertia is kept)", low=1)
@@ -100,13 +103,14 @@ def uspec_steps(z: torch.Tensor, cfg, rng: np.random.Generator, seed: int, timin
         dist, idx = yield from nearest_exact_steps(z, reps, kn)
     sigma = float(dist.double().mean())
     sigma = sigma if sigma > 0 else 1.0
-    aff = affinities(dist, sigma)
+    aff = affinities(dist, sigma, cfg.kernel_width == "local")
     timing["knn_s"] = time.perf_counter() - start
     start = time.perf_counter()
     space, w, eig = transfer_cut(aff, idx, p, cfg.k)
     timing["transfer_cut_s"] = time.perf_counter() - start
     rep_items = nearest_exact(reps, z, 1)[1][:, 0]
-    fitted = {"representatives": reps.cpu().numpy(), "sigma": np.float64(sigma), "transfer": w.cpu().numpy()}
+    fitted = {"representatives": reps.cpu().numpy(), "sigma": np.float64(sigma), "transfer": w.cpu().numpy(),
+              "local_width": np.bool_(cfg.kernel_width == "local")}
     extras = {"embedding": space.cpu().numpy(), "representatives": reps.cpu().numpy(),
               "representative_items": rep_items.cpu().numpy(), "transfer_eigenvalues": eig.cpu().numpy()}
     params = {"nearest_representatives": idx.cpu().numpy(), "representative_affinities": aff.float().cpu().numpy()}
@@ -196,6 +200,7 @@ class PSSCState(FittedState):
     representatives: np.ndarray | None = None  # U-SPEC representatives (p, d - poc)
     sigma: np.ndarray | None = None           # U-SPEC kernel width
     transfer: np.ndarray | None = None        # U-SPEC transfer-cut eigenvectors (p, K)
+    local_width: np.ndarray | None = None     # each item's own affinity width (kernel_width="local"); None: global
 
 
 def fit_steps(stack: Stack, cfg, device: torch.device, seed: int, rng: np.random.Generator):
@@ -267,7 +272,7 @@ def predict_fields(state: PSSCState, cfg, stack: Stack, device: torch.device, ba
         fields = {}
         if uspec:
             dist, idx = nearest_exact(z, reps, min(cfg.neighbours, len(reps)))
-            aff = affinities(dist, float(state.sigma))
+            aff = affinities(dist, float(state.sigma), bool(state.local_width))   # a result saved before: global
             z = extend_embedding(aff, idx, transfer)
             fields.update({"embedding": z, "params/nearest_representatives": idx,
                            "params/representative_affinities": aff.float()})

@@ -10,9 +10,17 @@ from ..events import Progress, drain
 from .kmeans import kmeans_plus_plus, lloyd, squared_distances
 
 
-def affinities(dist: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Gaussian kernel on Euclidean distances (Eq. 5)."""
-    return torch.exp(-(dist.double() ** 2) / (2.0 * sigma * sigma))
+def affinities(dist: torch.Tensor, sigma: float, local: bool = False) -> torch.Tensor:
+    """Gaussian kernel on Euclidean distances (Eq. 5): one width ``sigma`` for every item, or (``local``) each item's
+    own width, the mean of its k distances (self-tuning, Zelnik-Manor & Perona 2004; ``sigma`` where that is 0). With
+    one width an item far from every representative (debris, a clump) keeps ~all its affinity on one representative,
+    which then hangs off the graph; K such near-isolated pieces take the K leading eigenvectors (docs/pssc.md)."""
+    d = dist.double()
+    width = torch.as_tensor(float(sigma), dtype=d.dtype, device=d.device)
+    if local:
+        own = d.mean(1, keepdim=True)
+        width = torch.where(own > 0, own, width)
+    return torch.exp(-(d ** 2) / (2.0 * width * width))
 
 
 def transfer_cut(aff: torch.Tensor, idx: torch.Tensor, p: int, n_clusters: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

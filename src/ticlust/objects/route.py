@@ -38,8 +38,5 @@ def objects_route(field, labels, method: str, params: dict | None = None, *, kee
     normalize = ROUTE_OPTIONS["normalize"] if normalize is None else normalize
     items, table = objects_from_labels(field, labels, size=size, keep_border=keep_border, channels=channel,
                                        rescale=rescale, orient=orient, normalize=normalize)
-    if items.ndim == 4 and items.shape[-1] != 3:
-        raise InputError(f"The field has {items.shape[-1]} channels: choose one with --channel (ticlust clusters "
-                         "grey or RGB objects).")
     unused = {name for name, used in (("scale", rescale), ("angle", orient)) if not used}
     return ObjectItems(items, {c: table[c] for c in TABLE_COLUMNS if c not in unused}, params)

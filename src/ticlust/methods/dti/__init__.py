@@ -64,7 +64,9 @@ class DTIKMeansConfig:
                               "(curriculum = milestones; e.g. 100,500,700,1000)", gui=False)
     init: str = param("k-means++", "First prototypes: images picked by k-means++ seeding (spread out; ours) or random images (the paper)",
                       choices=("random", "k-means++"), essential=True)
-    max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1, essential=True)
+    # not essential: the schedule sets the training's length (quick: 60), this overrides it under Advanced (a form
+    # shows at most three essentials: schedule, invariances, init)
+    max_epochs: int = param(120, "Most training epochs in all; each curriculum stage gets at most half of the epochs left", low=1)
     patience: int = param(4, "Plateau: window (epochs); the stage ends when the mean loss of the last window improves on the window before by less than plateau_tol", low=1)
     plateau_tol: float = param(0.01, "Plateau: smallest relative improvement between windows that counts as progress", low=0.0)
     min_stage_epochs: int = param(6, "Plateau: fewest epochs in each curriculum stage", low=1)
