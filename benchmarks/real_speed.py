@@ -12,7 +12,7 @@ Each run is a child process (its peak RSS is its own, ``ru_maxrss``), with 2 tor
 (a shared machine), under a cap (``--cap``, seconds: a run past it is reported as not finished); ``--lock FILE`` holds
 that lock around each child. Rows are appended to benchmarks/results/real_speed.jsonl with the commit and the load
 average before and after; benchmarks/results/real_speed.md is re-made from the newest row of each
-(method, parameters, size, items, mode).
+(method, parameters, size, mode) at each commit, so a change shows before and after.
 
     PYTHONPATH=src python benchmarks/real_speed.py --lock /work/wt/bench.lock                  # every method, 64 px
     PYTHONPATH=src python benchmarks/real_speed.py --size 128 --methods rigid-kmeans kmeans
@@ -38,11 +38,11 @@ from _data import data_dir, load_average  # noqa: E402  (benchmarks/ is on sys.p
 
 HERE = Path(__file__).resolve().parent
 LOG, TABLE = HERE / "results" / "real_speed.jsonl", HERE / "results" / "real_speed.md"
-METHODS = ("kmeans", "gmm", "pssc", "nt", "ai-kmeans", "st-kmeans", "rigid-kmeans", "rigid-pssc", "rigid-spectral",
+METHODS = ("kmeans", "gmm", "pssc", "cell-kmeans", "nt", "ai-kmeans", "st-kmeans", "rigid-kmeans", "rigid-pssc", "rigid-spectral",
            "dti-kmeans", "dti-kmeans:schedule=quick", "dti-gmm", "dti-gmm:schedule=quick")
 K, N_FIT, N_PREDICT, N_MEMORY, SUBSET_SEED = 8, 1000, 1000, 10000, 0
 #: The short runs of --memory (the peak of a fit is reached in its first iterations: each holds what the next holds).
-SHORT = {"kmeans": {}, "gmm": {"max_iter": 2}, "pssc": {}, "nt": {"max_iter": 2}, "ai-kmeans": {"max_iter": 2},
+SHORT = {"kmeans": {"max_iter": 3}, "gmm": {"max_iter": 2}, "pssc": {}, "cell-kmeans": {}, "nt": {"max_iter": 2}, "ai-kmeans": {"max_iter": 2},
          "st-kmeans": {"max_iter": 2}, "rigid-kmeans": {"max_iter": 2}, "rigid-pssc": {"rigid_iter": 2},
          "rigid-spectral": {}, "dti-kmeans": {"max_epochs": 1}, "dti-gmm": {"max_epochs": 1}}
 
@@ -148,13 +148,13 @@ def fmt(v, digits=1) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    newest = {}
+    newest = {}   # the newest row of each (method, size, mode) at each commit: before and after a change side by side
     for r in rows:
-        newest[(r["spec"], r["size"], r["mode"])] = r
+        newest[(r["spec"], r["size"], r["mode"], r["commit"])] = r
     head = ("| method | crops | mode | fit s (wall) | fit CPU s | iterations | predict objects/s | peak MiB | ACC | NMI | ARI "
             "| status | load before / after | commit |")
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
-    for (spec, size, mode), r in sorted(newest.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0])):
+    for (spec, size, mode, _), r in sorted(newest.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0], kv[1]["when"])):
         crops = f"{r.get('n', N_MEMORY if mode == 'memory' else N_FIT):,} × {size}×{size}×2"
         lines.append(f"| {spec} | {crops} | {mode} | {fmt(r.get('fit_s'))} | {fmt(r.get('fit_cpu_s'))} | "
                      f"{fmt(r.get('iterations'))} | {fmt(r.get('predict_per_s'), 0)} | {fmt(r.get('peak_mib'), 0)} | "

@@ -381,6 +381,9 @@ def test_kmeans_and_gmm_stream_a_stack_too_large_to_load():
     *_, last_w = em(whole, resp, 5, 0.0, 1e-3)
     assert abs(last_s[1] - last_w[1]) < 1e-4
     assert streamed.mean_variance() == pytest.approx(whole.mean_variance(), rel=1e-5)
+    # in row blocks and two passes, never a copy of the data: torch's whole-array variance to float roundoff
+    flat = torch.from_numpy(stack.numpy().reshape(stack.n, -1)).double()
+    assert whole.mean_variance(rows=7) == pytest.approx(float(flat.var(0, unbiased=False).mean()), rel=1e-9)
 
 
 @pytest.mark.parametrize("layout", ["last", "first"])

@@ -114,10 +114,13 @@ def test_the_quality_measure_tells_kinds_from_noise():
 
 def test_a_generated_plate_map_keeps_the_kinds_apart():
     """Outline kinds of a small generated field, rigid-kmeans: its map's 15 nearest neighbours share the kind far
-    more often than random places would (about 1/3)."""
+    more often than random places would (about 1/3). The 16-D embedding holds 0.76; the t-SNE layout of it moves by
+    up to 0.07 when the PCA moves by float32 roundoff (measured: 0.727 and 0.658 for axes 1e-6 apart), so the map's
+    bar sits below that spread."""
     x, kinds = nuclei_sample(seed=0, n=150)
     r = ticlust.fit(x, method="rigid-kmeans", k=3, device="cpu", seed=0, progress=False, flip=True)
-    assert neighbour_agreement(r.map, kinds) > 0.7
+    assert neighbour_agreement(r.embedding, kinds) > 0.7
+    assert neighbour_agreement(r.map, kinds) > 0.6
 
 
 # ---- an object store ----------------------------------------------------------------------------
@@ -160,3 +163,22 @@ def test_a_store_predicted_without_a_map_says_so_with_nan_columns(store, tmp_pat
     assert table["map_x"].isna().all() and table["map_y"].isna().all()
     made = compute_map(path, copy, device="cpu")
     np.testing.assert_allclose(made.map, result.map, rtol=1e-4, atol=1e-3 * np.ptp(result.map))
+
+
+def test_the_map_pca_without_the_covariance_matrix_equals_the_one_through_it():
+    """learn_pca's subspace iteration on covariance products gives the axes the same iteration on the formed F×F
+    covariance (``kernels.pca.top_eigenvectors``, same random start) gives, to float32 roundoff."""
+    import torch
+
+    from ticlust.events import drain
+    from ticlust.kernels.embedding import _signed, learn_pca
+    from ticlust.kernels.pca import pca_poc_steps
+
+    rng = np.random.default_rng(3)
+    latent = rng.standard_normal((300, 12)) * np.linspace(4, 1, 12)
+    x = (latent @ rng.standard_normal((12, 500)) / 8 + 0.2 * rng.standard_normal((300, 500)) + 1.5).astype(np.float32)
+    mean, basis = learn_pca(x, 8, "cpu", np.random.default_rng(0))
+    _, mean0, basis0, _ = drain(pca_poc_steps(x, 8, 0, "randomized", torch.device("cpu"), np.random.default_rng(0)))
+    assert basis.shape == (500, 8)
+    np.testing.assert_allclose(mean, mean0.float().numpy(), atol=1e-6)
+    np.testing.assert_allclose(basis, _signed(basis0.float().numpy()), atol=1e-5)

@@ -381,3 +381,32 @@ def test_exact_re_solve_of_the_best_few_matches_re_solving_all():
     assert torch.equal(out[4][0], out[0][0]) and torch.equal(out[4][1], out[0][1])
     best4 = out[4][3].min(1).values
     assert torch.allclose(best4, out[0][3].min(1).values) and torch.all(best4 <= none + 1e-9)
+
+
+def test_large_images_are_averaged_down_to_work_values():
+    """The factor: the smallest whole one that leaves at most work_values values per item; vectors and small images
+    stay as they are."""
+    from ticlust.core.stack import Stack
+
+    def factor(shape, **cfg):
+        return nt.reduction(nt.NTConfig(**cfg), Stack(np.zeros(shape, np.float32), 0.0, 1.0))
+
+    assert factor((2, 28, 28)) == factor((2, 32, 32)) == factor((2, 5000)) == 1     # MNIST, COIL, vectors: as they are
+    assert factor((2, 64, 64, 2)) == 3 and factor((2, 128, 128, 2)) == 6             # 22×22×2 = 968 values
+    assert factor((2, 64, 64, 2), work_values=512) == 4 and factor((2, 64, 64, 2), work_values=0) == 1
+
+
+def test_an_nt_fit_on_enlarged_images_is_the_fit_on_the_images_themselves(one_thread):
+    """Glyphs enlarged 2× (each pixel repeated) and averaged back by work_values: the same labels and scores as the fit
+    (and the prediction) of the glyphs at their own size; prototypes at the size given."""
+    from ticlust.datasets.samples import glyphs_sample
+
+    small, _ = glyphs_sample(n_per_class=8, size=16, seed=2)
+    big = small.repeat(2, 1).repeat(2, 2)
+    a = ticlust.fit(small, "nt", k=3, seed=0, progress=False, max_iter=2, m=256)
+    b = ticlust.fit(big, "nt", k=3, seed=0, progress=False, max_iter=2, m=256, work_values=256)
+    assert b.prototypes.shape == (3, 32, 32) and np.array_equal(a.labels, b.labels)
+    np.testing.assert_allclose(a.scores, b.scores, rtol=1e-5, atol=1e-5)
+    assert np.array_equal(ticlust.predict(a, small[::2]).labels, ticlust.predict(b, big[::2]).labels)
+    with pytest.raises(InputError, match="fitted on 32×32"):
+        ticlust.predict(b, small)

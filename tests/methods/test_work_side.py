@@ -50,3 +50,20 @@ def test_work_side_zero_fits_at_full_size(one_thread):
     reduced = ticlust.fit(big, "ai-kmeans", k=4, seed=0, progress=False, max_iter=2)
     assert full.config["work_side"] == 0 and full.prototypes.shape == reduced.prototypes.shape == (4, 64, 64)
     assert (full.labels == reduced.labels).mean() > 0.9
+
+
+def test_held_reduced_images_give_the_fit_and_prediction_read_batch_by_batch(one_thread, monkeypatch):
+    """Reduced images held once (``HELD_BYTES``) change nothing: the same labels, prototypes and scores to the bit as
+    a fit that reduces them on every read."""
+    from ticlust.kernels import aligned_lloyd
+
+    big, _, _ = big_glyphs()
+    runs = []
+    for held in (0, aligned_lloyd.HELD_BYTES):
+        monkeypatch.setattr(aligned_lloyd, "HELD_BYTES", held)
+        r = ticlust.fit(big, "st-kmeans", k=4, seed=0, progress=False, max_iter=3)
+        runs.append((r, ticlust.predict(r, big[::3])))
+    (a, pa), (b, pb) = runs
+    for name in ("labels", "prototypes", "scores"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+    assert np.array_equal(pa.labels, pb.labels) and np.array_equal(pa.scores, pb.scores)

@@ -180,3 +180,37 @@ def test_progress_names_each_stage_through_posing_every_item(turned_set, one_thr
     assert stages == ["comparing every item with the anchors at every angle", "k-means restarts",
                       "prototypes: members posed and averaged", "posing every item on its prototype", MAP_STAGE]
     assert [e.step for e in events if e.stage.startswith("posing")] == [1, 2, 3, 4, 5]      # 36 items, 8 at a time
+
+
+def test_the_blur_as_two_matrix_products_equals_the_two_convolutions():
+    import torch.nn.functional as F
+
+    from ticlust.transforms.align import gaussian_kernel, gaussian_lowpass
+
+    x = torch.rand(6, 2, 40, 28, generator=torch.Generator().manual_seed(0))
+    for sigma in (0.4, 0.8, 2.5):
+        radius, kernel = gaussian_kernel(sigma)
+        y = F.conv2d(x.reshape(-1, 1, 40, 28), kernel.view(1, 1, -1, 1), padding=(radius, 0))
+        y = F.conv2d(y, kernel.view(1, 1, 1, -1), padding=(0, radius)).reshape(x.shape)
+        assert torch.allclose(gaussian_lowpass(x, sigma), y, atol=1e-6)
+    assert gaussian_lowpass(x, 0.0) is x
+
+
+def test_a_warp_fitted_on_reduced_crops_finds_the_anchor_at_nearly_the_full_size_distance(references, posed, one_thread):
+    """work_side: at 64 px the warps are fitted on 32-px averages (4× fewer pixels); the nearest anchor is the same and the
+    distance, in the full size's units, within a few hundredths of the one fitted at full size."""
+    import torch.nn.functional as F
+
+    from ticlust.methods.rigid_spectral import RIGID_SPECTRAL, RigidSpectralConfig, anchor_links
+
+    refs = F.interpolate(references(5, 32), scale_factor=2, mode="bilinear", align_corners=False)      # 64 px
+    items = posed(refs[2:3], [2.2], [False], [[2.0, -4.0]])
+    found = {}
+    for side in (0, 32):
+        cfg = RigidSpectralConfig(k=2, candidates=5, neighbours=5, fit_iter=4, work_side=side)
+        aligner = RIGID_SPECTRAL.aligner(cfg, tuple(refs.shape[-2:]), "cpu")
+        assert aligner.work == (2 if side else 1)
+        found[side] = anchor_links(items, Anchors.of(prepared(refs, cfg.lowpass)), cfg, aligner)
+    for dist, idx in found.values():
+        assert int(idx[0, 0]) == 2 and float(dist[0, 0]) < 0.5 * float(dist[0, 1])
+    assert abs(float(found[32][0][0, 0]) - float(found[0][0][0, 0])) < 0.05

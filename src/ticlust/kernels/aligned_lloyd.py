@@ -412,21 +412,40 @@ def _warp_options(cfg, family: str) -> dict:
     return dict(lowpass=cfg.lowpass, padding=cfg.padding, max_scale=cfg.max_scale, max_shift=cfg.max_shift,
                 linear="affine" if family == "deformable" else family)
 
+#: Items reduced at once when a fit's reduced images are held (``StackPyramid``).
+REDUCE_BLOCK = 1024
+#: A fit on images reduced for the warps (``Aligner.work`` > 1) holds them and their low-passed copies when they take at
+#: most this many bytes: reduced and low-passed once, not on every read (a fifth of an ST K-means fit of 1,000 crops of
+#: 64×64×2 went to averaging the same images down again); a larger stack is read and reduced batch by batch.
+HELD_BYTES = 256 * 2 ** 20
+
+
 @dataclass
 class StackPyramid:
     """A Pyramid whose rows are read from the stack and low-passed when asked for (batch by batch, on every
     Lloyd iteration) instead of holding every image and its low-passed copy for the whole fit. ``full`` reads them at
-    the size the warps are fitted at (``Aligner.reduced``), ``images`` at their own."""
+    the size the warps are fitted at (``Aligner.reduced``), ``images`` at their own. Reduced images that fit in
+    ``HELD_BYTES`` are made once and held (the same values: each item is reduced and low-passed alone)."""
 
     images: StackImages
     aligner: Aligner
+    held: Pyramid | None = dataclasses.field(default=None, init=False, repr=False)
+
+    def __post_init__(self):
+        n, c = self.images.shape[:2]
+        (h, w), (lh, lw) = self.aligner.size, self.aligner.low_size
+        if self.aligner.work > 1 and n * c * (h * w + lh * lw) * 4 <= HELD_BYTES:
+            parts = [self.aligner.pyramid(self.images[s:s + REDUCE_BLOCK]) for s in range(0, n, REDUCE_BLOCK)]
+            self.held = Pyramid(torch.cat([p.full for p in parts]), torch.cat([p.low for p in parts]))
 
     @property
     def full(self):
+        if self.held is not None:
+            return self.held.full
         return self.images if self.aligner.work == 1 else _Reduced(self.images, self.aligner)
 
     def rows(self, idx) -> Pyramid:
-        return self.aligner.pyramid(self.images[idx])
+        return self.held.rows(idx) if self.held is not None else self.aligner.pyramid(self.images[idx])
 
 
 class _Reduced:

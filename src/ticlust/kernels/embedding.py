@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..events import drain
-from .pca import pca_poc_steps, unit_scale
+from .pca import DUAL_PCA_FEATURES, covariance_product, feature_mean, pca_poc_steps, subspace_iteration, unit_scale
 
 #: Dimensions of the embedding (PCA of a family's features; fewer when the features or the fit have fewer).
 EMBED_DIMS = 16
@@ -98,7 +98,15 @@ def learn_pca(features: np.ndarray, dims: int, device, rng: np.random.Generator)
         return feats.mean(0) if n else np.zeros(f, np.float32), np.zeros((f, 1), np.float32)
     # randomized subspace iteration (exact when the features are few): a full eigh of 1,024 features took 38 s on
     # a busy 2-core machine, longer than the whole map should
-    _, mean, basis, _ = drain(pca_poc_steps(feats, min(dims, f, n - 1), 0, "randomized", device, rng))
+    d = min(dims, f, n - 1)
+    if d + 10 < f and (f <= DUAL_PCA_FEATURES or n >= f) and unit_scale(feats) == 1.0:
+        # the same iteration on the covariance known by its products (kernels.pca.covariance_product): never the
+        # F×F matrix (1.5 GB of temporaries at 64×64×2 crops; 2.5 of 4 CPU s of a pixel k-means fit of 1,000 crops)
+        mean = feature_mean(feats, device)
+        _, vecs = subspace_iteration(covariance_product(feats, mean, device), f, d, rng, 2, device)
+        basis = vecs.float()
+    else:
+        _, mean, basis, _ = drain(pca_poc_steps(feats, d, 0, "randomized", device, rng))
     # features far from unit scale (landmarks in 1e30 units) embed at unit scale: the layout's squared distances
     # stay finite in float32 (an exact power of two, 1 for features in the usual range)
     basis = basis / unit_scale(feats)

@@ -78,14 +78,37 @@ def top_eigenvectors(cov: torch.Tensor, d: int, solver: str, rng: np.random.Gene
         vals, vecs = symmetric_eigh(cov)
         return vals.flip(0)[:d], vecs.flip(1)[:, :d]
     c32 = cov.float()
-    g = torch.from_numpy(rng.standard_normal((f, d + 10)).astype(np.float32)).to(cov.device)
-    q = torch.linalg.qr(c32 @ g).Q
+    return subspace_iteration(lambda m: c32 @ m, f, d, rng, power, cov.device)
+
+
+def subspace_iteration(apply, f: int, d: int, rng: np.random.Generator, power: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The d leading eigenpairs (descending, float64) of a symmetric PSD F×F matrix C known only by its products
+    ``apply(m)`` = C m (float32 (F, r) in and out): a (d + 10)-dimensional random start (drawn from ``rng``), ``power``
+    multiplications, then Rayleigh-Ritz (Halko et al. 2011)."""
+    g = torch.from_numpy(rng.standard_normal((f, d + 10)).astype(np.float32)).to(device)
+    q = torch.linalg.qr(apply(g)).Q
     for _ in range(power):
-        q = torch.linalg.qr(c32 @ q).Q
-    small = (q.T @ c32 @ q).double()
+        q = torch.linalg.qr(apply(q)).Q
+    small = (q.T @ apply(q)).double()
     vals, vecs = symmetric_eigh((small + small.T) / 2)
     vecs = q.double() @ vecs
     return vals.flip(0)[:d], vecs.flip(1)[:, :d]
+
+
+def covariance_product(x: np.ndarray, mean: torch.Tensor, device: torch.device, chunk: int = 2048):
+    """C m for the covariance C of float32 rows x about ``mean`` (F,), never formed: Σ xcᵀ (xc m) / N over chunks of rows,
+    summed in float64 (a product costs 2·N·F·r operations where C itself costs N·F² and 8·F² bytes: 512 MiB at 8,192
+    features). Returns the function m (F, r) float32 → C m float32."""
+    mean32 = mean.float()
+
+    def apply(m: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(m.shape, dtype=torch.float64, device=device)
+        for s in range(0, x.shape[0], chunk):
+            xc = torch.as_tensor(x[s:s + chunk], device=device) - mean32
+            out += (xc.T @ (xc @ m)).double()
+        return (out / x.shape[0]).float()
+
+    return apply
 
 
 def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError
-from ..core.stack import SCAN_BATCH, Stack
+from ..core.stack import SCAN_BATCH, Stack, to_nchw
 from ..core.validation import check_same_size
 from ..result import Assignments, ClusteringResult, FittedState
 from ..events import Progress, Snapshot, drain
@@ -73,6 +73,10 @@ class NTConfig:
     reject_quantile: float = param(0.0, "Flag as rejected the items whose best score is above this upper quantile "
                                    "(e.g. 0.05 flags the 5% worst; 0 = no rejection)", low=0.0, high=0.5, essential=True)
     batch_size: int = param(256, "Items per batch in the candidate step", low=1, gui=False)
+    # the paper's items had 500 values (COIL at 20×25); a 64×64×2 crop has 8,192, and A (M ≥ N) with its N×N
+    # factorisations then takes minutes an iteration (1,000 such crops: not one fit of 100 iterations in 600 s)
+    work_values: int = param(1024, "Images with more values (pixels × channels) are averaged down by the smallest whole "
+                             "factor that leaves at most this many (64×64×2 crops: by 3); 0: as they are", low=0)
 
 
 # ---- measures ------------------------------------------------------------------------------------
@@ -662,6 +666,26 @@ def default_m(n_dim: int) -> int:
     return max(n_dim, min(_PAPER_M, int(math.ceil(n_dim * _PAPER_M / _PAPER_N))))
 
 
+def reduction(cfg: NTConfig, stack: Stack) -> int:
+    """The whole factor NT averages a stack's images down by: the smallest that leaves at most ``cfg.work_values`` values
+    per item (1: vectors, images within it, or work_values 0)."""
+    if not cfg.work_values or not stack.is_image or stack.dim <= cfg.work_values:
+        return 1
+    (h, w), factor = stack.item_shape[:2], 2
+    while -(-h // factor) * -(-w // factor) * stack.channels > cfg.work_values:
+        factor += 1
+    return factor
+
+
+def nt_items(raw: np.ndarray, factor: int, device) -> torch.Tensor:
+    """Items (B, ...) of a stack as NT's flat rows (B, N): as they are, or images averaged over factor×factor blocks (a
+    last partial block alone)."""
+    x = torch.from_numpy(raw).to(device)
+    if factor > 1:
+        x = torch.nn.functional.avg_pool2d(to_nchw(x), factor, ceil_mode=True)
+    return x.reshape(len(x), -1)
+
+
 def standardise(x: torch.Tensor) -> torch.Tensor:
     """Each item to zero mean and unit variance (Sec. 5.1 'normalized to unit variance')."""
     x = x - x.mean(1, keepdim=True)
@@ -721,7 +745,7 @@ def initial_state(stack: Stack, cfg: NTConfig, device: torch.device, rng: np.ran
     if cfg.c_s < 1:
         raise InputError("c_s must be at least 1: the min-max score needs one similarity vector nu.")
     # the whole stack, unavoidably: NT's alternating updates of A and the clusters revisit every item at each step
-    x = standardise(stack.tensor(device, flat=True))                     # (n, N)
+    x = standardise(nt_items(stack.numpy(), reduction(cfg, stack), device))      # (n, N)
     n_dim = x.shape[1]
     m_dim = n_dim if cfg.transform == "identity" else (cfg.m or default_m(n_dim))
     if m_dim < n_dim:
@@ -924,7 +948,7 @@ class NT(Method):
         """Cluster and NT representation of new items by the fit's assignment rule with the fitted A, tau, nu."""
         state = result.state
         a = torch.from_numpy(state.a).to(device)
-        check_same_size(stack, a.shape[1])
+        check_same_size(stack, int(np.prod(np.shape(result.prototypes)[1:])))
         tau, nu = torch.from_numpy(state.tau).to(device), torch.from_numpy(state.nu).to(device)
         cfg = self.config_of(result)
         if batch_size is not None:
@@ -933,7 +957,7 @@ class NT(Method):
         out = Assignments(stack.n)
         threshold = float(state.reject_threshold)
         for s, b in stack.batches(SCAN_BATCH):
-            q = standardise(torch.from_numpy(b).to(device).reshape(len(b), -1)) @ a.T
+            q = standardise(nt_items(b, reduction(cfg, stack), device)) @ a.T
             c1, c2, y, scores = assign_all(q, tau, nu, cfg, mats)
             best = scores.gather(1, c1[:, None])[:, 0]
             out.write(s, {"labels": c1, "scores": scores, "params/representation": y, "params/similarity_index": c2,

@@ -29,6 +29,7 @@ affinities (U-SPEC's out-of-sample rule), so the fit sample may be small and the
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -37,6 +38,7 @@ import torch
 
 from ..errors import InputError
 from ..events import Progress, Snapshot
+from ..kernels.aligned_lloyd import work_factor
 from ..kernels import affinities, extend_embedding, keep_pinned, kmeans_restarts, lloyd, partition_means, transfer_cut
 from ..result import Assignments, ClusteringResult, FittedState
 from ..core.stack import Stack, from_nchw, to_nchw
@@ -83,6 +85,8 @@ class RigidSpectralConfig:
     restarts: int = param(10, "k-means restarts on the embedding (the lowest inertia is kept)", low=1)
     kmeans_iter: int = param(100, "Most Lloyd iterations per k-means restart", low=1, gui=False)
     batch_size: int = param(512, "Items compared with the anchors at once (memory vs speed)", low=1, gui=False)
+    work_side: int = param(32, "Larger crops have their warps fitted on images averaged down by a whole factor to about this "
+                           "side (a warp is the same map at any size; ai/st-kmeans' rule); 0: at full size", low=0)
 
 
 @dataclass
@@ -123,7 +127,8 @@ def warp_distances(x: torch.Tensor, centres: torch.Tensor, anchors: Anchors, tur
                    iterations: int) -> torch.Tensor:
     """||x_i warped onto anchor j − anchor j||² (B, c) of each item's candidate anchors ``turns``, the warp started at the
     pair's pose from the rotation search (anchor mirrored if flip, turned about its centre onto the item's centre) and
-    fitted by ``iterations`` Levenberg-Marquardt steps."""
+    fitted by ``iterations`` Levenberg-Marquardt steps, on x and the anchors' images (already there, ``anchor_links``)
+    reduced to the aligner's size; in the full size's units."""
     b, c = turns.index.shape
     size = tuple(x.shape[-2:])
     targets = anchors.images[turns.index]                                   # (b, c, C, H, W)
@@ -133,8 +138,10 @@ def warp_distances(x: torch.Tensor, centres: torch.Tensor, anchors: Anchors, tur
     turned = torch.stack([cos * ref[..., 0] - sin * ref[..., 1], sin * ref[..., 0] + cos * ref[..., 1]], -1)
     theta = pose_theta(turns.angle, turns.flip, centres[:, None] - turned, size)
     start = Alignments(theta, None, None)   # gauss_newton evaluates the start's losses itself
+    x, targets = aligner.reduced(x), aligner.reduced(targets)   # the warp is fitted at the aligner's size (work_side)
     with torch.no_grad():
-        return aligner.gauss_newton(x, targets, start, iterations).losses if iterations else aligner.pair_losses(x, targets, start)
+        d2 = aligner.gauss_newton(x, targets, start, iterations).losses if iterations else aligner.pair_losses(x, targets, start)
+    return d2 * aligner.work ** 2          # in the full size's units (a w×w average holds 1/w² of a block's squares)
 
 
 def anchor_links(images: torch.Tensor, anchors: Anchors, cfg: RigidSpectralConfig, aligner: Aligner,
@@ -146,7 +153,8 @@ def anchor_links(images: torch.Tensor, anchors: Anchors, cfg: RigidSpectralConfi
     centres = intensity_centres(x)
     n_angles = angle_count(tuple(x.shape[-2:]))
     turns = nearest_turns(polar_spectra(x, centres, n_angles), anchors.spectra, cfg.candidates, n_angles, cfg.flip, exclude)
-    per_block = max(1, PAIR_BLOCK_BYTES // (turns.index.shape[1] * x[0].numel() * 4 * 24))
+    anchors = dataclasses.replace(anchors, images=aligner.reduced(anchors.images))   # once, not per pair
+    per_block = max(1, PAIR_BLOCK_BYTES // (turns.index.shape[1] * x[0].numel() // aligner.work ** 2 * 4 * 24))
     d2 = torch.cat([warp_distances(x[s:s + per_block], centres[s:s + per_block], anchors,
                                    Turns(*(t[s:s + per_block] for t in (turns.distance, turns.index, turns.angle, turns.flip))),
                                    aligner, cfg.fit_iter) for s in range(0, len(x), per_block)])
@@ -189,7 +197,8 @@ class RigidSpectral(Method):
             raise InputError(f"{self.name} needs at least 3 images to build its graph; this stack has {stack.n}.")
 
     def aligner(self, cfg: RigidSpectralConfig, size, device) -> Aligner:
-        return Aligner(size, None, device, lean=True, linear=family(cfg), max_scale=MAX_SCALE, max_shift=MAX_SHIFT)
+        return Aligner(size, None, device, lean=True, linear=family(cfg), max_scale=MAX_SCALE, max_shift=MAX_SHIFT,
+                       work=work_factor(cfg, size))
 
     def _graph(self, stack: Stack, cfg: RigidSpectralConfig, device: torch.device, rng: np.random.Generator):
         """Generator: anchors → every item's nearest anchors → affinities → transfer cut → weighted embedding (a Graph)."""

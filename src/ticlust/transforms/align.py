@@ -56,16 +56,20 @@ def gaussian_kernel(sigma: float, device=None, dtype=torch.float32) -> tuple[int
     return radius, kernel / kernel.sum()
 
 
+def gaussian_matrix(n: int, sigma: float, device=None, dtype=torch.float32) -> torch.Tensor:
+    """(n, n): the Gaussian blur (``gaussian_kernel``'s taps, zero outside) of a side of n pixels as one matrix."""
+    radius, kernel = gaussian_kernel(sigma, device, dtype)
+    offset = torch.arange(n, device=device)[None, :] - torch.arange(n, device=device)[:, None]
+    return torch.where(offset.abs() <= radius, kernel[(offset + radius).clamp(0, 2 * radius)], 0.0).to(dtype)
+
+
 def gaussian_lowpass(images: torch.Tensor, sigma: float) -> torch.Tensor:
-    """Separable Gaussian blur (zero outside) of images (..., C, H, W)."""
+    """Separable Gaussian blur (zero outside) of images (..., C, H, W): one matrix per side, two small matrix products
+    (several times cheaper on the CPU than the two 1-D convolutions they equal up to float roundoff)."""
     if sigma <= 0:
         return images
-    radius, kernel = gaussian_kernel(sigma, images.device, images.dtype)
-    shape = images.shape
-    x = images.reshape(-1, 1, *shape[-2:])
-    x = F.conv2d(x, kernel.view(1, 1, -1, 1), padding=(radius, 0))
-    x = F.conv2d(x, kernel.view(1, 1, 1, -1), padding=(0, radius))
-    return x.reshape(shape)
+    h, w = images.shape[-2:]
+    return gaussian_matrix(h, sigma, images.device, images.dtype) @ images @ gaussian_matrix(w, sigma, images.device, images.dtype).T
 
 
 def image_slopes(images: torch.Tensor, padding: str = "zeros") -> torch.Tensor:
@@ -387,11 +391,7 @@ class Aligner:
         (``adaptive_avg_pool1d``'s windows), as one matrix."""
         key = ("lowpass", n, m)
         if key not in self._maps:
-            blur = torch.eye(n, device=self.device)
-            if self.sigma > 0:
-                radius, kernel = gaussian_kernel(self.sigma, self.device)
-                offset = torch.arange(n, device=self.device)[None, :] - torch.arange(n, device=self.device)[:, None]
-                blur = torch.where(offset.abs() <= radius, kernel[(offset + radius).clamp(0, 2 * radius)], 0.0)
+            blur = gaussian_matrix(n, self.sigma, self.device) if self.sigma > 0 else torch.eye(n, device=self.device)
             pool = F.adaptive_avg_pool1d(torch.eye(n, device=self.device)[None], m)[0].T   # (m, n)
             self._maps[key] = pool @ blur
         return self._maps[key]
