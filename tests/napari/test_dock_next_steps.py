@@ -41,6 +41,29 @@ def test_segment_nuclei_adds_labels_the_user_corrects_before_run(dock, run_to_en
     assert "blank nuclei" not in viewer.layers and "NaN" in widget.status.value, widget.status.value
 
 
+def test_three_channel_layers_segmented_and_run_keep_every_layer(dock, run_to_end, make_napari_viewer, qtbot):
+    """Issue 53's walk: a field opened as three channel layers and no masks; Segment nuclei on the first picked (the
+    nuclear channel), Run on all three; every layer the user had is there, with the labels, objects and clusters."""
+    field = ticlust.nuclei_field(n=16, shape=(192, 192), seed=5)
+    viewer = make_napari_viewer()
+    names = ["DNA", "Actin", "Tubulin"]
+    for i, name in enumerate(names):
+        viewer.add_image(np.rot90(field.image, i).copy(), name=name)
+    widget = dock(viewer)
+    widget.field.pick(*names)
+    widget.field.diameter.value = 15
+    widget.field.segment_run.button.native.click()
+    qtbot.waitUntil(lambda: not widget.busy, timeout=60_000)
+    np.testing.assert_array_equal(viewer.layers["DNA nuclei"].data, ticlust.segment_nuclei(field.image, 15))
+    assert widget.field.labels.value == "DNA nuclei", widget.status.value
+    widget.form.method.value, widget.form.k.value = "kmeans", 2
+    run_to_end(qtbot, widget)
+    assert widget.result.config["channels"] == names and widget.result.prototypes.shape[-1] == 3
+    assert viewer.layers["DNA objects"].data.shape[1] == 3                 # N×C×H×W crops of the three channels
+    for name in names + ["DNA nuclei", "DNA objects", "DNA objects by cluster"]:
+        assert name in viewer.layers, (name, [layer.name for layer in viewer.layers])
+
+
 def test_scan_k_draws_each_criterion_and_use_k_sets_the_form(dock, make_napari_viewer, qtbot):
     from ticlust.datasets.samples import glyphs_sample
     from ticlust.evaluation import scan_k
