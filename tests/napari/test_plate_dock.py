@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import tifffile
 
 napari = pytest.importorskip("napari")
 
@@ -614,3 +615,27 @@ def test_the_docks_close_down_runs_when_its_widget_is_deleted(make_napari_viewer
     panel.native.deleteLater()
     qtbot.waitUntil(lambda: panel.closed, timeout=5_000)
     assert gc.get_freeze_count() == 0 and panel._on_click not in viewer.mouse_drag_callbacks
+
+
+def test_raw_fields_without_masks_are_segmented_by_extract_then_fitted_and_predicted(raw_fields, tmp_path, plate_dock,
+                                                                                       qtbot):
+    """Issue 53 in the dock: a folder of one TIFF per channel and no masks; Extract with segment nuclei (the diameter)
+    and the channel files' suffixes under Advanced; every nucleus found is kept or listed, the masks lie beside the
+    store; Fit and Predict go on as for any plate."""
+    folder, _, fields = raw_fields
+    viewer, panel = plate_dock()
+    extract = panel.plate.extract
+    extract.source.value, extract.target.value = str(folder), str(tmp_path / "raw.zarr")
+    extract.diameter.value, extract.suffixes.value, extract.channels.value = fields[0].diameter, "D, F", "D,F"
+    press(qtbot, panel, extract.extract_button)
+    store = panel.plate.store
+    assert store is not None and store.channels == 2 and "Extracted" in panel.status.value, panel.status.value
+    for i, row in store.fields.iterrows():
+        found = set(np.unique(tifffile.imread(row["labels"]))) - {0}
+        kept = set(store.table.label[store.table.field_index == i]) | set(store.skipped.label[store.skipped.field_index == i])
+        assert found == kept and len(found) > 8
+    assert (tmp_path / "raw_masks" / "site0_masks.tif").is_file()
+    panel.form.method.value, panel.form.k.value, panel.plate.sample.value = "kmeans", 3, 0
+    press(qtbot, panel, panel.run_button)
+    press(qtbot, panel, panel.plate.predict_run.button)
+    assert f"Assigned {len(store)} objects of 3 fields" in panel.status.value, panel.status.value

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from magicgui.widgets import CheckBox, ComboBox, Container, Label, LineEdit, PushButton, SpinBox
+from magicgui.widgets import CheckBox, ComboBox, Container, FloatSpinBox, Label, LineEdit, PushButton, SpinBox
 
 from ..errors import InputError
 from ..plate.view import cluster_shares, condition_columns, field_table, field_title, object_fields, write_shares
@@ -65,7 +65,7 @@ class Extract(Container):
         self.file_button = PushButton(text="Manifest…")
         self.target = LineEdit(label="store", tooltip="Where the object store is written (an unfinished store made "
                                                       "with the same options is finished)")
-        self.show_advanced = CheckBox(value=False, text="Advanced (crop options, channels, Z, workers)")
+        self.show_advanced = CheckBox(value=False, text="Advanced (crop options, channels, Z, workers, segment)")
         self.crop = crop_options()
         self.channels = LineEdit(label="channels", tooltip="Keep these channels, by name or index, in this order (DNA,ER "
                                                            "or 0,2); blank: every channel")
@@ -73,7 +73,14 @@ class Extract(Container):
                                                    "their maximum projection; blank: such fields are refused")
         self.workers = SpinBox(label="workers", min=0, max=256, value=0,
                                tooltip="Cut the fields on a local dask cluster of this many processes (0: here)")
-        self.advanced = Container(widgets=[self.crop, Container(widgets=[self.channels, self.z, self.workers])],
+        self.diameter = FloatSpinBox(label="segment nuclei", min=0, max=1000, value=0, step=1,
+                                     tooltip="Fields without masks: the nuclei's expected diameter in pixels, found in "
+                                             "the first channel named (ticlust.segment_nuclei; the masks are written "
+                                             "beside the store); 0: the masks come with the fields")
+        self.suffixes = LineEdit(label="channel files", tooltip="A folder of one file per channel (NAME_D.tif, "
+                                                                "NAME_F.tif, …): their suffixes, D,F; blank: none")
+        self.advanced = Container(widgets=[self.crop, Container(widgets=[self.channels, self.z, self.workers,
+                                                                         self.diameter, self.suffixes])],
                                   labels=False, visible=False)
         self.run = dock.button("Extract", self.start)
         self.extract_button = self.run.button
@@ -100,9 +107,11 @@ class Extract(Container):
         from ..plate.store import typed_channels
 
         o = {w.name: w.value for w in self.crop}
+        suffixes = [part.strip() for part in self.suffixes.value.split(",") if part.strip()]
         return {"crop_size": o["size"] or None, "keep_border": o["keep_border"], "orient": o["orient"],
                 "normalize": o["normalize"], "rescale": o["rescale"], "channel": typed_channels(self.channels.value),
-                "z": self.z.value.strip() or None}
+                "z": self.z.value.strip() or None, "segment": "nuclei" if self.diameter.value else None,
+                "diameter": self.diameter.value or None, "channel_suffixes": suffixes or None}
 
     def start(self):
         """Extract in a worker, progress and ETA in the dock, Cancel on the button; the store opens when done."""
@@ -110,8 +119,8 @@ class Extract(Container):
 
         dock, source, target = self.plate.dock, self.source.value.strip(), self.target.value.strip()
         if not source or not target:
-            dock.say("Give the plate's fields (a folder with masks, a CSV manifest or an OME-Zarr) and the store's path "
-                     "first.")
+            dock.say("Give the plate's fields (a folder with masks — or without, with segment nuclei under Advanced —, a "
+                     "CSV manifest or an OME-Zarr) and the store's path first.")
             return None
         try:
             options, workers = self.options(), self.workers.value or None
