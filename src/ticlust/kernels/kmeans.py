@@ -243,13 +243,15 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batc
     of every chunk (:func:`lloyd_e_step` through :meth:`Rows.map_chunks`: here, or one task per chunk on a
     cluster) and an M-step that reduces their sums and counts in chunk order, so it is the same iteration
     wherever the chunks ran.
-    Stops when no label changes or the total squared centre shift falls below ``tol`` times the mean
-    per-feature variance (scikit-learn's rule). An emptied cluster is moved to the item that is farthest
+    Stops when no label changes, when the labels are those of two iterations before (a two-cycle: float round-off
+    in the distances can flip one item between two clusters for ever, as it did on 1,000 real 128-px crops, 300
+    iterations), or when the total squared centre shift falls below ``tol`` times the mean per-feature variance
+    (scikit-learn's rule). An emptied cluster is moved to the item that is farthest
     from its centre. ``pinned`` (N,): a cluster per item that the user fixed (-1: free); those items keep it.
     """
     x = as_rows(x, batch_size)
     tol_abs = tol * x.mean_variance()
-    labels = None
+    labels = before = None
     for it in range(1, max_iter + 1):
         steps = x.map_chunks(lloyd_e_step, (centers,), pinned)
         sums, counts = steps[0].sums, steps[0].counts
@@ -265,8 +267,8 @@ def lloyd(x, centers: torch.Tensor, max_iter: int = 300, tol: float = 1e-4, batc
             pick = index[torch.argsort(far, descending=True, stable=True)[: len(empty)]]
             new_centers[empty] = x.take(pick.cpu().numpy())
         shift = float(((new_centers - centers) ** 2).sum())
-        converged = labels is not None and bool(torch.equal(labels, new_labels))
-        centers, labels = new_centers, new_labels
+        converged = any(seen is not None and bool(torch.equal(seen, new_labels)) for seen in (labels, before))
+        centers, labels, before = new_centers, new_labels, labels
         yield it, inertia, centers, labels
         if converged or shift <= tol_abs:
             break
