@@ -15,17 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from _data import data_dir
+
 HERE = Path(__file__).parent
 OUT = HERE / "results" / "raw_fields_dock.md"
-
-
-def fly_folder(given: str | None) -> Path:
-    if given:
-        return Path(given) / "real_fields" / "example_fly"
-    for base in HERE.resolve().parents:
-        if (base / "shared" / "datasets" / "real_fields" / "example_fly").is_dir():
-            return base / "shared" / "datasets" / "real_fields" / "example_fly"
-    raise SystemExit("No shared/datasets/real_fields/example_fly beside the repository: pass --data-dir.")
 
 
 def wait_until_idle(app, dock, timeout: float = 600.0) -> None:
@@ -42,7 +35,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data-dir", help="the folder holding real_fields/ (default: shared/datasets beside the repo)")
     args = parser.parse_args()
-    folder = fly_folder(args.data_dir)
+    folder = data_dir(args.data_dir) / "real_fields" / "example_fly"
 
     import napari
     from qtpy.QtWidgets import QApplication
