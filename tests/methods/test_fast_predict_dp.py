@@ -171,7 +171,8 @@ def test_pssc_predict_matches_fit_and_any_batch_size(glyphs, saved):
     assert np.allclose(again.scores, fitted.scores, rtol=1e-4, atol=1e-5)
     runs = [ticlust.predict(loaded, glyphs[1], device="cpu", batch_size=b, aligned=False) for b in (256, 3, 256)]
     assert np.array_equal(runs[0].labels, runs[1].labels) and np.array_equal(runs[0].labels, runs[2].labels)
-    assert np.allclose(runs[0].scores, runs[1].scores, rtol=1e-5, atol=1e-6)
+    # batches of 3 against 256 sum in other orders (the local affinity width too): float32 round-off, as above
+    assert np.allclose(runs[0].scores, runs[1].scores, rtol=1e-4, atol=1e-5)
     assert np.array_equal(runs[0].scores, runs[2].scores)
 
 
