@@ -7,6 +7,7 @@ labels (:class:`FieldSource`: objects cut out, or their contours traced), landma
 The plate's object store is :class:`ticlust._napari.plate.PlateSource`. A movie (T×Y×X with labels and tracks) would
 be one more subclass: its items the tracked objects, its ``show`` a Tracks layer and a per-track state strip.
 """
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,7 +53,7 @@ class Objects:
     table: dict
 
 
-class Source:
+class Source(ABC):
     """One kind of input. The dock and its parts ask a source only what this class declares; each method says what is
     asked, and its body answers it for sources whose items sit in memory."""
 
@@ -98,10 +99,10 @@ class Source:
         """The dock closed: its reads stop."""
 
     # ---- fit and show ----
+    @abstractmethod
     def fit(self, args: dict):
         """The fit of its items as a job ``call(sink)`` (``args``: method, k, params, seed, runs, device); an InputError
-        says why it cannot."""
-        raise NotImplementedError
+        says why it cannot. Every source answers it (an abstract method: a source without it cannot be made)."""
 
     def job_layers(self) -> list[str]:
         """The layers a fit or a refine draws into while it runs (put back on Cancel)."""
@@ -179,9 +180,10 @@ class Source:
     def inspection(self, item: int):
         return None
 
+    @abstractmethod
     def anchor(self, seen: Seen):
-        """The layer the inspector draws beside (made or updated in the GUI thread); None: it is gone."""
-        raise NotImplementedError
+        """The layer the inspector draws beside (made or updated in the GUI thread); None: it is gone. Every source
+        answers it (LayerSource for the layer inputs, the plate's objects part for a plate)."""
 
     def inspected(self) -> None:
         """The inspector is drawn."""
